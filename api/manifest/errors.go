@@ -1,0 +1,71 @@
+package manifest
+
+import (
+	"fmt"
+	"strings"
+)
+
+// FieldError is one problem found in a manifest: where it is and what to do about it.
+//
+// File and Line are empty/zero when the manifest did not come from a file (Validate on a
+// decoded object). Tool is the manifest's `tool` value, or a label such as
+// "manifest #3" when the name itself is missing. Path is the field path inside the
+// manifest ("compensation.argument_map.charge_id", "requires[1]"); empty for the whole
+// manifest.
+type FieldError struct {
+	File    string
+	Line    int
+	Tool    string
+	Path    string
+	Message string
+}
+
+// Error renders "file:line: tool: path: message", leaving out the parts that are unknown.
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+		b.WriteString(": ")
+	}
+	if e.Tool != "" {
+		b.WriteString(e.Tool)
+		b.WriteString(": ")
+	}
+	if e.Path != "" {
+		b.WriteString(e.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Message)
+	return b.String()
+}
+
+// errorList collects FieldErrors for one manifest so that every problem is reported at once.
+type errorList struct {
+	tool string
+	line func(path string) int
+	errs []error
+}
+
+func (l *errorList) add(path, format string, args ...any) {
+	fe := &FieldError{Tool: l.tool, Path: path, Message: fmt.Sprintf(format, args...)}
+	if l.line != nil {
+		fe.Line = l.line(path)
+	}
+	l.errs = append(l.errs, fe)
+}
+
+// joinPath appends a field name to a path.
+func joinPath(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+// indexPath appends an array index to a path.
+func indexPath(path string, i int) string {
+	return fmt.Sprintf("%s[%d]", path, i)
+}

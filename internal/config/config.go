@@ -1,0 +1,94 @@
+// Package config reads the project config, reversi.config.yaml, found in the current folder or
+// above, or named by REVERSI_CONFIG. Source: seed "MCP gateway", Config ("Everything else …
+// comes from reversi.config.yaml").
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"sigs.k8s.io/yaml"
+)
+
+// FileName is the project config's file name.
+const FileName = "reversi.config.yaml"
+
+// Config is the part of reversi.config.yaml this release reads. Unknown fields are refused.
+type Config struct {
+	// Manifests is the manifest folder or registry (relative to the config's folder).
+	Manifests string `json:"manifests,omitempty"`
+	// ManifestPublicKey is a PEM public key every registry version must be signed by.
+	ManifestPublicKey string `json:"manifest_public_key,omitempty"`
+
+	// Dir is the folder holding the config file; empty when no config was found.
+	Dir string `json:"-"`
+}
+
+// Find locates and reads the project config: $REVERSI_CONFIG, else reversi.config.yaml in the
+// current folder or the nearest one above. No config found is not an error (a zero Config).
+// A config that cannot be read or has unknown fields is.
+func Find() (*Config, error) {
+	path := os.Getenv("REVERSI_CONFIG")
+	if path == "" {
+		dir, err := os.Getwd()
+		if err != nil {
+			return nil, err
+		}
+		for {
+			p := filepath.Join(dir, FileName)
+			if _, err := os.Stat(p); err == nil {
+				path = p
+				break
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				return &Config{}, nil
+			}
+			dir = parent
+		}
+	}
+	return Load(path)
+}
+
+// Load reads one config file strictly (unknown and duplicate fields are errors).
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var c Config
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c.Dir = filepath.Dir(path)
+	return &c, nil
+}
+
+// Resolve makes a path from the config relative to the config's folder.
+func (c *Config) Resolve(p string) string {
+	if p == "" || filepath.IsAbs(p) || c.Dir == "" {
+		return p
+	}
+	return filepath.Join(c.Dir, p)
+}
+
+// ManifestPaths returns args when given; otherwise `manifests:` from the project config, or
+// ./manifests when that folder exists. Source: seed "MCP gateway", Observe first.
+func ManifestPaths(args []string) ([]string, error) {
+	if len(args) > 0 {
+		return args, nil
+	}
+	c, err := Find()
+	if err != nil {
+		return nil, err
+	}
+	if c.Manifests != "" {
+		return []string{c.Resolve(c.Manifests)}, nil
+	}
+	if fi, err := os.Stat("manifests"); err == nil && fi.IsDir() {
+		return []string{"manifests"}, nil
+	}
+	return nil, errors.New("no manifests given: pass a file or folder, set manifests: in " + FileName + ", or create ./manifests")
+}
