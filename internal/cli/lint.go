@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reversi-gitops/reversi/internal/config"
+	"github.com/reversi-gitops/reversi/internal/lint"
+)
+
+func init() { register(newLintCmd) }
+
+// lintReport is the --json output.
+type lintReport struct {
+	Findings []lint.Finding `json:"findings"`
+	Errors   int            `json:"errors"`
+	Warnings int            `json:"warnings"`
+	Notes    int            `json:"notes"`
+}
+
+func newLintCmd() *cobra.Command {
+	var strict, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "lint [PATH...]",
+		Short: "Find manifests that are valid but unsafe, incomplete or contradictory",
+		Long: "Reads the manifests like validate (default: manifests: in reversi.config.yaml, or\n" +
+			"./manifests) and prints one line per finding and a summary. Exits 1 on errors, and on\n" +
+			"warnings with --strict. Invalid manifests are reported as by validate, and exit 1.",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			paths, err := config.ManifestPaths(args)
+			if err != nil {
+				return err
+			}
+			ms, errs := LoadManifests(paths...)
+			if len(errs) > 0 {
+				// The rules assume a valid set (every named tool exists), so lint stops here.
+				for _, e := range errs {
+					fmt.Fprintln(cmd.ErrOrStderr(), e)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "invalid: %d %s: fix them before lint can run\n", len(errs), plural(len(errs), "error", "errors"))
+				return exitError{1}
+			}
+			findings := lint.Lint(ms)
+			nErr, nWarn, nNote := lint.Counts(findings)
+			out := cmd.OutOrStdout()
+			if asJSON {
+				if findings == nil {
+					findings = []lint.Finding{}
+				}
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(lintReport{Findings: findings, Errors: nErr, Warnings: nWarn, Notes: nNote}); err != nil {
+					return err
+				}
+			} else {
+				for _, f := range findings {
+					fmt.Fprintln(out, f)
+				}
+				fmt.Fprintln(out, lint.Summary(findings))
+			}
+			if nErr > 0 || (strict && nWarn > 0) {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&strict, "strict", false, "exit 1 on warnings too")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings and counts as JSON")
+	return cmd
+}
