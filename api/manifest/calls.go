@@ -216,10 +216,10 @@ func DuplicateKey(m *Manifest, args any, run, actor string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	scope := "global"
+	scope := "run:" + run // the seed's default scope
 	switch m.Idempotency.Scope {
-	case "run":
-		scope = "run:" + run
+	case "global":
+		scope = "global"
 	case "actor":
 		scope = "actor:" + actor
 	}

@@ -162,7 +162,8 @@ func ParseFile(file string, data []byte) ([]Document, error) {
 				return nil, &FieldError{File: file, Line: o.Line, Message: fmt.Sprintf("entry %d: expected an object, found %s", len(docs)+1, kindName(o))}
 			}
 			d := Document{File: file, Index: len(docs), lines: map[string]int{}}
-			v, err := toValue(o, "", d.lines)
+			w := walker{lines: d.lines, budget: maxValuesPerObject}
+			v, err := w.toValue(o, "")
 			if err != nil {
 				return nil, &FieldError{File: file, Line: err.line, Message: err.msg}
 			}
@@ -196,9 +197,30 @@ func kindName(n *yaml.Node) string {
 	}
 }
 
-// toValue converts a YAML node into plain Go values, recording the line of every path.
-func toValue(n *yaml.Node, path string, lines map[string]int) (any, *nodeError) {
+// maxValuesPerObject bounds the values one object may expand to, so aliases cannot blow up
+// ("billion laughs") or loop.
+const maxValuesPerObject = 100_000
+
+// maxDepth bounds nesting, which also stops an alias that contains itself.
+const maxDepth = 64
+
+// walker converts YAML nodes into plain Go values, recording the line of every path.
+type walker struct {
+	lines  map[string]int
+	budget int
+	depth  int
+}
+
+func (w *walker) toValue(n *yaml.Node, path string) (any, *nodeError) {
 	n = deref(n)
+	if w.budget--; w.budget < 0 {
+		return nil, &nodeError{n.Line, fmt.Sprintf("%s: too many values (more than %d, aliases included): split the file", orRoot(path), maxValuesPerObject)}
+	}
+	if w.depth++; w.depth > maxDepth {
+		return nil, &nodeError{n.Line, fmt.Sprintf("nested more than %d levels deep (or an alias contains itself): flatten it", maxDepth)}
+	}
+	defer func() { w.depth-- }()
+	lines := w.lines
 	lines[path] = n.Line
 	switch n.Kind {
 	case yaml.MappingNode:
@@ -217,7 +239,7 @@ func toValue(n *yaml.Node, path string, lines map[string]int) (any, *nodeError) 
 			}
 			first[k.Value] = k.Line
 			child := joinPath(path, k.Value)
-			cv, err := toValue(v, child, lines)
+			cv, err := w.toValue(v, child)
 			if err != nil {
 				return nil, err
 			}
@@ -228,7 +250,7 @@ func toValue(n *yaml.Node, path string, lines map[string]int) (any, *nodeError) 
 	case yaml.SequenceNode:
 		s := make([]any, 0, len(n.Content))
 		for i, c := range n.Content {
-			cv, err := toValue(c, indexPath(path, i), lines)
+			cv, err := w.toValue(c, indexPath(path, i))
 			if err != nil {
 				return nil, err
 			}
