@@ -39,7 +39,7 @@ func TestBinary(t *testing.T) {
 	if _, code := run("validate", "test/fixtures/tests"); code != 1 {
 		t.Errorf("validate of non-manifests: exit %d, want 1", code)
 	}
-	if _, code := run("no-such-command"); code != 2 {
-		t.Errorf("unknown command: exit %d, want 2", code)
+	if _, code := run("no-such-command"); code != 1 {
+		t.Errorf("unknown command: exit %d, want 1", code)
 	}
 }

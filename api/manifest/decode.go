@@ -7,13 +7,18 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode"
 )
+
+// space is the class of unicode.IsSpace (RE2's \s is ASCII only and lacks \v), so "no
+// whitespace" means the same in permissions, references, placeholders and expect paths.
+const space = `\t\n\v\f\r\x{85}\p{Z}`
 
 var (
 	toolNamePattern    = regexp.MustCompile(`^[A-Za-z0-9_.:/-]+$`)
-	referencePattern   = regexp.MustCompile(`^\$(args|result)(\.[^.\s]+)+$`)
+	referencePattern   = regexp.MustCompile(`^\$(args|result)(\.[^.` + space + `]+)+$`)
 	placeholderPattern = regexp.MustCompile(`\{\{([^{}]*)\}\}`)
-	argsPlaceholder    = regexp.MustCompile(`^\s*args(\.[^.\s{}]+)+\s*$`)
+	argsPlaceholder    = regexp.MustCompile(`^[` + space + `]*args(\.[^.{}` + space + `]+)+[` + space + `]*$`)
 )
 
 // Field sets of every object of the format, in the seed's order (used to refuse unknown fields).
@@ -40,12 +45,15 @@ type decoder struct {
 func decode(raw any, label string, line func(string) int) (*Manifest, []error) {
 	d := &decoder{el: errorList{tool: label, line: line}}
 	m := &Manifest{Version: DefaultVersion, Status: Approved}
+	// Name errors after the tool from the start, unknown fields included.
+	if raw, ok := raw.(map[string]any); ok {
+		if t, ok := raw["tool"].(string); ok && t != "" {
+			d.el.tool = t
+		}
+	}
 	obj := d.object(raw, "", manifestFields)
 	if obj == nil {
 		return m, d.el.errs
-	}
-	if t, ok := obj["tool"].(string); ok && t != "" {
-		d.el.tool = t
 	}
 
 	m.Tool = d.toolName(obj, "tool", "", true, "name the tool as the upstream exposes it")
@@ -73,7 +81,7 @@ func decode(raw any, label string, line func(string) int) (*Manifest, []error) {
 	m.Owner = d.str(obj, "owner", "")
 	m.Oncall = d.str(obj, "oncall", "")
 	m.SchemaHash = d.str(obj, "schema_hash", "")
-	if _, ok := obj["schema_hash"]; ok && m.SchemaHash == "" {
+	if h, isStr := obj["schema_hash"].(string); isStr && h == "" { // a non-string is reported once, by str
 		d.el.add("schema_hash", "must not be empty: remove it or let suggest-manifest fill it in")
 	}
 	m.TimeoutMs = d.duration(obj, "timeout_ms", "")
@@ -109,9 +117,8 @@ func decode(raw any, label string, line func(string) int) (*Manifest, []error) {
 	return m, d.el.errs
 }
 
-func isSpace(r rune) bool {
-	return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\v' || r == '\f' || r == 0x85 || r == 0xA0
-}
+// isSpace is any Unicode whitespace: an em space in a permission is still whitespace.
+func isSpace(r rune) bool { return unicode.IsSpace(r) }
 
 func effectNames() []string {
 	out := make([]string, len(Effects))
@@ -243,10 +250,10 @@ func (d *decoder) checkToolName(s, p string) {
 	switch {
 	case s == "":
 		d.el.add(p, "must not be empty: name the tool")
-	case len(s) > MaxToolNameLength:
-		d.el.add(p, "tool name is %d characters long: at most %d", len(s), MaxToolNameLength)
 	case !toolNamePattern.MatchString(s):
 		d.el.add(p, "%q is not a tool name: use letters, digits and _ . : / - only", s)
+	case len(s) > MaxToolNameLength: // ASCII only by now, so bytes are characters
+		d.el.add(p, "tool name is %d characters long: at most %d", len(s), MaxToolNameLength)
 	}
 }
 

@@ -1,7 +1,9 @@
 package manifest
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -68,4 +70,27 @@ func joinPath(path, field string) string {
 // indexPath appends an array index to a path.
 func indexPath(path string, i int) string {
 	return fmt.Sprintf("%s[%d]", path, i)
+}
+
+// SortErrors orders errors by file, then line, keeping the order of equal positions; errors
+// that are not *FieldError go last. Readers fix a file top to bottom.
+func SortErrors(errs []error) {
+	slices.SortStableFunc(errs, func(a, b error) int {
+		fa, okA := a.(*FieldError)
+		fb, okB := b.(*FieldError)
+		switch {
+		case !okA || !okB:
+			return cmp.Compare(boolInt(!okA), boolInt(!okB))
+		case fa.File != fb.File:
+			return cmp.Compare(fa.File, fb.File)
+		}
+		return cmp.Compare(fa.Line, fb.Line)
+	})
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"encoding/json"
 	"fmt"
 )
 
@@ -115,10 +116,17 @@ func crossCheck(ms []*Manifest, locate func(i int, path string) (string, int)) [
 	return errs
 }
 
-// normaliseNumbers converts the number types a Go caller may pass (int, float32, json.Number
-// is not supported) to the int64/float64 the decoder expects, recursively.
+// normaliseNumbers converts the number types a Go caller may pass (int, int32, float32,
+// json.Number from a decoder with UseNumber) to the int64/float64 the decoder expects,
+// recursively. Decode with UseNumber to keep integers above 2^53 exact.
 func normaliseNumbers(v any) any {
 	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {

@@ -34,8 +34,8 @@ func NewRoot() *cobra.Command {
 	return root
 }
 
-// Execute runs the CLI with args and returns the process exit code: 0 on success, 1 when a
-// command found problems (it has printed them), 2 on usage errors.
+// Execute runs the CLI with args and returns the process exit code: 0 on success, 1 on any
+// problem (a command that found problems has printed them itself).
 func Execute(args []string, stdout, stderr io.Writer) int {
 	root := NewRoot()
 	root.SetArgs(args)
@@ -50,6 +50,6 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 		return ee.code
 	default:
 		fmt.Fprintln(stderr, "error:", err)
-		return 2
+		return 1
 	}
 }

@@ -133,7 +133,7 @@ func TestTestDefaultFilesWithoutConfig(t *testing.T) {
 	t.Setenv("REVERSI_CONFIG", "")
 	var out, errb bytes.Buffer
 	code := Execute([]string{"test", "-m", fixtureManifests}, &out, &errb)
-	if code != 2 || !strings.Contains(errb.String(), "no test files: pass files or folders, or put cases under tests") {
+	if code != 1 || !strings.Contains(errb.String(), "no test files: pass files or folders, or put cases under tests") {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
 	}
 

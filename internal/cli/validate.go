@@ -38,11 +38,13 @@ func newValidateCmd() *cobra.Command {
 }
 
 // LoadManifests reads and validates the manifests under paths: every syntax, field and
-// cross-manifest error together.
+// cross-manifest error together, ordered by file and line.
 func LoadManifests(paths ...string) ([]*manifest.Manifest, []error) {
 	docs, errs := manifest.ReadPaths(paths...)
 	ms, verrs := manifest.ValidateDocuments(docs)
-	return ms, append(errs, verrs...)
+	errs = append(errs, verrs...)
+	manifest.SortErrors(errs)
+	return ms, errs
 }
 
 func plural(n int, one, many string) string {
