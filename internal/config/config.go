@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/reversi-gitops/reversi/internal/signing"
 )
 
 // FileName is the project config's file name.
@@ -19,7 +22,8 @@ const FileName = "reversi.config.yaml"
 type Config struct {
 	// Manifests is the manifest folder or registry (relative to the config's folder).
 	Manifests string `json:"manifests,omitempty"`
-	// ManifestPublicKey is a PEM public key every registry version must be signed by.
+	// ManifestPublicKey is a PEM bundle of public keys (inline, or a path to a file); every
+	// loaded registry version must be signed by one of them.
 	ManifestPublicKey string `json:"manifest_public_key,omitempty"`
 
 	// Dir is the folder holding the config file; empty when no config was found.
@@ -91,4 +95,36 @@ func ManifestPaths(args []string) ([]string, error) {
 		return []string{"manifests"}, nil
 	}
 	return nil, errors.New("no manifests given: pass a file or folder, set manifests: in " + FileName + ", or create ./manifests")
+}
+
+// TrustedKeysEnv names the environment variable that sets (and overrides) manifest_public_key.
+const TrustedKeysEnv = "REVERSI_MANIFEST_PUBLIC_KEY"
+
+// TrustedKeys returns the trusted manifest keys: $REVERSI_MANIFEST_PUBLIC_KEY, else
+// manifest_public_key. Either is a PEM bundle inline or a path to one (relative to the
+// config's folder). nil when neither is set. Source: seed "Tool manifests", Registry
+// ("Trusted key").
+func (c *Config) TrustedKeys() (*signing.TrustSet, error) {
+	v, from := os.Getenv(TrustedKeysEnv), TrustedKeysEnv
+	if v == "" {
+		v, from = c.ManifestPublicKey, "manifest_public_key"
+		if v != "" && !strings.HasPrefix(strings.TrimSpace(v), "-----BEGIN") {
+			v = c.Resolve(v)
+		}
+	}
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	if strings.HasPrefix(strings.TrimSpace(v), "-----BEGIN") {
+		t, err := signing.ParseTrustSet([]byte(v))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", from, err)
+		}
+		return t, nil
+	}
+	t, err := signing.LoadTrustSet(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
+	}
+	return t, nil
 }

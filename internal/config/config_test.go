@@ -1,0 +1,82 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/reversi-gitops/reversi/internal/signing"
+)
+
+func TestFindWalksUpAndResolvesRelativeToTheConfig(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte("manifests: reg\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "a", "b")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(sub)
+	c, err := Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Resolve(c.Manifests); got != filepath.Join(dir, "reg") {
+		t.Fatalf("manifests resolve to %s", got)
+	}
+	other := filepath.Join(t.TempDir(), "other.yaml")
+	if err := os.WriteFile(other, []byte("manifests: elsewhere\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("REVERSI_CONFIG", other)
+	if c, err = Find(); err != nil || c.Manifests != "elsewhere" {
+		t.Fatalf("REVERSI_CONFIG ignored: %+v %v", c, err)
+	}
+}
+
+func TestLoadRefusesUnknownAndDuplicateFields(t *testing.T) {
+	for body, want := range map[string]string{
+		"manifest: x\n":                `unknown field "manifest"`,
+		"manifests: a\nmanifests: b\n": `"manifests" already set`,
+	} {
+		p := filepath.Join(t.TempDir(), FileName)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(p); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%q: err %v, want %q naming the file", body, err, want)
+		}
+	}
+}
+
+func TestTrustedKeysFromPathInlineAndEnv(t *testing.T) {
+	dir := t.TempDir()
+	idA, err := signing.GenerateKeyFiles(filepath.Join(dir, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idB, err := signing.GenerateKeyFiles(filepath.Join(dir, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubB, _ := os.ReadFile(filepath.Join(dir, "b.pub"))
+
+	c := &Config{Dir: dir}
+	if ts, err := c.TrustedKeys(); ts != nil || err != nil {
+		t.Fatalf("no key set: %v %v", ts, err)
+	}
+	c.ManifestPublicKey = "a.pub" // relative to the config's folder
+	if ts, err := c.TrustedKeys(); err != nil || ts.KeyIDs()[0] != idA {
+		t.Fatalf("path: %v %v", ts, err)
+	}
+	t.Setenv(TrustedKeysEnv, string(pubB)) // the environment wins
+	if ts, err := c.TrustedKeys(); err != nil || len(ts.KeyIDs()) != 1 || ts.KeyIDs()[0] != idB {
+		t.Fatalf("env: %v %v", ts, err)
+	}
+	t.Setenv(TrustedKeysEnv, filepath.Join(dir, "missing.pub"))
+	if _, err := c.TrustedKeys(); err == nil || !strings.Contains(err.Error(), TrustedKeysEnv) {
+		t.Fatalf("missing file: %v", err)
+	}
+}

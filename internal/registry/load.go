@@ -1,0 +1,394 @@
+package registry
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/internal/signing"
+)
+
+// Version is one version read from its file, with every check passed.
+type Version struct {
+	Tool string
+	Entry
+	Manifest *manifest.Manifest
+}
+
+// Problem is one thing wrong with a registry: the file (relative to the registry), the tool
+// and version when known, and what is wrong and what to do.
+type Problem struct {
+	File    string
+	Tool    string
+	Version int
+	Message string
+}
+
+func (p *Problem) Error() string {
+	where := p.File
+	if p.Tool != "" {
+		where += ": " + p.Tool
+		if p.Version > 0 {
+			where += fmt.Sprintf(" v%d", p.Version)
+		}
+	}
+	return where + ": " + p.Message
+}
+
+// Snapshot is a loaded registry: the newest non-draft version of each tool, verified.
+type Snapshot struct {
+	// Manifests are the loaded manifests, sorted by tool.
+	Manifests []*manifest.Manifest
+	// Entries holds the loaded version of each tool.
+	Entries map[string]Entry
+	// Digest is the hex SHA-256 of the sorted `tool@version:checksum` lines: equal digests
+	// mean the same enforced manifests.
+	Digest string
+}
+
+// readVersion reads and checks one version against its index entry: the file exists inside
+// the registry, is strict JSON, names the same tool and version, holds a valid manifest whose
+// checksum is the recorded one, agrees with index.json, and (with trust) carries a valid
+// signature by a trusted key.
+//
+// full also checks that the stored manifest is in canonical form (Verify's audit); loads skip
+// it, since the checksum already binds the bytes that are interpreted.
+func (r *Registry) readVersion(root *os.Root, tool string, want Entry, trust *signing.TrustSet, full bool) (*Version, error) {
+	rel, err := versionPath(tool, want.Version)
+	if err != nil {
+		return nil, &Problem{File: IndexFile, Tool: tool, Message: err.Error() + ": index.json was edited; restore it"}
+	}
+	bad := func(format string, args ...any) error {
+		return &Problem{File: rel, Tool: tool, Version: want.Version, Message: fmt.Sprintf(format, args...)}
+	}
+	data, err := root.ReadFile(rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, bad("the version file is missing: restore it from version control")
+	}
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	var vf VersionFile
+	if err := strictJSON(data, &vf); err != nil {
+		return nil, bad("%v: the file is damaged; restore it from version control", err)
+	}
+	if vf.Tool != tool || vf.Version != want.Version {
+		return nil, bad("the file holds %s v%d: restore it from version control", vf.Tool, vf.Version)
+	}
+	// The stored manifest is its canonical JSON (indented in the file), so the checksum is
+	// the SHA-256 of the compacted bytes: the bytes that are then interpreted are the bytes
+	// the checksum and signature cover.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, vf.Manifest); err != nil {
+		return nil, bad("the manifest is not JSON: %v", err)
+	}
+	sum := sha256.Sum256(compact.Bytes())
+	if got := hex.EncodeToString(sum[:]); got != vf.Checksum {
+		return nil, bad("edited after publishing: the manifest's checksum is %s, the recorded one %s; publish changes as a new version instead", short(got), short(vf.Checksum))
+	}
+	var raw any
+	dec := json.NewDecoder(bytes.NewReader(compact.Bytes()))
+	dec.UseNumber() // integers above 2^53 stay exact
+	if err := dec.Decode(&raw); err != nil {
+		return nil, bad("the manifest is not JSON: %v", err)
+	}
+	m, errs := manifest.Validate(raw)
+	if len(errs) > 0 {
+		return nil, bad("the stored manifest is invalid: %v", errors.Join(errs...))
+	}
+	if m.Tool != tool || m.Version != vf.Version || m.Status != vf.Status {
+		return nil, bad("the stored manifest says %s v%d %s, the file says %s v%d %s: the file was edited; restore it", m.Tool, m.Version, m.Status, tool, vf.Version, vf.Status)
+	}
+	if full {
+		canonical, err := manifest.CanonicalJSON(m)
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		if !bytes.Equal(canonical, compact.Bytes()) {
+			return nil, bad("the stored manifest is not in canonical form: it was not written by reversi manifests; restore it")
+		}
+	}
+	if vf.Entry != want {
+		return nil, &Problem{File: IndexFile, Tool: tool, Version: want.Version, Message: fmt.Sprintf("index.json disagrees with %s (%s): index.json was edited; restore it", rel, entryDiff(want, vf.Entry))}
+	}
+	if err := checkSignature(tool, vf.Entry, trust); err != nil {
+		return nil, bad("%v", err)
+	}
+	return &Version{Tool: tool, Entry: vf.Entry, Manifest: m}, nil
+}
+
+// checkSignature verifies a version's signature against trust. Without trust a signature is
+// only checked to be well formed; with trust a missing signature is refused (fail closed).
+func checkSignature(tool string, e Entry, trust *signing.TrustSet) error {
+	if !e.Signed() {
+		if trust != nil {
+			return errors.New("not signed, but trusted keys are set: every version must be signed by one of them; publish again with --key")
+		}
+		return nil
+	}
+	sig, err := base64.StdEncoding.DecodeString(e.Signature)
+	if err != nil || e.KeyID == "" {
+		return errors.New("the signature or key id is malformed")
+	}
+	if trust == nil {
+		return nil
+	}
+	return trust.Verify(e.KeyID, sig, signing.Message(tool, e.Version, e.Checksum))
+}
+
+func short(sum string) string {
+	if len(sum) > 12 {
+		return sum[:12]
+	}
+	return sum
+}
+
+// entryDiff names the fields where two entries differ.
+func entryDiff(a, b Entry) string {
+	var fields []string
+	add := func(name string, differ bool) {
+		if differ {
+			fields = append(fields, name)
+		}
+	}
+	add("status", a.Status != b.Status)
+	add("checksum", a.Checksum != b.Checksum)
+	add("author", a.Author != b.Author)
+	add("approver", a.Approver != b.Approver)
+	add("time", !a.Time.Equal(b.Time))
+	add("note", a.Note != b.Note)
+	add("key_id", a.KeyID != b.KeyID)
+	add("signature", a.Signature != b.Signature)
+	return fmt.Sprintf("%v differ", fields)
+}
+
+// checkEntries refuses an index whose versions are not 1, 2, 3… in order.
+func checkEntries(tool string, es []Entry) error {
+	if len(es) == 0 {
+		return &Problem{File: IndexFile, Tool: tool, Message: "no versions listed: index.json was edited; restore it"}
+	}
+	for i, e := range es {
+		if e.Version != i+1 {
+			return &Problem{File: IndexFile, Tool: tool, Message: fmt.Sprintf("versions are not 1..%d in order (found v%d at position %d): index.json was edited; restore it", len(es), e.Version, i+1)}
+		}
+	}
+	return nil
+}
+
+// Load reads the newest non-draft version of every tool (drafts are not enforceable and are
+// simply absent), checks each as readVersion does, and then the set as a whole (cross-manifest
+// rules). A reference to a tool that so far has only drafts counts as registered: the
+// referenced tool is in the registry, it just is not enforced yet (seed: "a call to a tool that
+// has only a draft reports no manifest"). It returns the snapshot of the tools that passed and
+// every problem; callers that enforce must treat any problem as a failed load (see Loader).
+func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
+	idx, err := r.readIndex()
+	if err != nil {
+		return nil, []error{err}
+	}
+	root, err := os.OpenRoot(r.Dir)
+	if err != nil {
+		return nil, []error{err}
+	}
+	defer root.Close()
+
+	type job struct {
+		tool      string
+		entry     Entry
+		draftOnly bool
+	}
+	var jobs []job
+	var errs []error
+	for _, tool := range idx.tools() {
+		es := idx.Tools[tool]
+		if err := checkEntries(tool, es); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		j := job{tool: tool, entry: es[len(es)-1], draftOnly: true}
+		for i := len(es) - 1; i >= 0; i-- {
+			if es[i].Status != manifest.Draft {
+				j = job{tool: tool, entry: es[i]}
+				break
+			}
+		}
+		jobs = append(jobs, j)
+	}
+	versions := make([]*Version, len(jobs))
+	verrs := make([]error, len(jobs))
+	parallel(len(jobs), func(i int) {
+		t := trust
+		if jobs[i].draftOnly {
+			t = nil // a draft is not loaded, so its signature does not gate the load
+		}
+		versions[i], verrs[i] = r.readVersion(root, jobs[i].tool, jobs[i].entry, t, false)
+	})
+	snap := &Snapshot{Entries: map[string]Entry{}}
+	set := make([]*manifest.Manifest, 0, len(jobs))
+	draftOnly := map[string]bool{}
+	for i, v := range versions {
+		switch {
+		case jobs[i].draftOnly && verrs[i] == nil:
+			draftOnly[v.Tool] = true
+			set = append(set, v.Manifest)
+		case jobs[i].draftOnly:
+			// A damaged draft is reported by Verify; it does not block what is enforced.
+		case verrs[i] != nil:
+			errs = append(errs, verrs[i])
+		default:
+			snap.Manifests = append(snap.Manifests, v.Manifest)
+			snap.Entries[v.Tool] = v.Entry
+			set = append(set, v.Manifest)
+		}
+	}
+	for _, e := range manifest.ValidateSet(set) {
+		var fe *manifest.FieldError
+		if errors.As(e, &fe) && draftOnly[fe.Tool] {
+			continue // the draft's own references are checked when it is approved
+		}
+		errs = append(errs, &Problem{File: IndexFile, Message: e.Error()})
+	}
+	snap.Digest = digest(snap)
+	return snap, errs
+}
+
+func digest(s *Snapshot) string {
+	h := sha256.New()
+	for _, m := range s.Manifests {
+		e := s.Entries[m.Tool]
+		fmt.Fprintf(h, "%s@%d:%s\n", m.Tool, e.Version, e.Checksum)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// VerifyReport counts what Verify checked.
+type VerifyReport struct {
+	Tools, Versions, Signed int
+}
+
+// Verify checks every version of every tool (not only the loaded ones): file, checksum,
+// agreement with index.json and, with trust, the signature. It returns every problem.
+func (r *Registry) Verify(trust *signing.TrustSet) (VerifyReport, []error) {
+	var rep VerifyReport
+	idx, err := r.readIndex()
+	if err != nil {
+		return rep, []error{err}
+	}
+	root, err := os.OpenRoot(r.Dir)
+	if err != nil {
+		return rep, []error{err}
+	}
+	defer root.Close()
+	type job struct {
+		tool  string
+		entry Entry
+	}
+	var jobs []job
+	var errs []error
+	for _, tool := range idx.tools() {
+		rep.Tools++
+		es := idx.Tools[tool]
+		if err := checkEntries(tool, es); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, e := range es {
+			jobs = append(jobs, job{tool, e})
+		}
+	}
+	verrs := make([]error, len(jobs))
+	parallel(len(jobs), func(i int) {
+		_, verrs[i] = r.readVersion(root, jobs[i].tool, jobs[i].entry, trust, true)
+	})
+	for i, j := range jobs {
+		rep.Versions++
+		if j.entry.Signed() {
+			rep.Signed++
+		}
+		if verrs[i] != nil {
+			errs = append(errs, verrs[i])
+		}
+	}
+	return rep, append(errs, r.strayFiles(root, idx)...)
+}
+
+// strayFiles reports version files that index.json does not list (written outside the
+// workflow, or left by an index edit).
+func (r *Registry) strayFiles(root *os.Root, idx *Index) []error {
+	listed := map[string]bool{}
+	for tool, es := range idx.Tools {
+		for _, e := range es {
+			if p, err := versionPath(tool, e.Version); err == nil {
+				listed[p] = true
+			}
+		}
+	}
+	var errs []error
+	_ = fs.WalkDir(root.FS(), "tools", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(p) != ".json" {
+			return nil
+		}
+		if !listed[p] {
+			errs = append(errs, &Problem{File: p, Message: "not listed in index.json: publish through reversi manifests, or remove the file"})
+		}
+		return nil
+	})
+	return errs
+}
+
+// parallel runs f(0..n-1) on one worker per CPU: the checks are CPU-bound (JSON, SHA-256,
+// Ed25519).
+func parallel(n int, f func(i int)) {
+	workers := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Loader keeps the last good snapshot of a registry: a reload that finds any problem is
+// refused and the previous snapshot keeps serving (fail closed, lose nothing).
+type Loader struct {
+	Registry *Registry
+	mu       sync.Mutex
+	current  atomic.Pointer[Snapshot]
+}
+
+// Current is the last good snapshot, nil before the first good load.
+func (l *Loader) Current() *Snapshot { return l.current.Load() }
+
+// Reload loads the registry with trust. On success the new snapshot replaces the current one
+// and is returned; on any problem the current snapshot stays and the problems are returned.
+func (l *Loader) Reload(trust *signing.TrustSet) (*Snapshot, []error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	snap, errs := l.Registry.Load(trust)
+	if len(errs) > 0 {
+		return l.current.Load(), errs
+	}
+	l.current.Store(snap)
+	return snap, nil
+}

@@ -1,0 +1,201 @@
+// Package registry is the signed manifest registry: a folder of immutable manifest versions,
+// `index.json` plus `tools/<tool>/v<N>.json`, written by publish/approve/deprecate/rollback
+// and loaded (newest non-draft version of each tool) with every checksum and, given trusted
+// keys, every signature checked. The controller loads registries with this same code.
+//
+// Source: seed "Tool manifests", Registry: versions, signing, trust.
+package registry
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/internal/signing"
+)
+
+// Format is the `format` value of index.json.
+const Format = "reversi.dev/registry/v1"
+
+// IndexFile is the registry's index, at the root of the registry folder.
+const IndexFile = "index.json"
+
+// Entry describes one version. It appears in index.json and, identically, in the version file.
+// Checksum is the lowercase hex SHA-256 of the manifest's canonical JSON; Signature is the
+// base64 Ed25519 signature of `reversi-manifest:<tool>@<version>:<checksum>` by KeyID.
+type Entry struct {
+	Version   int             `json:"version"`
+	Status    manifest.Status `json:"status"`
+	Checksum  string          `json:"checksum"`
+	Author    string          `json:"author"`
+	Approver  string          `json:"approver,omitempty"`
+	Time      time.Time       `json:"time"`
+	Note      string          `json:"note,omitempty"`
+	KeyID     string          `json:"key_id,omitempty"`
+	Signature string          `json:"signature,omitempty"`
+}
+
+// Signed reports whether the version carries a signature.
+func (e Entry) Signed() bool { return e.Signature != "" }
+
+// Short is the first 12 characters of the checksum, as the seed prints it.
+func (e Entry) Short() string {
+	if len(e.Checksum) < 12 {
+		return e.Checksum
+	}
+	return e.Checksum[:12]
+}
+
+// Index is index.json: every tool's versions, oldest first.
+type Index struct {
+	Format string             `json:"format"`
+	Tools  map[string][]Entry `json:"tools"`
+}
+
+// VersionFile is tools/<tool>/v<N>.json: the entry, the tool, and the normalised manifest
+// (its canonical JSON, so the checksum can be recomputed from the file alone).
+type VersionFile struct {
+	Tool string `json:"tool"`
+	Entry
+	Manifest json.RawMessage `json:"manifest"`
+}
+
+// Registry is a registry folder.
+type Registry struct {
+	// Dir is the registry folder.
+	Dir string
+}
+
+// New returns the registry at dir. The folder need not exist yet (publish creates it).
+func New(dir string) *Registry { return &Registry{Dir: dir} }
+
+// IsRegistry reports whether dir holds a registry (an index.json).
+func IsRegistry(dir string) bool {
+	fi, err := os.Stat(filepath.Join(dir, IndexFile))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// toolDir is the tool's folder, relative to the registry: `tools/<escaped tool>`. Tool names
+// may hold `/` and `.`, so the name is escaped into one path element, and `.`/`..` (which
+// would escape the tool folder) are refused.
+func toolDir(tool string) (string, error) {
+	if tool == "" {
+		return "", errors.New("empty tool name")
+	}
+	el := url.PathEscape(tool)
+	if el == "." || el == ".." {
+		return "", fmt.Errorf("tool name %q cannot be a folder name", tool)
+	}
+	return path.Join("tools", el), nil
+}
+
+// versionPath is the version file's path, relative to the registry.
+func versionPath(tool string, version int) (string, error) {
+	dir, err := toolDir(tool)
+	if err != nil {
+		return "", err
+	}
+	return path.Join(dir, "v"+strconv.Itoa(version)+".json"), nil
+}
+
+// readIndex reads index.json strictly. A missing index is an empty registry.
+func (r *Registry) readIndex() (*Index, error) {
+	data, err := os.ReadFile(filepath.Join(r.Dir, IndexFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return &Index{Format: Format, Tools: map[string][]Entry{}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var idx Index
+	if err := strictJSON(data, &idx); err != nil {
+		return nil, fmt.Errorf("%s: %w: restore it from version control", filepath.Join(r.Dir, IndexFile), err)
+	}
+	if idx.Format != Format {
+		return nil, fmt.Errorf("%s: format %q, want %q", filepath.Join(r.Dir, IndexFile), idx.Format, Format)
+	}
+	if idx.Tools == nil {
+		idx.Tools = map[string][]Entry{}
+	}
+	return &idx, nil
+}
+
+// strictJSON decodes one JSON value, refusing unknown fields and trailing data.
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("not valid registry JSON: %w", err)
+	}
+	if dec.More() {
+		return errors.New("not valid registry JSON: data after the top-level value")
+	}
+	return nil
+}
+
+// Tools lists the tool names of an index, sorted.
+func (idx *Index) tools() []string {
+	names := make([]string, 0, len(idx.Tools))
+	for t := range idx.Tools {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// History returns the entries of a tool, oldest first, as index.json records them.
+func (r *Registry) History(tool string) ([]Entry, error) {
+	idx, err := r.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	es, ok := idx.Tools[tool]
+	if !ok {
+		return nil, fmt.Errorf("%s is not in the registry %s", tool, r.Dir)
+	}
+	return es, nil
+}
+
+// Tools lists the registry's tools, sorted.
+func (r *Registry) Tools() ([]string, error) {
+	idx, err := r.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	return idx.tools(), nil
+}
+
+// LoadPath loads the manifests `manifests:` names: a registry folder (with index.json) is
+// loaded with every check and trust; plain manifest files are read and validated. Trusted
+// keys set for plain files are an error, since plain files carry no signatures to check
+// (seed: "Setting it for manifests that are not in a registry is an error").
+func LoadPath(p string, trust *signing.TrustSet) ([]*manifest.Manifest, []error) {
+	if IsRegistry(p) {
+		snap, errs := New(p).Load(trust)
+		if len(errs) > 0 {
+			return nil, errs
+		}
+		return snap.Manifests, nil
+	}
+	if trust != nil {
+		return nil, []error{fmt.Errorf("%s is not a registry, but a trusted manifest key is set: plain manifest files carry no signatures; publish them with reversi manifests publish --key, or unset manifest_public_key", p)}
+	}
+	docs, errs := manifest.ReadPaths(p)
+	ms, verrs := manifest.ValidateDocuments(docs)
+	errs = append(errs, verrs...)
+	manifest.SortErrors(errs)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return ms, nil
+}

@@ -1,0 +1,542 @@
+package registry
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/internal/signing"
+)
+
+const payments = "../../test/fixtures/manifests"
+
+type keyPair struct {
+	signer *signing.Signer
+	trust  *signing.TrustSet
+	pub    []byte
+}
+
+func newKey(t testing.TB) keyPair {
+	t.Helper()
+	prefix := filepath.Join(t.TempDir(), "k")
+	if _, err := signing.GenerateKeyFiles(prefix); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := signing.LoadSigner(prefix + ".key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := os.ReadFile(prefix + ".pub")
+	ts, err := signing.ParseTrustSet(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keyPair{s, ts, pub}
+}
+
+func loadFixtures(t testing.TB) []*manifest.Manifest {
+	t.Helper()
+	docs, errs := manifest.ReadPaths(payments)
+	ms, verrs := manifest.ValidateDocuments(docs)
+	if len(errs)+len(verrs) > 0 {
+		t.Fatal(errs, verrs)
+	}
+	return ms
+}
+
+// seedRegistry is the seed's walkthrough: publish as alice (draft), approve create_charge as
+// bob with four eyes, and approve the other two so the whole set loads.
+func seedRegistry(t *testing.T, k keyPair) *Registry {
+	t.Helper()
+	r := New(filepath.Join(t.TempDir(), "reg"))
+	alice := WriteOptions{By: "alice", Note: "first draft", Signer: k.signer}
+	pub, err := r.Publish(loadFixtures(t), "", alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pub) != 3 || pub[1].Tool != "stripe.create_charge" || pub[1].Version != 1 || pub[1].Status != manifest.Draft {
+		t.Fatalf("published %+v", pub)
+	}
+	bob := WriteOptions{By: "bob", Signer: k.signer}
+	for _, tool := range []string{"stripe.create_charge", "stripe.get_charge", "stripe.refund"} {
+		p, err := r.Approve(tool, 0, true, bob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Version != 2 || p.Status != manifest.Approved || p.Approver != "bob" || p.Author != "alice" || p.Note != "approved from v1" {
+			t.Fatalf("approved %+v", p)
+		}
+	}
+	return r
+}
+
+func TestWalkthroughLoadsSignedApprovedVersions(t *testing.T) {
+	k := newKey(t)
+	r := seedRegistry(t, k)
+	snap, errs := r.Load(k.trust)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if len(snap.Manifests) != 3 || snap.Entries["stripe.create_charge"].Version != 2 {
+		t.Fatalf("snapshot %+v", snap.Entries)
+	}
+	cc := snap.Manifests[0]
+	if cc.Tool != "stripe.create_charge" || cc.Status != manifest.Approved || cc.Version != 2 {
+		t.Fatalf("loaded %s v%d %s", cc.Tool, cc.Version, cc.Status)
+	}
+	// approve keeps the approval object (roles, quorum, timeout, escalate_to) as written.
+	a := cc.Approval.Rules
+	if a == nil || a.Quorum != 2 || a.Roles[0] != "finance" || *a.TimeoutMs != 900000 || a.OnTimeout != "escalate" || a.EscalateTo[0] != "cfo" {
+		t.Fatalf("approval rules lost: %+v", cc.Approval)
+	}
+	rep, errs := r.Verify(k.trust)
+	if len(errs) > 0 || rep.Tools != 3 || rep.Versions != 6 || rep.Signed != 6 {
+		t.Fatalf("verify %+v %v", rep, errs)
+	}
+	if _, err := r.Approve("stripe.refund", 0, true, WriteOptions{By: "carol"}); err == nil || !strings.Contains(err.Error(), "stripe.refund has no pending draft: the newest version, v2, is approved") {
+		t.Fatalf("approve with no draft: %v", err)
+	}
+}
+
+func TestDraftsAreNotLoaded(t *testing.T) {
+	r := New(t.TempDir())
+	ms := loadFixtures(t)
+	if _, err := r.Publish(ms, manifest.Approved, WriteOptions{By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Publish(ms[1:2], "", WriteOptions{By: "alice", Note: "v2 draft"}); err != nil {
+		t.Fatal(err)
+	}
+	snap, errs := r.Load(nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if e := snap.Entries["stripe.create_charge"]; e.Version != 1 || e.Status != manifest.Approved {
+		t.Fatalf("loaded %+v, want the approved v1 under the v2 draft", e)
+	}
+	// A tool with only drafts is absent, and approved tools may still reference it.
+	r2 := New(t.TempDir())
+	if _, err := r2.Publish(ms, "", WriteOptions{By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r2.Approve("stripe.create_charge", 0, true, WriteOptions{By: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	snap, errs = r2.Load(nil)
+	if len(errs) > 0 || len(snap.Manifests) != 1 {
+		t.Fatalf("errs %v, %d manifests", errs, len(snap.Manifests))
+	}
+}
+
+func TestFourEyesRefusesTheAuthor(t *testing.T) {
+	r := New(t.TempDir())
+	if _, err := r.Publish(loadFixtures(t), "", WriteOptions{By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.Approve("stripe.refund", 0, true, WriteOptions{By: "alice"})
+	if err == nil || !strings.Contains(err.Error(), "alice wrote stripe.refund v1 and cannot approve it") {
+		t.Fatalf("err %v", err)
+	}
+	if es, _ := r.History("stripe.refund"); len(es) != 1 {
+		t.Fatalf("a refused approval wrote a version: %+v", es)
+	}
+	if _, err := r.Approve("stripe.refund", 0, false, WriteOptions{By: "alice"}); err != nil {
+		t.Fatalf("without four eyes: %v", err)
+	}
+}
+
+func TestDeprecateAndRollback(t *testing.T) {
+	r := New(t.TempDir())
+	ms := loadFixtures(t)
+	if _, err := r.Publish(ms, manifest.Approved, WriteOptions{By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Deprecate("stripe.get_charge", "stripe.nope", WriteOptions{By: "bob"}); err == nil || !strings.Contains(err.Error(), "stripe.nope is not in the registry") {
+		t.Fatalf("unknown replacement: %v", err)
+	}
+	p, err := r.Deprecate("stripe.refund", "stripe.get_charge", WriteOptions{By: "bob"})
+	if err != nil || p.Version != 2 || p.Status != manifest.Deprecated {
+		t.Fatalf("deprecate %+v %v", p, err)
+	}
+	snap, errs := r.Load(nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if m := snap.Manifests[2]; m.Tool != "stripe.refund" || m.Status != manifest.Deprecated || m.ReplacedBy != "stripe.get_charge" {
+		t.Fatalf("deprecated manifest %+v", m)
+	}
+	p, err = r.Rollback("stripe.refund", 1, WriteOptions{By: "carol"})
+	if err != nil || p.Version != 3 || p.Status != manifest.Approved || p.Note != "rollback to v1" {
+		t.Fatalf("rollback %+v %v", p, err)
+	}
+	v1, _ := r.ReadVersion("stripe.refund", 1)
+	v3, _ := r.ReadVersion("stripe.refund", 3)
+	v1.Manifest.Version = 3
+	if !manifest.JSONEqual(v1.Manifest, v3.Manifest) {
+		t.Fatalf("rollback changed the manifest:\n%+v\n%+v", v1.Manifest, v3.Manifest)
+	}
+	if es, _ := r.History("stripe.refund"); len(es) != 3 {
+		t.Fatalf("history %+v", es)
+	}
+}
+
+func TestPublishChecksReferencesAgainstTheRegistry(t *testing.T) {
+	r := New(t.TempDir())
+	ms := loadFixtures(t)
+	// create_charge alone: its compensation and verification tools are not registered.
+	if _, err := r.Publish(ms[1:2], "", WriteOptions{By: "alice"}); err == nil || !strings.Contains(err.Error(), `tool "stripe.refund" has no manifest`) {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := r.Publish([]*manifest.Manifest{ms[0], ms[2]}, "", WriteOptions{By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Publish(ms[1:2], "", WriteOptions{By: "alice"}); err != nil {
+		t.Fatalf("references now registered: %v", err)
+	}
+}
+
+// tamper helpers ---------------------------------------------------------------------------
+
+func versionFile(t *testing.T, r *Registry, tool string, v int) string {
+	rel, err := versionPath(tool, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(r.Dir, filepath.FromSlash(rel))
+}
+
+func editJSON(t *testing.T, path string, edit func(m map[string]any)) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	out, _ := json.MarshalIndent(m, "", "  ")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func indexEntry(m map[string]any, tool string, v int) map[string]any {
+	return m["tools"].(map[string]any)[tool].([]any)[v-1].(map[string]any)
+}
+
+// Every fault is refused by verify and by load, with a message naming it, and a Loader keeps
+// the snapshot of its last good load.
+func TestTamperingIsRefusedAndTheLastGoodLoadStays(t *testing.T) {
+	other := newKey(t)
+	cases := []struct {
+		name   string
+		trust  func(k keyPair) *signing.TrustSet
+		tamper func(t *testing.T, r *Registry, k keyPair)
+		want   string
+	}{
+		{"version file edited after publishing", nil, func(t *testing.T, r *Registry, k keyPair) {
+			editJSON(t, versionFile(t, r, "stripe.create_charge", 2), func(m map[string]any) {
+				m["manifest"].(map[string]any)["permission"] = "payments:read"
+			})
+		}, "edited after publishing"},
+		{"index checksum changed", nil, func(t *testing.T, r *Registry, k keyPair) {
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) {
+				indexEntry(m, "stripe.refund", 2)["checksum"] = strings.Repeat("0", 64)
+			})
+		}, "index.json disagrees with tools/stripe.refund/v2.json ([checksum] differ)"},
+		{"index status changed", nil, func(t *testing.T, r *Registry, k keyPair) {
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) {
+				indexEntry(m, "stripe.refund", 2)["status"] = "deprecated"
+			})
+		}, "index.json disagrees with tools/stripe.refund/v2.json ([status] differ)"},
+		{"signature by an untrusted key", func(keyPair) *signing.TrustSet { return other.trust }, func(*testing.T, *Registry, keyPair) {}, "which is not trusted"},
+		{"missing signature with a trusted key", nil, func(t *testing.T, r *Registry, k keyPair) {
+			for _, p := range []string{versionFile(t, r, "stripe.refund", 2)} {
+				editJSON(t, p, func(m map[string]any) { delete(m, "signature"); delete(m, "key_id") })
+			}
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) {
+				e := indexEntry(m, "stripe.refund", 2)
+				delete(e, "signature")
+				delete(e, "key_id")
+			})
+		}, "not signed, but trusted keys are set"},
+		{"signature copied from v1 onto v2", nil, func(t *testing.T, r *Registry, k keyPair) {
+			var sig any
+			editJSON(t, versionFile(t, r, "stripe.refund", 1), func(m map[string]any) { sig = m["signature"] })
+			editJSON(t, versionFile(t, r, "stripe.refund", 2), func(m map[string]any) { m["signature"] = sig })
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { indexEntry(m, "stripe.refund", 2)["signature"] = sig })
+		}, "the signature does not verify with key"},
+		{"key id that does not match the signing key", func(k keyPair) *signing.TrustSet {
+			ts, _ := signing.ParseTrustSet(append(append([]byte{}, k.pub...), other.pub...))
+			return ts
+		}, func(t *testing.T, r *Registry, k keyPair) {
+			set := func(m map[string]any) { m["key_id"] = other.signer.KeyID }
+			editJSON(t, versionFile(t, r, "stripe.refund", 2), set)
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { set(indexEntry(m, "stripe.refund", 2)) })
+		}, "does not verify with key " + other.signer.KeyID},
+		{"truncated version file", nil, func(t *testing.T, r *Registry, k keyPair) {
+			p := versionFile(t, r, "stripe.get_charge", 2)
+			data, _ := os.ReadFile(p)
+			if err := os.WriteFile(p, data[:len(data)/2], 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "the file is damaged"},
+		{"non-JSON version file", nil, func(t *testing.T, r *Registry, k keyPair) {
+			if err := os.WriteFile(versionFile(t, r, "stripe.get_charge", 2), []byte("tool: yaml\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "not valid registry JSON"},
+		{"tool folder escaping the registry", nil, func(t *testing.T, r *Registry, k keyPair) {
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) {
+				tools := m["tools"].(map[string]any)
+				tools[".."] = tools["stripe.refund"]
+			})
+		}, `tool name ".." cannot be a folder name`},
+		{"version file replaced by a symlink out of the registry", nil, func(t *testing.T, r *Registry, k keyPair) {
+			outside := filepath.Join(t.TempDir(), "v2.json")
+			data, _ := os.ReadFile(versionFile(t, r, "stripe.refund", 2))
+			_ = os.WriteFile(outside, data, 0o644)
+			p := versionFile(t, r, "stripe.refund", 2)
+			_ = os.Remove(p)
+			if err := os.Symlink(outside, p); err != nil {
+				t.Fatal(err)
+			}
+		}, "path escapes from parent"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			k := newKey(t)
+			r := seedRegistry(t, k)
+			l := &Loader{Registry: r}
+			good, errs := l.Reload(k.trust)
+			if len(errs) > 0 || good == nil {
+				t.Fatal(errs)
+			}
+			c.tamper(t, r, k)
+			trust := k.trust
+			if c.trust != nil {
+				trust = c.trust(k)
+			}
+			if _, errs := r.Verify(trust); !containsErr(errs, c.want) {
+				t.Errorf("verify: want %q in %v", c.want, errs)
+			}
+			got, errs := l.Reload(trust)
+			if !containsErr(errs, c.want) {
+				t.Errorf("load: want %q in %v", c.want, errs)
+			}
+			if got != good || l.Current() != good || l.Current().Digest != good.Digest {
+				t.Errorf("a refused load changed the current snapshot")
+			}
+		})
+	}
+}
+
+func containsErr(errs []error, want string) bool {
+	for _, e := range errs {
+		if strings.Contains(e.Error(), want) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestVerifyReportsStrayFiles(t *testing.T) {
+	k := newKey(t)
+	r := seedRegistry(t, k)
+	stray := versionFile(t, r, "stripe.refund", 9)
+	if err := os.WriteFile(stray, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs := r.Verify(k.trust); !containsErr(errs, "tools/stripe.refund/v9.json: not listed in index.json") {
+		t.Fatalf("errs %v", errs)
+	}
+	// The writer refuses to overwrite a file it did not list either.
+	for i := 3; i < 9; i++ {
+		_ = os.WriteFile(versionFile(t, r, "stripe.refund", i), []byte("{}"), 0o644)
+	}
+	if _, err := r.Deprecate("stripe.refund", "", WriteOptions{By: "bob"}); err == nil || !strings.Contains(err.Error(), "versions are immutable") {
+		t.Fatalf("overwrote an unlisted file: %v", err)
+	}
+}
+
+// Rotation: with both keys trusted, versions signed by either load; dropping a key from the
+// set stops trusting it at once.
+func TestKeyRotation(t *testing.T) {
+	oldK, newK := newKey(t), newKey(t)
+	r := New(t.TempDir())
+	ms := loadFixtures(t)
+	if _, err := r.Publish(ms, manifest.Approved, WriteOptions{By: "alice", Signer: oldK.signer}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Publish(ms[2:], manifest.Approved, WriteOptions{By: "alice", Signer: newK.signer}); err != nil {
+		t.Fatal(err)
+	}
+	both, err := signing.ParseTrustSet(append(append([]byte{}, oldK.pub...), newK.pub...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Loader{Registry: r}
+	if _, errs := l.Reload(both); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if _, errs := l.Reload(newK.trust); !containsErr(errs, "signed by key "+oldK.signer.KeyID+", which is not trusted") {
+		t.Fatalf("old key still trusted: %v", errs)
+	}
+	// Re-sign what the old key signed (a rollback publishes it again) and the new key alone suffices.
+	for _, tool := range []string{"stripe.create_charge", "stripe.get_charge"} {
+		if _, err := r.Rollback(tool, 1, WriteOptions{By: "alice", Signer: newK.signer}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, errs := l.Reload(newK.trust); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+}
+
+// Eight writers at once on one registry: no lost version, no torn index.
+func TestConcurrentWriters(t *testing.T) {
+	k := newKey(t)
+	r := New(t.TempDir())
+	ms := loadFixtures(t)
+	if _, err := r.Publish(ms, manifest.Approved, WriteOptions{By: "seed", Signer: k.signer}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*5)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5; i++ {
+				o := WriteOptions{By: fmt.Sprintf("w%d", w), Note: fmt.Sprintf("w%d-%d", w, i), Signer: k.signer}
+				if w%2 == 0 {
+					_, err := r.Publish(ms[2:], "", o)
+					errs <- err
+				} else {
+					o.By = "approver"
+					_, err := r.Approve("stripe.refund", 0, false, o)
+					if err != nil && strings.Contains(err.Error(), "has no pending draft") {
+						err = nil // raced ahead of the publishers: nothing to approve yet
+					}
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	es, err := r.History("stripe.refund")
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := map[string]bool{}
+	for _, e := range es {
+		notes[e.Note] = true
+	}
+	for w := 0; w < 8; w += 2 {
+		for i := 0; i < 5; i++ {
+			if !notes[fmt.Sprintf("w%d-%d", w, i)] {
+				t.Errorf("lost version w%d-%d", w, i)
+			}
+		}
+	}
+	rep, verrs := r.Verify(k.trust)
+	if len(verrs) > 0 || rep.Versions != len(es)+2 {
+		t.Fatalf("verify %+v %v", rep, verrs)
+	}
+}
+
+func TestSignatureIsBase64OfEd25519(t *testing.T) {
+	k := newKey(t)
+	r := seedRegistry(t, k)
+	es, _ := r.History("stripe.create_charge")
+	sig, err := base64.StdEncoding.DecodeString(es[1].Signature)
+	if err != nil || len(sig) != 64 || es[1].KeyID != k.signer.KeyID {
+		t.Fatalf("signature %q key %q", es[1].Signature, es[1].KeyID)
+	}
+	if err := k.trust.Verify(es[1].KeyID, sig, signing.Message("stripe.create_charge", 2, es[1].Checksum)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadPath(t *testing.T) {
+	k := newKey(t)
+	r := seedRegistry(t, k)
+	if ms, errs := LoadPath(r.Dir, k.trust); len(errs) > 0 || len(ms) != 3 {
+		t.Fatalf("registry: %d %v", len(ms), errs)
+	}
+	if ms, errs := LoadPath(payments, nil); len(errs) > 0 || len(ms) != 3 {
+		t.Fatalf("plain: %d %v", len(ms), errs)
+	}
+	if _, errs := LoadPath(payments, k.trust); !containsErr(errs, "is not a registry, but a trusted manifest key is set") {
+		t.Fatalf("trust on plain files: %v", errs)
+	}
+	editJSON(t, versionFile(t, r, "stripe.refund", 2), func(m map[string]any) { m["note"] = "changed" })
+	if ms, errs := LoadPath(r.Dir, k.trust); ms != nil || !containsErr(errs, "[note] differ") {
+		t.Fatalf("tampered registry: %d %v", len(ms), errs)
+	}
+}
+
+// Characters encoding/json escapes by default (<, >, &) and non-ASCII text survive a round trip:
+// the stored bytes compact back to the canonical JSON the checksum covers.
+func TestSpecialCharactersRoundTrip(t *testing.T) {
+	m, errs := manifest.Validate(map[string]any{"tool": "t.read", "effect": "read_only", "permission": "p", "description": "reads <a> & <b> — ünïcode"})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	k := newKey(t)
+	r := New(t.TempDir())
+	if _, err := r.Publish([]*manifest.Manifest{m}, manifest.Approved, WriteOptions{By: "a", Signer: k.signer}); err != nil {
+		t.Fatal(err)
+	}
+	snap, errs := r.Load(k.trust)
+	if len(errs) > 0 || snap.Manifests[0].Description != m.Description {
+		t.Fatalf("%v %+v", errs, snap)
+	}
+	if _, errs := r.Verify(k.trust); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+}
+
+// A stored manifest rewritten by hand into another valid but non-canonical form, with the
+// checksums updated to match, still loads (the checksum binds the bytes interpreted) but the
+// audit refuses it.
+func TestVerifyRefusesNonCanonicalManifest(t *testing.T) {
+	r := New(t.TempDir())
+	if _, err := r.Publish(loadFixtures(t)[:1], manifest.Approved, WriteOptions{By: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"tool":"stripe.get_charge","effect":"read_only","permission":"payments:read","status":"approved","version":1}`
+	sum := sha256hex(body)
+	editJSON(t, versionFile(t, r, "stripe.get_charge", 1), func(m map[string]any) {
+		m["manifest"] = json.RawMessage(body)
+		m["checksum"] = sum
+	})
+	editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { indexEntry(m, "stripe.get_charge", 1)["checksum"] = sum })
+	if _, errs := r.Load(nil); len(errs) > 0 {
+		t.Fatalf("load: %v", errs)
+	}
+	if _, errs := r.Verify(nil); !containsErr(errs, "not in canonical form") {
+		t.Fatalf("verify: %v", errs)
+	}
+}
+
+func sha256hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
