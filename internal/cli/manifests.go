@@ -415,11 +415,7 @@ func trustFlag(path string) (*signing.TrustSet, error) {
 	if path != "" {
 		return signing.LoadTrustSet(path)
 	}
-	c, err := config.Find()
-	if err != nil {
-		return nil, err
-	}
-	return c.TrustedKeys()
+	return projectTrust()
 }
 
 func newCheckCmd() *cobra.Command {

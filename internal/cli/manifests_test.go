@@ -63,6 +63,10 @@ func TestSeedRegistryWalkthrough(t *testing.T) {
 	if code, out, _ = runCLI("manifests", "verify"); code != 0 || !strings.HasPrefix(out, "ok: 3 tools") {
 		t.Fatalf("verify from config: %d %q", code, out)
 	}
+	// validate, lint and test read a registry folder as its loaded (approved) versions.
+	if code, out, errs = runCLI("validate"); code != 0 || out != "ok: 1 tool manifests valid\n" {
+		t.Fatalf("validate of the registry: %d %q %q", code, out, errs)
+	}
 	code, out, errs = runCLI("manifests", "deprecate", "stripe.create_charge", "--by", "carol", "--replaced-by", "stripe.get_charge")
 	if code != 1 || !strings.Contains(errs, "stripe.get_charge has no [approved deprecated] version") {
 		t.Fatalf("deprecate with a draft-only replacement: %d %q %q", code, out, errs)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/internal/config"
+	"github.com/reversi-gitops/reversi/internal/registry"
+	"github.com/reversi-gitops/reversi/internal/signing"
 )
 
 func init() { register(newValidateCmd) }
@@ -38,13 +40,43 @@ func newValidateCmd() *cobra.Command {
 }
 
 // LoadManifests reads and validates the manifests under paths: every syntax, field and
-// cross-manifest error together, ordered by file and line.
+// cross-manifest error together, ordered by file and line. A path that is a registry folder
+// contributes its loaded versions (newest non-draft, checksums and, with the project's trusted
+// keys, signatures checked).
 func LoadManifests(paths ...string) ([]*manifest.Manifest, []error) {
-	docs, errs := manifest.ReadPaths(paths...)
-	ms, verrs := manifest.ValidateDocuments(docs)
-	errs = append(errs, verrs...)
+	var plain []string
+	var ms []*manifest.Manifest
+	var errs []error
+	for _, p := range paths {
+		if !registry.IsRegistry(p) {
+			plain = append(plain, p)
+			continue
+		}
+		trust, err := projectTrust()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		snap, rerrs := registry.New(p).Load(trust)
+		errs = append(errs, rerrs...)
+		if snap != nil {
+			ms = append(ms, snap.Manifests...)
+		}
+	}
+	docs, perrs := manifest.ReadPaths(plain...)
+	pms, verrs := manifest.ValidateDocuments(docs)
+	errs = append(append(errs, perrs...), verrs...)
 	manifest.SortErrors(errs)
-	return ms, errs
+	return append(ms, pms...), errs
+}
+
+// projectTrust is the trusted manifest keys of the project config, nil when none is set.
+func projectTrust() (*signing.TrustSet, error) {
+	c, err := config.Find()
+	if err != nil {
+		return nil, err
+	}
+	return c.TrustedKeys()
 }
 
 func plural(n int, one, many string) string {
