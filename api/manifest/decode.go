@@ -48,7 +48,7 @@ func decode(raw any, label string, line func(string) int) (*Manifest, []error) {
 	// Name errors after the tool from the start, unknown fields included.
 	if raw, ok := raw.(map[string]any); ok {
 		if t, ok := raw["tool"].(string); ok && t != "" {
-			d.el.tool = t
+			d.el.tool = t // even when malformed: FieldError quotes control characters
 		}
 	}
 	obj := d.object(raw, "", manifestFields)
@@ -98,12 +98,12 @@ func decode(raw any, label string, line func(string) int) (*Manifest, []error) {
 		_, hasComp := obj["compensation"]
 		switch {
 		case m.Effect.NeedsCompensation() && !hasComp:
-			d.el.add("compensation", "required for a %s tool: name the tool that undoes it and its argument_map", m.Effect)
+			d.el.add("compensation", "required for %s tool: name the tool that undoes it and its argument_map", article(m.Effect))
 		case !m.Effect.NeedsCompensation() && hasComp:
-			d.el.add("compensation", "not allowed for a %s tool: only reversible and compensable tools declare a compensation; remove it or change effect", m.Effect)
+			d.el.add("compensation", "not allowed for %s tool: only reversible and compensable tools declare a compensation; remove it or change effect", article(m.Effect))
 		}
 		if _, hasRetry := obj["retry"]; hasRetry && !m.Effect.Retryable() {
-			d.el.add("retry", "only read_only and idempotent tools may retry: retrying a %s tool could repeat its effect; remove retry", m.Effect)
+			d.el.add("retry", "only read_only and idempotent tools may retry: retrying %s tool could repeat its effect; remove retry", article(m.Effect))
 		}
 	}
 	if m.ReplacedBy != "" {
@@ -118,6 +118,14 @@ func decode(raw any, label string, line func(string) int) (*Manifest, []error) {
 }
 
 // isSpace is any Unicode whitespace: an em space in a permission is still whitespace.
+// article puts "a" or "an" before an effect name.
+func article(e Effect) string {
+	if strings.ContainsRune("aeiou", rune(e[0])) {
+		return "an " + string(e)
+	}
+	return "a " + string(e)
+}
+
 func isSpace(r rune) bool { return unicode.IsSpace(r) }
 
 func effectNames() []string {
@@ -314,6 +322,10 @@ func (d *decoder) references(obj map[string]any, key, path string) map[string]st
 	}
 	out := make(map[string]string, len(m))
 	for _, k := range sortedKeys(m) {
+		if k == "" {
+			d.el.add(joinPath(p, k), "an argument name must not be empty: name the argument the value goes to")
+			continue
+		}
 		s, ok := m[k].(string)
 		if !ok {
 			d.el.add(joinPath(p, k), "must be a reference such as $args.id or $result.charge_id, found %s", describe(m[k]))

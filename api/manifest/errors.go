@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode"
 )
 
 // FieldError is one problem found in a manifest: where it is and what to do about it.
@@ -33,11 +35,11 @@ func (e *FieldError) Error() string {
 		b.WriteString(": ")
 	}
 	if e.Tool != "" {
-		b.WriteString(e.Tool)
+		b.WriteString(printable(e.Tool))
 		b.WriteString(": ")
 	}
 	if e.Path != "" {
-		b.WriteString(e.Path)
+		b.WriteString(printable(e.Path))
 		b.WriteString(": ")
 	}
 	b.WriteString(e.Message)
@@ -93,4 +95,13 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// printable quotes text taken from the input when it holds control characters, so a key or
+// name cannot forge a line of output (such as a fake "ok:" line).
+func printable(s string) string {
+	if strings.ContainsFunc(s, unicode.IsControl) {
+		return strconv.Quote(s)
+	}
+	return s
 }

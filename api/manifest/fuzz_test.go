@@ -29,12 +29,11 @@ func FuzzParseValidate(f *testing.F) {
 		if asJSON {
 			name = "f.json"
 		}
-		docs, err := ParseFile(name, data)
-		if err != nil {
+		docs, perrs := ParseFile(name, data)
+		for _, err := range perrs {
 			if _, ok := err.(*FieldError); !ok {
 				t.Fatalf("error of type %T: %v", err, err)
 			}
-			return
 		}
 		ms, _ := ValidateDocuments(docs)
 		for _, m := range ms {

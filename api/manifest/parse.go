@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -52,56 +54,89 @@ func (d *Document) Line(path string) int {
 var ManifestExtensions = []string{".json", ".yaml", ".yml"}
 
 // ReadPaths reads every file given, and every *.json, *.yaml and *.yml file under every
-// folder given (recursively, in lexical order). It returns the objects found and every
-// syntax problem (a *FieldError naming the file and line); a file with a syntax error
-// contributes no objects. A path that does not exist is an error too.
+// folder given (recursively, in lexical order, each file once). Hidden entries (names starting
+// with ".", such as .git or a ConfigMap volume's ..data) are skipped, symlinked files are read,
+// symlinked folders inside a folder are not followed (no loops), and only regular files are
+// read (a FIFO would block). It returns the objects found and every problem (a *FieldError
+// naming the file and line): an unreadable file or folder is reported and the walk goes on.
 func ReadPaths(paths ...string) ([]Document, []error) {
 	var docs []Document
 	var errs []error
+	seen := map[string]bool{}
 	for _, p := range paths {
-		files, err := listFiles(p)
-		if err != nil {
-			errs = append(errs, &FieldError{File: p, Message: err.Error()})
-			continue
-		}
+		files, ferrs := listFiles(p)
+		errs = append(errs, ferrs...)
 		for _, f := range files {
+			key := f // the same file through another path or link is read once
+			if real, err := filepath.EvalSymlinks(f); err == nil {
+				key, _ = filepath.Abs(real)
+			}
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
 			data, err := os.ReadFile(f)
 			if err != nil {
 				errs = append(errs, &FieldError{File: f, Message: err.Error()})
 				continue
 			}
-			d, err := ParseFile(f, data)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
+			d, perrs := ParseFile(f, data)
+			errs = append(errs, perrs...)
 			docs = append(docs, d...)
 		}
 	}
 	return docs, errs
 }
 
-func listFiles(p string) ([]string, error) {
-	info, err := os.Stat(p)
+func listFiles(p string) ([]string, []error) {
+	info, err := os.Stat(p) // follows a symlink given on the command line
 	if err != nil {
-		return nil, err
+		return nil, []error{&FieldError{File: p, Message: err.Error()}}
 	}
 	if !info.IsDir() {
+		if !info.Mode().IsRegular() {
+			return nil, []error{&FieldError{File: p, Message: "not a regular file"}}
+		}
 		return []string{p}, nil
 	}
+	root := p
+	if resolved, err := filepath.EvalSymlinks(p); err == nil {
+		root = resolved
+	}
 	var files []string
-	err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+	var errs []error
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		shown := filepath.Join(p, strings.TrimPrefix(path, root))
 		if err != nil {
-			return err
+			errs = append(errs, &FieldError{File: shown, Message: err.Error()})
+			return nil // WalkDir skips what it cannot read; keep walking the rest
+		}
+		if path != root && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		if d.IsDir() || !hasManifestExtension(path) {
 			return nil
 		}
-		files = append(files, path)
+		if d.Type()&fs.ModeSymlink != 0 {
+			fi, err := os.Stat(path)
+			if err != nil {
+				errs = append(errs, &FieldError{File: shown, Message: err.Error()})
+				return nil
+			}
+			if !fi.Mode().IsRegular() {
+				return nil // a symlinked folder is not followed
+			}
+		} else if !d.Type().IsRegular() {
+			return nil
+		}
+		files = append(files, shown)
 		return nil
 	})
 	sort.Strings(files)
-	return files, err
+	return files, errs
 }
 
 func hasManifestExtension(path string) bool {
@@ -114,19 +149,56 @@ func hasManifestExtension(path string) bool {
 	return false
 }
 
-// ParseFile parses JSON or YAML (several YAML documents allowed). Each document is an object
-// or an array of objects; every object becomes a Document. Duplicate keys, non-string keys and
-// non-object entries are errors. JSON files (by extension) must be strict JSON.
-//
-// The error, if any, is a *FieldError with the file and line.
-func ParseFile(file string, data []byte) ([]Document, error) {
+// utf8BOM is stripped from the start of a file: editors on some systems write it.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// ParseFile parses one file: JSON (by extension, with encoding/json) or YAML (several
+// documents allowed, with go-yaml). Each document is an object or a list of objects; every
+// object becomes a Document. Every problem is returned (each a *FieldError with the file and
+// line): duplicate keys, non-string keys, non-object entries, values that are not JSON (NaN,
+// infinities). An object with a problem is still returned without the offending key, so its
+// other fields are checked too; a syntax error ends the file.
+func ParseFile(file string, data []byte) ([]Document, []error) {
+	data = bytes.TrimPrefix(data, utf8BOM)
+	// Without aliases a value takes at least a byte, so this bounds alias expansion
+	// ("billion laughs") to the size of the file.
+	budget := len(data) + 1024
 	if strings.EqualFold(filepath.Ext(file), ".json") {
-		if err := checkJSON(data); err != nil {
-			return nil, &FieldError{File: file, Line: jsonLine(data, err), Message: "invalid JSON: " + err.Error()}
+		return parseJSON(file, data, budget)
+	}
+	return parseYAML(file, data, budget)
+}
+
+// objectCollector turns top-level values into Documents and names each problem after the
+// tool of the object it is in.
+type objectCollector struct {
+	file string
+	docs []Document
+	errs []error
+}
+
+func (c *objectCollector) add(v any, line int, lines map[string]int, problems []nodeError) {
+	d := Document{File: c.file, Index: len(c.docs), Value: v, lines: lines}
+	label := fmt.Sprintf("manifest #%d", d.Index+1)
+	if m, ok := v.(map[string]any); ok {
+		if t, ok := m["tool"].(string); ok && t != "" {
+			label = t
 		}
 	}
+	for _, p := range problems {
+		c.errs = append(c.errs, &FieldError{File: c.file, Line: p.line, Tool: label, Path: p.path, Message: p.msg})
+	}
+	if _, ok := v.(map[string]any); !ok {
+		c.errs = append(c.errs, &FieldError{File: c.file, Line: line, Message: fmt.Sprintf("entry %d: expected an object, found %s", d.Index+1, describe(v))})
+		return
+	}
+	c.docs = append(c.docs, d)
+}
+
+func parseYAML(file string, data []byte, budget int) ([]Document, []error) {
+	c := &objectCollector{file: file}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var docs []Document
+	w := &walker{budget: budget}
 	for {
 		var n yaml.Node
 		err := dec.Decode(&n)
@@ -134,7 +206,8 @@ func ParseFile(file string, data []byte) ([]Document, error) {
 			break
 		}
 		if err != nil {
-			return nil, &FieldError{File: file, Line: yamlErrorLine(err), Message: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+			c.errs = append(c.errs, &FieldError{File: file, Line: yamlErrorLine(err), Message: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")})
+			break
 		}
 		root := &n
 		if root.Kind == yaml.DocumentNode {
@@ -146,36 +219,33 @@ func ParseFile(file string, data []byte) ([]Document, error) {
 		root = deref(root)
 		var objs []*yaml.Node
 		switch {
-		case root.Kind == yaml.MappingNode:
-			objs = []*yaml.Node{root}
 		case root.Kind == yaml.SequenceNode:
-			for _, c := range root.Content {
-				objs = append(objs, deref(c))
-			}
+			objs = root.Content
 		case root.Kind == yaml.ScalarNode && root.Tag == "!!null":
 			continue // an empty document, as after a trailing "---"
+		case root.Kind == yaml.MappingNode:
+			objs = []*yaml.Node{root}
 		default:
-			return nil, &FieldError{File: file, Line: root.Line, Message: "expected an object or a list of objects"}
+			c.errs = append(c.errs, &FieldError{File: file, Line: root.Line, Message: "expected an object or a list of objects"})
+			continue
 		}
 		for _, o := range objs {
-			if o.Kind != yaml.MappingNode {
-				return nil, &FieldError{File: file, Line: o.Line, Message: fmt.Sprintf("entry %d: expected an object, found %s", len(docs)+1, kindName(o))}
+			w.lines, w.problems = map[string]int{}, nil
+			v, fatal := w.toValue(o, "")
+			if fatal != nil {
+				c.errs = append(c.errs, &FieldError{File: file, Line: fatal.line, Path: fatal.path, Message: fatal.msg})
+				return c.docs, c.errs
 			}
-			d := Document{File: file, Index: len(docs), lines: map[string]int{}}
-			w := walker{lines: d.lines, budget: maxValuesPerObject}
-			v, err := w.toValue(o, "")
-			if err != nil {
-				return nil, &FieldError{File: file, Line: err.line, Message: err.msg}
-			}
-			d.Value = v
-			docs = append(docs, d)
+			c.add(v, deref(o).Line, w.lines, w.problems)
 		}
 	}
-	return docs, nil
+	return c.docs, c.errs
 }
 
+// nodeError is one problem at a path; fatal ones (limits) end the file.
 type nodeError struct {
 	line int
+	path string
 	msg  string
 }
 
@@ -186,133 +256,260 @@ func deref(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.MappingNode:
-		return "an object"
-	default:
-		return "a scalar"
-	}
-}
-
-// maxValuesPerObject bounds the values one object may expand to, so aliases cannot blow up
-// ("billion laughs") or loop.
-const maxValuesPerObject = 100_000
-
 // maxDepth bounds nesting, which also stops an alias that contains itself.
 const maxDepth = 64
 
-// walker converts YAML nodes into plain Go values, recording the line of every path.
+// walker converts YAML nodes into plain Go values, recording the line of every path and every
+// problem. budget is the number of values left for the whole file.
 type walker struct {
-	lines  map[string]int
-	budget int
-	depth  int
+	lines    map[string]int
+	problems []nodeError
+	budget   int
+	depth    int
+}
+
+func (w *walker) problem(line int, path, format string, args ...any) {
+	w.problems = append(w.problems, nodeError{line, path, fmt.Sprintf(format, args...)})
 }
 
 func (w *walker) toValue(n *yaml.Node, path string) (any, *nodeError) {
 	n = deref(n)
 	if w.budget--; w.budget < 0 {
-		return nil, &nodeError{n.Line, fmt.Sprintf("%s: too many values (more than %d, aliases included): split the file", orRoot(path), maxValuesPerObject)}
+		return nil, &nodeError{n.Line, path, "too many values for the size of the file (YAML aliases expand to more than the file holds): write the values out"}
 	}
 	if w.depth++; w.depth > maxDepth {
-		return nil, &nodeError{n.Line, fmt.Sprintf("nested more than %d levels deep (or an alias contains itself): flatten it", maxDepth)}
+		return nil, &nodeError{n.Line, path, fmt.Sprintf("nested more than %d levels deep (or an alias contains itself): flatten it", maxDepth)}
 	}
 	defer func() { w.depth-- }()
-	lines := w.lines
-	lines[path] = n.Line
+	w.lines[path] = n.Line
 	switch n.Kind {
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		first := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := deref(n.Content[i]), n.Content[i+1]
-			if k.Kind != yaml.ScalarNode || (k.Tag != "!!str" && k.Tag != "!!int" && k.Tag != "!!bool" && k.Tag != "!!float") {
+			if k.Kind != yaml.ScalarNode || k.Tag == "!!merge" || k.Tag == "!!null" {
 				if k.Tag == "!!merge" {
-					return nil, &nodeError{k.Line, fmt.Sprintf("%s: YAML merge keys (<<) are not supported: write the fields out", orRoot(path))}
+					w.problem(k.Line, path, "YAML merge keys (<<) are not supported: write the fields out")
+				} else {
+					w.problem(k.Line, path, "keys must be plain strings")
 				}
-				return nil, &nodeError{k.Line, fmt.Sprintf("%s: keys must be plain strings", orRoot(path))}
+				continue
 			}
+			child := joinPath(path, k.Value)
 			if l, dup := first[k.Value]; dup {
-				return nil, &nodeError{k.Line, fmt.Sprintf("%s: duplicate key %q (first at line %d): keep one", joinPath(path, k.Value), k.Value, l)}
+				w.problem(k.Line, child, "duplicate key %q (first at line %d): keep one", k.Value, l)
+				continue
 			}
 			first[k.Value] = k.Line
-			child := joinPath(path, k.Value)
-			cv, err := w.toValue(v, child)
-			if err != nil {
-				return nil, err
+			cv, fatal := w.toValue(v, child)
+			if fatal != nil {
+				return nil, fatal
 			}
-			lines[child] = k.Line
+			w.lines[child] = k.Line
 			m[k.Value] = cv
 		}
 		return m, nil
 	case yaml.SequenceNode:
 		s := make([]any, 0, len(n.Content))
 		for i, c := range n.Content {
-			cv, err := w.toValue(c, indexPath(path, i))
-			if err != nil {
-				return nil, err
+			cv, fatal := w.toValue(c, indexPath(path, i))
+			if fatal != nil {
+				return nil, fatal
 			}
 			s = append(s, cv)
 		}
 		return s, nil
 	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!str", "!!timestamp", "!!binary":
+			return n.Value, nil // a date stays the text written, as JSON would carry it
+		case "!!float":
+			f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+				w.problem(n.Line, path, "%s is not a JSON number: use a finite number", n.Value)
+				return nil, nil
+			}
+		}
 		var v any
 		if err := n.Decode(&v); err != nil {
-			return nil, &nodeError{n.Line, fmt.Sprintf("%s: %v", orRoot(path), err)}
+			w.problem(n.Line, path, "%v", err)
+			return nil, nil
 		}
 		switch x := v.(type) {
 		case int:
 			return int64(x), nil
 		case uint64:
 			return float64(x), nil
+		case float64:
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				w.problem(n.Line, path, "%s is not a JSON number: use a finite number", n.Value)
+				return nil, nil
+			}
 		}
 		return v, nil
 	}
-	return nil, &nodeError{n.Line, fmt.Sprintf("%s: unsupported YAML node", orRoot(path))}
+	return nil, &nodeError{n.Line, path, "unsupported YAML node"}
 }
 
-func orRoot(path string) string {
-	if path == "" {
-		return "(root)"
+// parseJSON reads strict JSON with encoding/json's tokenizer, keeping the line of every path
+// and reporting duplicate keys (which encoding/json would silently merge).
+func parseJSON(file string, data []byte, budget int) ([]Document, []error) {
+	c := &objectCollector{file: file}
+	newlines := []int{}
+	for i, b := range data {
+		if b == '\n' {
+			newlines = append(newlines, i)
+		}
 	}
-	return path
-}
-
-// checkJSON reports the first syntax error of strict JSON: one value, nothing after it.
-// Duplicate keys are left to the YAML walk, which reports each with its line.
-func checkJSON(data []byte) error {
+	lineAt := func(off int64) int { return sort.SearchInts(newlines, int(off)) + 1 }
 	dec := json.NewDecoder(bytes.NewReader(data))
-	var v json.RawMessage
-	if err := dec.Decode(&v); err != nil {
-		return err
+	dec.UseNumber()
+	j := &jsonWalker{dec: dec, lineAt: lineAt, budget: budget}
+	fail := func(err error) ([]Document, []error) {
+		line := lineAt(dec.InputOffset())
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			line = lineAt(se.Offset)
+		}
+		msg := err.Error()
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			msg = "unexpected end of file"
+		}
+		c.errs = append(c.errs, &FieldError{File: file, Line: line, Message: "invalid JSON: " + msg})
+		return c.docs, c.errs
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return fail(err)
+	}
+	top := func(t json.Token) error {
+		j.lines, j.problems = map[string]int{}, nil
+		line := lineAt(dec.InputOffset())
+		v, err := j.value(t, "")
+		if err != nil {
+			return err
+		}
+		c.add(v, line, j.lines, j.problems)
+		return nil
+	}
+	if d, ok := tok.(json.Delim); ok && d == '[' {
+		for dec.More() {
+			t, err := dec.Token()
+			if err != nil {
+				return fail(err)
+			}
+			if err := top(t); err != nil {
+				return fail(err)
+			}
+		}
+		if _, err := dec.Token(); err != nil {
+			return fail(err)
+		}
+	} else if err := top(tok); err != nil {
+		return fail(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("unexpected content after the top-level value at byte %d", dec.InputOffset())
+		return fail(errors.New("unexpected content after the top-level value"))
 	}
-	return nil
+	return c.docs, c.errs
 }
 
-func jsonLine(data []byte, err error) int {
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n")) + 1
+type jsonWalker struct {
+	dec      *json.Decoder
+	lineAt   func(int64) int
+	lines    map[string]int
+	problems []nodeError
+	budget   int
+	depth    int
+}
+
+// value builds the value that starts with token t.
+func (j *jsonWalker) value(t json.Token, path string) (any, error) {
+	if j.budget--; j.budget < 0 {
+		return nil, errors.New("too many values")
 	}
-	return 0
+	line := j.lineAt(j.dec.InputOffset())
+	if _, seen := j.lines[path]; !seen {
+		j.lines[path] = line
+	}
+	switch x := t.(type) {
+	case json.Delim:
+		if j.depth++; j.depth > maxDepth {
+			return nil, fmt.Errorf("nested more than %d levels deep: flatten it", maxDepth)
+		}
+		defer func() { j.depth-- }()
+		if x == '[' {
+			s := []any{}
+			for i := 0; j.dec.More(); i++ {
+				t, err := j.dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				v, err := j.value(t, indexPath(path, i))
+				if err != nil {
+					return nil, err
+				}
+				s = append(s, v)
+			}
+			_, err := j.dec.Token()
+			return s, err
+		}
+		m := map[string]any{}
+		first := map[string]int{}
+		for j.dec.More() {
+			kt, err := j.dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			k := kt.(string)
+			kline := j.lineAt(j.dec.InputOffset())
+			child := joinPath(path, k)
+			vt, err := j.dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			if l, dup := first[k]; dup {
+				j.problems = append(j.problems, nodeError{kline, child, fmt.Sprintf("duplicate key %q (first at line %d): keep one", k, l)})
+				kept := j.lines
+				j.lines = map[string]int{} // consume the duplicate's value without recording it
+				_, err := j.value(vt, child)
+				j.lines = kept
+				if err != nil {
+					return nil, err
+				}
+				continue
+			}
+			first[k] = kline
+			j.lines[child] = kline
+			v, err := j.value(vt, child)
+			if err != nil {
+				return nil, err
+			}
+			m[k] = v
+		}
+		_, err := j.dec.Token()
+		return m, err
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i, nil
+		}
+		f, err := x.Float64()
+		if err != nil || math.IsInf(f, 0) {
+			j.problems = append(j.problems, nodeError{line, path, fmt.Sprintf("%s is not a finite number", x)})
+			return nil, nil
+		}
+		return f, nil
+	}
+	return t, nil // string, bool or nil
 }
 
 // yamlErrorLine pulls "line N" out of a go-yaml error message; the library has no typed
 // position for syntax errors.
 func yamlErrorLine(err error) int {
-	var te *yaml.TypeError
-	msg := err.Error()
-	if errors.As(err, &te) && len(te.Errors) > 0 {
-		msg = te.Errors[0]
-	}
 	var line int
-	if i := strings.Index(msg, "line "); i >= 0 {
-		fmt.Sscanf(msg[i+5:], "%d", &line)
+	if i := strings.Index(err.Error(), "line "); i >= 0 {
+		fmt.Sscanf(err.Error()[i+5:], "%d", &line)
 	}
 	return line
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -59,7 +60,7 @@ func TestParseFileErrorsNameFileAndLine(t *testing.T) {
 		{"json trailing content", "m.json", `{"tool":"a"} {"tool":"b"}`, 0, "unexpected content after the top-level value"},
 		{"yaml syntax", "m.yaml", "tool: a\n  effect: [\n", 2, "invalid YAML"},
 		{"scalar document", "m.yaml", "just text\n", 1, "expected an object or a list of objects"},
-		{"list of scalars", "m.yaml", "- tool: a\n- 3\n", 2, "entry 2: expected an object, found a scalar"},
+		{"list of scalars", "m.yaml", "- tool: a\n- 3\n", 2, "entry 2: expected an object, found number 3"},
 		{"merge key", "m.yaml", "base: &b {effect: read_only}\nx:\n  <<: *b\n", 3, "merge keys"},
 		{"non-string key", "m.yaml", "? [a, b]\n: 1\n", 1, "keys must be plain strings"},
 		{"alias containing itself", "m.yaml", "a: &a [*a]\n", 1, "an alias contains itself"},
@@ -67,15 +68,15 @@ func TestParseFileErrorsNameFileAndLine(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := ParseFile(c.file, []byte(c.body))
-			if err == nil {
-				t.Fatal("no error")
+			_, errs := ParseFile(c.file, []byte(c.body))
+			if len(errs) != 1 {
+				t.Fatalf("errors %v, want one", errs)
 			}
-			fe, ok := err.(*FieldError)
+			fe, ok := errs[0].(*FieldError)
 			if !ok {
-				t.Fatalf("error %T %v", err, err)
+				t.Fatalf("error %T %v", errs[0], errs[0])
 			}
-			if fe.File != c.file || (c.line > 0 && fe.Line != c.line) || !strings.Contains(fe.Message, c.want) {
+			if fe.File != c.file || (c.line > 0 && fe.Line != c.line) || !strings.Contains(fe.Error(), c.want) {
 				t.Fatalf("got %q (file %s line %d), want line %d containing %q", fe.Error(), fe.File, fe.Line, c.line, c.want)
 			}
 		})
@@ -95,7 +96,8 @@ func TestReadPathsReportsEveryBadFile(t *testing.T) {
 	writeFile(t, dir, "b.json", "{")
 	writeFile(t, dir, "c.yaml", "tool: c.read\neffect: read_only\npermission: c:read\n")
 	docs, errs := ReadPaths(dir)
-	if len(errs) != 2 || len(docs) != 1 {
+	// a.yaml's object is kept (without its duplicate key); b.json is cut short.
+	if len(errs) != 2 || len(docs) != 2 {
 		t.Fatalf("docs %d errs %v", len(docs), errs)
 	}
 }
@@ -156,3 +158,119 @@ var aliasBomb = func() string {
 	}
 	return b.String()
 }()
+
+// Repeating an alias of a large value many times is bounded by the file's size, not per object.
+func TestRepeatedAliasIsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("- &a {tool: x, effect: read_only, permission: p, description: [")
+	for i := 0; i < 1000; i++ {
+		b.WriteString("v, ")
+	}
+	b.WriteString("v]}\n")
+	for i := 0; i < 100_000; i++ {
+		b.WriteString("- *a\n")
+	}
+	docs, errs := ParseFile("m.yaml", []byte(b.String()))
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "too many values for the size of the file") {
+		t.Fatalf("%d docs, errs %v", len(docs), errs)
+	}
+}
+
+func TestJSONIsReadWithAJSONParser(t *testing.T) {
+	long := strings.Repeat("k", 2000)
+	body := "\xEF\xBB\xBF" + `{"tool": "a.read", "effect": "read_only", "permission": "a:read",
+ "description": "a\/b \u00e9 \ud800", "schema_hash": "` + long + `"}`
+	docs, errs := ParseFile("m.json", []byte(body))
+	if len(errs) > 0 || len(docs) != 1 {
+		t.Fatalf("valid JSON refused: %v", errs)
+	}
+	if d := docs[0].Value.(map[string]any)["description"]; d != "a/b é \uFFFD" {
+		t.Fatalf("description %q", d)
+	}
+	if docs[0].Line("schema_hash") != 2 {
+		t.Fatalf("line of schema_hash = %d", docs[0].Line("schema_hash"))
+	}
+	for body, want := range map[string]string{
+		"":                   "m.json:1: invalid JSON: unexpected end of file",
+		"{\n\"a\": 1e400}":    `m.json:2: manifest #1: a: 1e400 is not a finite number`,
+		"[{\"tool\": 1},\n 2]": "m.json:2: entry 2: expected an object, found number 2",
+	} {
+		_, errs := ParseFile("m.json", []byte(body))
+		if len(errs) == 0 || errs[len(errs)-1].Error() != want {
+			t.Errorf("%q: errs %v, want %q", body, errs, want)
+		}
+	}
+}
+
+func TestYAMLScalarsStayJSONValues(t *testing.T) {
+	docs, errs := ParseFile("m.yaml", []byte("on: 2024-01-01\nbig: 0x10\nok: yes\n"))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	v := docs[0].Value.(map[string]any)
+	if v["on"] != "2024-01-01" || v["big"] != int64(16) {
+		t.Fatalf("values %#v", v)
+	}
+	for _, bad := range []string{"x: .nan\n", "x: -.inf\n"} {
+		if _, errs := ParseFile("m.yaml", []byte(bad)); len(errs) != 1 || !strings.Contains(errs[0].Error(), "is not a JSON number") {
+			t.Errorf("%q: %v", bad, errs)
+		}
+	}
+}
+
+// Folders: hidden entries skipped (a ConfigMap volume's ..data links), a symlinked root
+// followed, symlinked files read, FIFOs and symlinked sub-folders skipped, unreadable
+// entries reported without stopping the walk, and each file read once.
+func TestFolderWalk(t *testing.T) {
+	dir := t.TempDir()
+	good := "{tool: %s, effect: read_only, permission: p}\n"
+	writeFile(t, dir, "cm/..2024_01_01/a.yaml", fmt.Sprintf(good, "a"))
+	if err := os.Symlink("..2024_01_01", filepath.Join(dir, "cm/..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..data/a.yaml", filepath.Join(dir, "cm/a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "cm/.git/x.yaml", "not: a manifest\n")
+	if err := syscall.Mkfifo(filepath.Join(dir, "cm/pipe.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "cm"), filepath.Join(dir, "cm/loop")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "cm"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	docs, errs := ReadPaths(filepath.Join(dir, "link"), filepath.Join(dir, "cm", "a.yaml"))
+	if len(errs) > 0 || len(docs) != 1 || docs[0].File != filepath.Join(dir, "link", "a.yaml") {
+		t.Fatalf("docs %+v errs %v", docs, errs)
+	}
+	// An entry that cannot be read is reported and the walk goes on (a dangling link: root
+	// reads through any permission bits, so a link is the fault that can be made here).
+	writeFile(t, dir, "m/a/x.yaml", fmt.Sprintf(good, "x"))
+	writeFile(t, dir, "m/c/z.yaml", fmt.Sprintf(good, "z"))
+	if err := os.MkdirAll(filepath.Join(dir, "m/b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "nowhere"), filepath.Join(dir, "m/b/y.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	docs, errs = ReadPaths(filepath.Join(dir, "m"))
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), filepath.Join("m", "b", "y.yaml")) || len(docs) != 2 {
+		t.Fatalf("docs %d errs %v", len(docs), errs)
+	}
+}
+
+// A name or key holding a newline is quoted, so it cannot print a line of its own.
+func TestErrorsQuoteControlCharacters(t *testing.T) {
+	docs, _ := ParseFile("m.yaml", []byte("tool: \"x\\nok: 3 tool manifests valid\"\n\"bad\\nkey\": 1\n"))
+	_, errs := ValidateDocuments(docs)
+	for _, e := range errs {
+		if strings.Contains(e.Error(), "\n") {
+			t.Errorf("error spans lines: %q", e.Error())
+		}
+	}
+	if len(errs) < 2 {
+		t.Fatalf("errs %v", errs)
+	}
+}

@@ -226,9 +226,9 @@ func ruleCases() []ruleCase {
 		{name: "read_only forbids compensation", yaml: rdoc("read_only", "compensation: {tool: h.undo}"),
 			want: []wantErr{e("compensation", 4, "not allowed for a read_only tool: only reversible and compensable tools declare a compensation")}},
 		{name: "idempotent forbids compensation", yaml: rdoc("idempotent", "compensation: {tool: h.undo}"),
-			want: []wantErr{e("compensation", 4, "not allowed for a idempotent tool")}},
+			want: []wantErr{e("compensation", 4, "not allowed for an idempotent tool")}},
 		{name: "irreversible forbids compensation", yaml: rdoc("irreversible", "compensation: {tool: h.undo}"),
-			want: []wantErr{e("compensation", 4, "not allowed for a irreversible tool")}},
+			want: []wantErr{e("compensation", 4, "not allowed for an irreversible tool")}},
 
 		// Irreversible tools cannot set approval never, in either form.
 		{name: "irreversible approval never", yaml: rdoc("irreversible", "approval: never"),
@@ -261,6 +261,8 @@ func ruleCases() []ruleCase {
 			want: []wantErr{e("requires[1]", 4, `"h.dep" is already listed at requires[0]`)}},
 
 		// References in argument_map, verification.arguments and audit.redaction.
+		{name: "argument_map empty argument name", yaml: rcomp("  argument_map:", `    "": $result.id`),
+			want: []wantErr{e("compensation.argument_map.", 7, "an argument name must not be empty")}},
 		{name: "argument_map without $", yaml: rcomp("  argument_map:", "    id: result.id"),
 			want: []wantErr{e("compensation.argument_map.id", 7, `"result.id" is not a reference: use $args.<path> or $result.<path>`)}},
 		{name: "argument_map unknown root", yaml: rcomp("  argument_map: {id: $params.id}"),
@@ -298,7 +300,7 @@ func ruleCases() []ruleCase {
 		{name: "retry on compensable", yaml: rdoc("compensable", "retry: {}", "compensation: {tool: h.undo}"),
 			want: []wantErr{e("retry", 4, "retrying a compensable tool")}},
 		{name: "retry on irreversible", yaml: rdoc("irreversible", "retry:", "  attempts: 3"),
-			want: []wantErr{e("retry", 4, "retrying a irreversible tool")}},
+			want: []wantErr{e("retry", 4, "retrying an irreversible tool")}},
 		{name: "retry attempts zero", yaml: rdoc("idempotent", "retry:", "  attempts: 0"),
 			want: []wantErr{e("retry.attempts", 5, "must be between 1 and 10, found 0")}},
 		{name: "retry attempts eleven", yaml: rdoc("read_only", "retry: {attempts: 11}"),
@@ -388,20 +390,21 @@ func ruleCases() []ruleCase {
 		{name: "unknown audit field", yaml: rdoc("read_only", "audit: {retention: 5}"),
 			want: []wantErr{e("audit.retention", 4, "(known fields: retention_days, evidence_export, redaction)")}},
 
-		// Duplicate keys: refused by the reader, at the second key, naming the first's line.
+		// Duplicate keys: refused by the reader, at the second key, naming the first's line; the
+		// rest of the object is still read (and checked by the validator).
 		{name: "duplicate top-level key", kind: parse, yaml: rdoc("read_only", "effect: idempotent"),
-			want: []wantErr{e("", 4, `effect: duplicate key "effect" (first at line 2): keep one`)}},
+			want: []wantErr{e("effect", 4, `duplicate key "effect" (first at line 2): keep one`)}},
 		{name: "duplicate approval key", kind: parse, yaml: rdoc("idempotent", "approval:", "  quorum: 1", "  roles: [a]", "  quorum: 2"),
-			want: []wantErr{e("", 7, `approval.quorum: duplicate key "quorum" (first at line 5)`)}},
+			want: []wantErr{e("approval.quorum", 7, `duplicate key "quorum" (first at line 5)`)}},
 		{name: "duplicate expect key", kind: parse, yaml: rverif("    expect:", "      ok: true", "      ok: false"),
-			want: []wantErr{e("", 10, `compensation.verification.expect.ok: duplicate key "ok" (first at line 9)`)}},
+			want: []wantErr{e("compensation.verification.expect.ok", 10, `duplicate key "ok" (first at line 9)`)}},
 		{name: "duplicate key in a requires entry", kind: parse, yaml: rdoc("read_only", "requires:", "  - tool: h.dep", "    tool: h.read"),
-			want: []wantErr{e("", 6, `requires[0].tool: duplicate key "tool" (first at line 5)`)}},
+			want: []wantErr{e("requires[0].tool", 6, `duplicate key "tool" (first at line 5)`)}},
 		{name: "duplicate key in JSON", kind: parse, file: "rules.json",
 			yaml: "{\"tool\": \"acme.op\",\n \"effect\": \"read_only\",\n \"permission\": \"acme:read\",\n \"tool\": \"acme.two\"}\n",
-			want: []wantErr{e("", 4, `tool: duplicate key "tool" (first at line 1)`)}},
+			want: []wantErr{e("tool", 4, `duplicate key "tool" (first at line 1)`)}},
 		{name: "entry not an object", kind: parse, yaml: ry("- tool: acme.op", "  effect: read_only", "  permission: acme:read", "- acme.two"),
-			want: []wantErr{e("", 4, "entry 2: expected an object, found a scalar")}},
+			want: []wantErr{e("", 4, `entry 2: expected an object, found string "acme.two"`)}},
 
 		// Across manifests: referenced tools exist, verification is read_only, names are unique.
 		{name: "compensation tool missing", kind: cross, yaml: rdoc("compensable", "compensation:", "  tool: h.nope"),
@@ -536,10 +539,13 @@ func TestRules(t *testing.T) {
 				file = c.file
 			}
 			if c.kind == parse {
-				_, err := ParseFile(file, []byte(c.yaml))
-				fe, ok := err.(*FieldError)
+				_, errs := ParseFile(file, []byte(c.yaml))
+				if len(errs) != 1 {
+					t.Fatalf("ParseFile errors = %v, want one", errs)
+				}
+				fe, ok := errs[0].(*FieldError)
 				if !ok {
-					t.Fatalf("ParseFile error = %v (%T), want a *FieldError", err, err)
+					t.Fatalf("ParseFile error = %v (%T), want a *FieldError", errs[0], errs[0])
 				}
 				w := c.want[0]
 				if fe.File != file || fe.Line != w.line || fe.Path != w.path || !strings.Contains(fe.Message, w.msg) {

@@ -108,8 +108,9 @@ func TestSchemaAcceptsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs, err := ParseFile("payments.yaml", seed)
-	if err != nil || len(docs) != 3 {
+	docs, perrs := ParseFile("payments.yaml", seed)
+	if len(perrs) > 0 || len(docs) != 3 {
+		err := perrs
 		t.Fatalf("seed fixture: %v, %d manifests", err, len(docs))
 	}
 	valid := map[string]any{}

@@ -50,6 +50,7 @@ func newLintCmd() *cobra.Command {
 					findings = []lint.Finding{}
 				}
 				enc := json.NewEncoder(out)
+				enc.SetEscapeHTML(false) // keep "a -> b" readable
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(lintReport{Findings: findings, Errors: nErr, Warnings: nWarn, Notes: nNote}); err != nil {
 					return err

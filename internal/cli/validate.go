@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -67,7 +68,12 @@ func LoadManifests(paths ...string) ([]*manifest.Manifest, []error) {
 	pms, verrs := manifest.ValidateDocuments(docs)
 	errs = append(append(errs, perrs...), verrs...)
 	manifest.SortErrors(errs)
-	return append(ms, pms...), errs
+	ms = append(ms, pms...)
+	if len(ms) == 0 && len(errs) == 0 {
+		// A wrong path must not pass a pipeline as "ok: 0".
+		errs = append(errs, fmt.Errorf("no tool manifests found in %s: check the path (folders are read for *.json, *.yaml and *.yml)", strings.Join(paths, ", ")))
+	}
+	return ms, errs
 }
 
 // projectTrust is the trusted manifest keys of the project config, nil when none is set.

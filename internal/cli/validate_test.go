@@ -54,8 +54,9 @@ func TestValidateReportsEveryError(t *testing.T) {
 		a + `:6: pay.charge: compensation.tool: tool "pay.refund" has no manifest`,
 		a + `:13: mail.send: approval: an irreversible tool cannot set approval: never`,
 		a + `:14: mail.send: efect: unknown field`,
-		filepath.Join(dir, "b.json") + `:1: tool: duplicate key "tool"`,
-		"invalid: 8 errors",
+		filepath.Join(dir, "b.json") + `:1: x: tool: duplicate key "tool"`,
+		filepath.Join(dir, "b.json") + `:1: x: effect: required`,
+		"invalid: 10 errors",
 	} {
 		if !strings.Contains(errs, want) {
 			t.Errorf("stderr lacks %q\nstderr:\n%s", want, errs)
@@ -84,5 +85,23 @@ func TestValidateDefaultsToConfiguredManifests(t *testing.T) {
 	}
 	if code, _, errs = runCLI("validate"); code != 1 || !strings.Contains(errs, `unknown field "manifest"`) {
 		t.Fatalf("config typo: exit %d stderr %q", code, errs)
+	}
+}
+
+func TestValidateRefusesAnEmptySelection(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "empty.yaml"), []byte("---\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI("validate", dir)
+	if code != 1 || out != "" || !strings.Contains(errs, "no tool manifests found in "+dir) {
+		t.Fatalf("exit %d stdout %q stderr %q", code, out, errs)
+	}
+	t.Chdir(dir)
+	if err := os.WriteFile("reversi.config.yaml", []byte("manifests: https://example.invalid/reg\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs = runCLI("validate"); code != 1 || !strings.Contains(errs, "remote registries are not supported yet") {
+		t.Fatalf("remote: exit %d stderr %q", code, errs)
 	}
 }

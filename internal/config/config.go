@@ -88,6 +88,9 @@ func ManifestPaths(args []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if strings.Contains(c.Manifests, "://") {
+		return nil, fmt.Errorf("manifests: %s: remote registries are not supported yet; clone the registry and name its folder", c.Manifests)
+	}
 	if c.Manifests != "" {
 		return []string{c.Resolve(c.Manifests)}, nil
 	}

@@ -262,9 +262,9 @@ func TestSeedExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs, err := manifest.ParseFile(file, data)
-	if err != nil {
-		t.Fatal(err)
+	docs, perrs := manifest.ParseFile(file, data)
+	if len(perrs) > 0 {
+		t.Fatal(perrs)
 	}
 	ms, errs := manifest.ValidateDocuments(docs)
 	if len(errs) > 0 {
