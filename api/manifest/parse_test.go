@@ -191,8 +191,8 @@ func TestJSONIsReadWithAJSONParser(t *testing.T) {
 		t.Fatalf("line of schema_hash = %d", docs[0].Line("schema_hash"))
 	}
 	for body, want := range map[string]string{
-		"":                   "m.json:1: invalid JSON: unexpected end of file",
-		"{\n\"a\": 1e400}":    `m.json:2: manifest #1: a: 1e400 is not a finite number`,
+		"":                     "m.json:1: invalid JSON: unexpected end of file",
+		"{\n\"a\": 1e400}":     `m.json:2: manifest #1: a: 1e400 is not a finite number`,
 		"[{\"tool\": 1},\n 2]": "m.json:2: entry 2: expected an object, found number 2",
 	} {
 		_, errs := ParseFile("m.json", []byte(body))
