@@ -148,7 +148,7 @@ func statusNames() []string {
 func (d *decoder) object(v any, path string, fields []string) map[string]any {
 	m, ok := v.(map[string]any)
 	if !ok {
-		d.el.add(path, "must be an object, found %s", describe(v))
+		d.el.add(path, "must be an object, found %s", Describe(v))
 		return nil
 	}
 	var unknown []string
@@ -171,7 +171,7 @@ func (d *decoder) str(obj map[string]any, key, path string) string {
 	}
 	s, ok := v.(string)
 	if !ok {
-		d.el.add(joinPath(path, key), "must be a string, found %s", describe(v))
+		d.el.add(joinPath(path, key), "must be a string, found %s", Describe(v))
 	}
 	return s
 }
@@ -183,7 +183,7 @@ func (d *decoder) boolean(obj map[string]any, key, path string) bool {
 	}
 	b, ok := v.(bool)
 	if !ok {
-		d.el.add(joinPath(path, key), "must be true or false, found %s", describe(v))
+		d.el.add(joinPath(path, key), "must be true or false, found %s", Describe(v))
 	}
 	return b
 }
@@ -197,7 +197,7 @@ func (d *decoder) integer(v any, path string) (int64, bool) {
 			return int64(x), true
 		}
 	}
-	d.el.add(path, "must be an integer, found %s", describe(v))
+	d.el.add(path, "must be an integer, found %s", Describe(v))
 	return 0, false
 }
 
@@ -230,7 +230,7 @@ func (d *decoder) enum(obj map[string]any, key, path string, required bool, valu
 	}
 	s, isStr := v.(string)
 	if !isStr || !slices.Contains(values, s) {
-		d.el.add(p, "must be one of %s, found %s", strings.Join(values, ", "), describe(v))
+		d.el.add(p, "must be one of %s, found %s", strings.Join(values, ", "), Describe(v))
 		return ""
 	}
 	return s
@@ -247,7 +247,7 @@ func (d *decoder) toolName(obj map[string]any, key, path string, required bool, 
 	}
 	s, isStr := v.(string)
 	if !isStr {
-		d.el.add(p, "must be a tool name (string), found %s", describe(v))
+		d.el.add(p, "must be a tool name (string), found %s", Describe(v))
 		return ""
 	}
 	d.checkToolName(s, p)
@@ -287,14 +287,14 @@ func (d *decoder) strings(obj map[string]any, key, path string) []string {
 	p := joinPath(path, key)
 	list, ok := v.([]any)
 	if !ok {
-		d.el.add(p, "must be a list of strings, found %s", describe(v))
+		d.el.add(p, "must be a list of strings, found %s", Describe(v))
 		return nil
 	}
 	out := make([]string, 0, len(list))
 	for i, e := range list {
 		s, ok := e.(string)
 		if !ok || s == "" {
-			d.el.add(indexPath(p, i), "must be a non-empty string, found %s", describe(e))
+			d.el.add(indexPath(p, i), "must be a non-empty string, found %s", Describe(e))
 			continue
 		}
 		out = append(out, s)
@@ -317,7 +317,7 @@ func (d *decoder) references(obj map[string]any, key, path string) map[string]st
 	p := joinPath(path, key)
 	m, ok := v.(map[string]any)
 	if !ok {
-		d.el.add(p, "must be an object of argument names to references, found %s", describe(v))
+		d.el.add(p, "must be an object of argument names to references, found %s", Describe(v))
 		return nil
 	}
 	out := make(map[string]string, len(m))
@@ -328,7 +328,7 @@ func (d *decoder) references(obj map[string]any, key, path string) map[string]st
 		}
 		s, ok := m[k].(string)
 		if !ok {
-			d.el.add(joinPath(p, k), "must be a reference such as $args.id or $result.charge_id, found %s", describe(m[k]))
+			d.el.add(joinPath(p, k), "must be a reference such as $args.id or $result.charge_id, found %s", Describe(m[k]))
 			continue
 		}
 		d.reference(s, joinPath(p, k))
@@ -363,7 +363,7 @@ func (d *decoder) approval(obj map[string]any, effect Effect) Approval {
 		case "always":
 			a.Required = true
 		default:
-			d.el.add(p, "must be never, always or an object, found %s", describe(v))
+			d.el.add(p, "must be never, always or an object, found %s", Describe(v))
 		}
 		return a
 	case map[string]any:
@@ -400,7 +400,7 @@ func (d *decoder) approval(obj map[string]any, effect Effect) Approval {
 		}
 		return a
 	default:
-		d.el.add(p, "must be never, always or an object, found %s", describe(v))
+		d.el.add(p, "must be never, always or an object, found %s", Describe(v))
 		return a
 	}
 }
@@ -413,7 +413,7 @@ func (d *decoder) requires(obj map[string]any, self string) []Requirement {
 	const p = "requires"
 	list, ok := v.([]any)
 	if !ok {
-		d.el.add(p, "must be a list of tool names or {tool, status: succeeded} objects, found %s", describe(v))
+		d.el.add(p, "must be a list of tool names or {tool, status: succeeded} objects, found %s", Describe(v))
 		return nil
 	}
 	var out []Requirement
@@ -433,7 +433,7 @@ func (d *decoder) requires(obj map[string]any, self string) []Requirement {
 				r.Status = s
 			}
 		default:
-			d.el.add(ep, "must be a tool name or {tool, status: succeeded}, found %s", describe(e))
+			d.el.add(ep, "must be a tool name or {tool, status: succeeded}, found %s", Describe(e))
 			continue
 		}
 		if r.Tool == "" {
@@ -521,7 +521,7 @@ func (d *decoder) verification(comp map[string]any) *Verification {
 			d.el.add(p+".expect", "required: at least one dotted path and the value expected, such as refunded: true")
 		}
 	default:
-		d.el.add(p+".expect", "must be an object of dotted paths to expected values, found %s", describe(e))
+		d.el.add(p+".expect", "must be an object of dotted paths to expected values, found %s", Describe(e))
 	}
 	return ver
 }

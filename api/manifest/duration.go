@@ -41,7 +41,7 @@ func ParseDuration(v any) (int64, error) {
 		ms, _ = new(big.Rat).SetString(m[1])
 		ms.Mul(ms, new(big.Rat).SetInt64(unitMs[m[2]]))
 	default:
-		return 0, fmt.Errorf("invalid duration %s: use a number of milliseconds or a string such as 30s", describe(v))
+		return 0, fmt.Errorf("invalid duration %s: use a number of milliseconds or a string such as 30s", Describe(v))
 	}
 	if !ms.IsInt() {
 		return 0, fmt.Errorf("invalid duration %v: must be a whole number of milliseconds", v)
@@ -55,8 +55,9 @@ func ParseDuration(v any) (int64, error) {
 	return ms.Num().Int64(), nil
 }
 
-// describe names a value's JSON type for error messages.
-func describe(v any) string {
+// Describe names a JSON-like value's type (and a short form of the value) for error
+// messages: `string "x"`, `number 3`, `a list`, `null`.
+func Describe(v any) string {
 	switch x := v.(type) {
 	case nil:
 		return "null"

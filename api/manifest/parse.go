@@ -189,7 +189,7 @@ func (c *objectCollector) add(v any, line int, lines map[string]int, problems []
 		c.errs = append(c.errs, &FieldError{File: c.file, Line: p.line, Tool: label, Path: p.path, Message: p.msg})
 	}
 	if _, ok := v.(map[string]any); !ok {
-		c.errs = append(c.errs, &FieldError{File: c.file, Line: line, Message: fmt.Sprintf("entry %d: expected an object, found %s", d.Index+1, describe(v))})
+		c.errs = append(c.errs, &FieldError{File: c.file, Line: line, Message: fmt.Sprintf("entry %d: expected an object, found %s", d.Index+1, Describe(v))})
 		return
 	}
 	c.docs = append(c.docs, d)

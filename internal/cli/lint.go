@@ -35,12 +35,8 @@ func newLintCmd() *cobra.Command {
 			}
 			ms, errs := LoadManifests(paths...)
 			if len(errs) > 0 {
-				// The rules assume a valid set (every named tool exists), so lint stops here.
-				for _, e := range errs {
-					fmt.Fprintln(cmd.ErrOrStderr(), e)
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "invalid: %d %s: fix them before lint can run\n", len(errs), plural(len(errs), "error", "errors"))
-				return exitError{1}
+				// The lint rules assume a valid set (every named tool exists).
+				return printInvalid(cmd, errs)
 			}
 			findings := lint.Lint(ms)
 			nErr, nWarn, nNote := lint.Counts(findings)

@@ -36,16 +36,12 @@ func newTestCmd() *cobra.Command {
 					return err
 				}
 			}
-			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			stdout := cmd.OutOrStdout()
 			ms, merrs := LoadManifests(mpaths...)
 			cases, cerrs := contracttest.Read(files...)
 			// Report every broken file at once; running against them would mislead.
 			if errs := append(merrs, cerrs...); len(errs) > 0 {
-				for _, e := range errs {
-					fmt.Fprintln(stderr, e)
-				}
-				fmt.Fprintf(stderr, "invalid: %d %s\n", len(errs), plural(len(errs), "error", "errors"))
-				return exitError{1}
+				return printInvalid(cmd, errs)
 			}
 
 			suite := contracttest.NewSuite(ms)

@@ -28,11 +28,7 @@ func newValidateCmd() *cobra.Command {
 			}
 			ms, errs := LoadManifests(paths...)
 			if len(errs) > 0 {
-				for _, e := range errs {
-					fmt.Fprintln(cmd.ErrOrStderr(), e)
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "invalid: %d %s\n", len(errs), plural(len(errs), "error", "errors"))
-				return exitError{1}
+				return printInvalid(cmd, errs)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "ok: %d tool manifests valid\n", len(ms))
 			return nil

@@ -148,7 +148,7 @@ func (d *caseDecoder) text(field string, required bool, hint string) *string {
 	}
 	s, isStr := v.(string)
 	if !isStr || s == "" {
-		d.add(field, "must be a non-empty string: %s (found %s)", hint, describe(v))
+		d.add(field, "must be a non-empty string: %s (found %s)", hint, manifest.Describe(v))
 		return nil
 	}
 	return &s
@@ -161,7 +161,7 @@ func (d *caseDecoder) object(field string) map[string]any {
 	}
 	m, isObj := v.(map[string]any)
 	if !isObj {
-		d.add(field, "must be an object, found %s", describe(v))
+		d.add(field, "must be an object, found %s", manifest.Describe(v))
 		return nil
 	}
 	return m
@@ -174,7 +174,7 @@ func (d *caseDecoder) boolean(field string) *bool {
 	}
 	b, isBool := v.(bool)
 	if !isBool {
-		d.add(field, "must be true or false, found %s", describe(v))
+		d.add(field, "must be true or false, found %s", manifest.Describe(v))
 		return nil
 	}
 	return &b
@@ -185,7 +185,7 @@ func decodeCase(doc *manifest.Document) (Case, []error) {
 	d := &caseDecoder{doc: doc, lbl: label("", doc.Index)}
 	obj, ok := doc.Value.(map[string]any)
 	if !ok {
-		d.add("", "a case must be an object, found %s", describe(doc.Value))
+		d.add("", "a case must be an object, found %s", manifest.Describe(doc.Value))
 		return c, d.errs
 	}
 	d.obj = obj
@@ -221,13 +221,13 @@ func decodeCase(doc *manifest.Document) (Case, []error) {
 	if v, ok := obj["after"]; ok {
 		list, isList := v.([]any)
 		if !isList {
-			d.add("after", "must be a list of tool names, found %s", describe(v))
+			d.add("after", "must be a list of tool names, found %s", manifest.Describe(v))
 		} else {
 			c.After = make([]string, 0, len(list))
 			for i, e := range list {
 				s, isStr := e.(string)
 				if !isStr || s == "" {
-					d.add(fmt.Sprintf("after[%d]", i), "must be a tool name, found %s", describe(e))
+					d.add(fmt.Sprintf("after[%d]", i), "must be a tool name, found %s", manifest.Describe(e))
 					continue
 				}
 				c.After = append(c.After, s)
@@ -237,7 +237,7 @@ func decodeCase(doc *manifest.Document) (Case, []error) {
 	if v, ok := obj["expect_plan"]; ok {
 		s, _ := v.(string)
 		if !slices.Contains(manifest.PlanActions, manifest.PlanAction(s)) {
-			d.add("expect_plan", "must be one of compensate, skip, unrecoverable, not_undone, found %s", describe(v))
+			d.add("expect_plan", "must be one of compensate, skip, unrecoverable, not_undone, found %s", manifest.Describe(v))
 		} else {
 			c.ExpectPlan = manifest.PlanAction(s)
 		}
@@ -265,21 +265,3 @@ func decodeCase(doc *manifest.Document) (Case, []error) {
 	return c, d.errs
 }
 
-// describe names a value's JSON type for error messages.
-func describe(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return fmt.Sprintf("string %q", x)
-	case bool:
-		return fmt.Sprintf("boolean %v", x)
-	case int64, int, float64:
-		return fmt.Sprintf("number %v", x)
-	case []any:
-		return "a list"
-	case map[string]any:
-		return "an object"
-	}
-	return fmt.Sprintf("%T", v)
-}
