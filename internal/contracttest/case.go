@@ -264,4 +264,3 @@ func decodeCase(doc *manifest.Document) (Case, []error) {
 	}
 	return c, d.errs
 }
-
