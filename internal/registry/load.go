@@ -24,6 +24,8 @@ type Version struct {
 	Tool string
 	Entry
 	Manifest *manifest.Manifest
+	// Canonical is the manifest's canonical JSON as stored: the bytes Checksum covers.
+	Canonical []byte
 }
 
 // Problem is one thing wrong with a registry: the file (relative to the registry), the tool
@@ -52,6 +54,8 @@ type Snapshot struct {
 	Manifests []*manifest.Manifest
 	// Entries holds the loaded version of each tool.
 	Entries map[string]Entry
+	// Canonical holds each loaded manifest's canonical JSON, the bytes its checksum covers.
+	Canonical map[string][]byte
 	// Digest is the hex SHA-256 of the sorted `tool@version:checksum` lines: equal digests
 	// mean the same enforced manifests.
 	Digest string
@@ -86,46 +90,59 @@ func (r *Registry) readVersion(root *os.Root, tool string, want Entry, trust *si
 	if vf.Tool != tool || vf.Version != want.Version {
 		return nil, bad("the file holds %s v%d: restore it from version control", vf.Tool, vf.Version)
 	}
-	// The stored manifest is its canonical JSON (indented in the file), so the checksum is
-	// the SHA-256 of the compacted bytes: the bytes that are then interpreted are the bytes
-	// the checksum and signature cover.
+	if vf.Entry != want {
+		return nil, &Problem{File: IndexFile, Tool: tool, Version: want.Version, Message: fmt.Sprintf("index.json disagrees with %s (%s): index.json was edited; restore it", rel, entryDiff(want, vf.Entry))}
+	}
+	// The stored manifest is its canonical JSON, indented in the file: compacted, it is the
+	// bytes the checksum and signature cover.
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, vf.Manifest); err != nil {
 		return nil, bad("the manifest is not JSON: %v", err)
 	}
-	sum := sha256.Sum256(compact.Bytes())
-	if got := hex.EncodeToString(sum[:]); got != vf.Checksum {
-		return nil, bad("edited after publishing: the manifest's checksum is %s, the recorded one %s; publish changes as a new version instead", short(got), short(vf.Checksum))
+	m, err := VerifyEntry(tool, vf.Entry, compact.Bytes(), trust, full)
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	return &Version{Tool: tool, Entry: vf.Entry, Manifest: m, Canonical: compact.Bytes()}, nil
+}
+
+// VerifyEntry checks one version from its entry and the manifest's canonical JSON bytes: the
+// SHA-256 of the bytes is the entry's checksum (so the bytes interpreted are the bytes
+// signed), the manifest is valid and names the entry's tool, version and status, and with
+// trust the signature is a trusted key's over `reversi-manifest:<tool>@<version>:<checksum>`.
+// full also requires the bytes to be in canonical form (an audit; the checksum already binds
+// them). Registry loads and the gateway's re-verification of rendered ConfigMaps both use it.
+func VerifyEntry(tool string, e Entry, canonical []byte, trust *signing.TrustSet, full bool) (*manifest.Manifest, error) {
+	sum := sha256.Sum256(canonical)
+	if got := hex.EncodeToString(sum[:]); got != e.Checksum {
+		return nil, fmt.Errorf("edited after publishing: the manifest's checksum is %s, the recorded one %s; publish changes as a new version instead", short(got), short(e.Checksum))
 	}
 	var raw any
-	dec := json.NewDecoder(bytes.NewReader(compact.Bytes()))
+	dec := json.NewDecoder(bytes.NewReader(canonical))
 	dec.UseNumber() // integers above 2^53 stay exact
 	if err := dec.Decode(&raw); err != nil {
-		return nil, bad("the manifest is not JSON: %v", err)
+		return nil, fmt.Errorf("the manifest is not JSON: %v", err)
 	}
 	m, errs := manifest.Validate(raw)
 	if len(errs) > 0 {
-		return nil, bad("the stored manifest is invalid: %v", errors.Join(errs...))
+		return nil, fmt.Errorf("the stored manifest is invalid: %v", errors.Join(errs...))
 	}
-	if m.Tool != tool || m.Version != vf.Version || m.Status != vf.Status {
-		return nil, bad("the stored manifest says %s v%d %s, the file says %s v%d %s: the file was edited; restore it", m.Tool, m.Version, m.Status, tool, vf.Version, vf.Status)
+	if m.Tool != tool || m.Version != e.Version || m.Status != e.Status {
+		return nil, fmt.Errorf("the stored manifest says %s v%d %s, its entry %s v%d %s: it was edited; restore it", m.Tool, m.Version, m.Status, tool, e.Version, e.Status)
 	}
 	if full {
-		canonical, err := manifest.CanonicalJSON(m)
+		c, err := manifest.CanonicalJSON(m)
 		if err != nil {
-			return nil, bad("%v", err)
+			return nil, err
 		}
-		if !bytes.Equal(canonical, compact.Bytes()) {
-			return nil, bad("the stored manifest is not in canonical form: it was not written by reversi manifests; restore it")
+		if !bytes.Equal(c, canonical) {
+			return nil, errors.New("the stored manifest is not in canonical form: it was not written by reversi manifests; restore it")
 		}
 	}
-	if vf.Entry != want {
-		return nil, &Problem{File: IndexFile, Tool: tool, Version: want.Version, Message: fmt.Sprintf("index.json disagrees with %s (%s): index.json was edited; restore it", rel, entryDiff(want, vf.Entry))}
+	if err := checkSignature(tool, e, trust); err != nil {
+		return nil, err
 	}
-	if err := checkSignature(tool, vf.Entry, trust); err != nil {
-		return nil, bad("%v", err)
-	}
-	return &Version{Tool: tool, Entry: vf.Entry, Manifest: m}, nil
+	return m, nil
 }
 
 // checkSignature verifies a version's signature against trust. Without trust a signature is
@@ -234,7 +251,7 @@ func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
 		}
 		versions[i], verrs[i] = r.readVersion(root, jobs[i].tool, jobs[i].entry, t, false)
 	})
-	snap := &Snapshot{Entries: map[string]Entry{}}
+	snap := &Snapshot{Entries: map[string]Entry{}, Canonical: map[string][]byte{}}
 	set := make([]*manifest.Manifest, 0, len(jobs))
 	draftOnly := map[string]bool{}
 	for i, v := range versions {
@@ -249,6 +266,7 @@ func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
 		default:
 			snap.Manifests = append(snap.Manifests, v.Manifest)
 			snap.Entries[v.Tool] = v.Entry
+			snap.Canonical[v.Tool] = v.Canonical
 			set = append(set, v.Manifest)
 		}
 	}
