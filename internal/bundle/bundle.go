@@ -56,6 +56,25 @@ func FromSnapshot(revision string, s *registry.Snapshot) Bundle {
 	return b
 }
 
+// FromManifests builds the bundle of plain (unsigned) manifests: each entry's checksum is
+// computed here and the version and status are the manifest's own. Drafts are kept: the
+// gateway blocks their calls as drafts.
+func FromManifests(revision string, ms []*manifest.Manifest) (Bundle, error) {
+	b := Bundle{Revision: revision}
+	for _, m := range ms {
+		canonical, err := manifest.CanonicalJSON(m)
+		if err != nil {
+			return Bundle{}, err
+		}
+		sum := sha256.Sum256(canonical)
+		b.Entries = append(b.Entries, Entry{Tool: m.Tool, Manifest: canonical, Entry: registry.Entry{
+			Version: m.Version, Status: m.Status, Checksum: hex.EncodeToString(sum[:]),
+		}})
+	}
+	sort.Slice(b.Entries, func(i, j int) bool { return b.Entries[i].Tool < b.Entries[j].Tool })
+	return b, nil
+}
+
 // Digest is `sha256:<hex>` over the sorted `tool@version:checksum` lines: equal digests mean
 // the same enforced manifests, whatever the revision.
 func (b Bundle) Digest() string {

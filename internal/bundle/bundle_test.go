@@ -149,3 +149,30 @@ func TestVerifyRefusesForgedEntries(t *testing.T) {
 		t.Fatalf("subset: %v", errs)
 	}
 }
+
+func TestFromManifestsVerifiesWithoutTrustOnly(t *testing.T) {
+	docs, errs := manifest.ReadPaths("../../test/fixtures/manifests")
+	ms, verrs := manifest.ValidateDocuments(docs)
+	if len(errs)+len(verrs) > 0 {
+		t.Fatal(errs, verrs)
+	}
+	b, err := FromManifests(rev, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards, err := b.Shards(0)
+	if err != nil || len(shards) != 1 {
+		t.Fatalf("%d shards, %v", len(shards), err)
+	}
+	got, err := Assemble(shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, errs := got.Verify(nil); len(errs) > 0 || len(out) != 3 {
+		t.Fatalf("plain bundle: %v", errs)
+	}
+	_, trust := signedSnapshot(t, 0)
+	if _, errs := got.Verify(trust); len(errs) != 3 {
+		t.Fatalf("unsigned plain entries with trusted keys: %v", errs)
+	}
+}
