@@ -1,0 +1,93 @@
+package v1alpha1
+
+// Condition types. Every kind reports Ready as its summary; Reconciling and Stalled follow
+// kstatus and are present only while true (a controller removes them otherwise). The other
+// types are specific to one or two kinds. Reasons are CamelCase; messages say what to do.
+const (
+	// ConditionReady summarises the object: True when the last reconcile of the current
+	// generation succeeded and its result is in use.
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while the controller works towards the desired state
+	// (a fetch in progress, a new generation not handled yet). kstatus: in progress.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when the controller cannot make progress without a change
+	// to the spec or to a referenced object (an invalid spec, a missing key): it does not
+	// retry until something changes. kstatus: failed.
+	ConditionStalled = "Stalled"
+	// ConditionSourceVerified (ManifestRegistry) is True when the fetched revision passed every
+	// configured check: commit or tag signatures, and the signature of every manifest version.
+	ConditionSourceVerified = "SourceVerified"
+	// ConditionArtifactInStorage (ManifestRegistry) is True when a verified, valid rendering is
+	// stored in the registry's ConfigMaps (possibly of an older revision than the latest one).
+	ConditionArtifactInStorage = "ArtifactInStorage"
+	// ConditionValid (ToolManifest) is True when the spec passes the full manifest validator.
+	ConditionValid = "Valid"
+	// ConditionSignatureVerified (ToolManifest) is True when the reversi.dev/signature
+	// annotation is a valid signature of the spec's checksum by a trusted key.
+	ConditionSignatureVerified = "SignatureVerified"
+)
+
+// Condition reasons.
+const (
+	// ReasonSucceeded: the operation the condition describes succeeded.
+	ReasonSucceeded = "Succeeded"
+	// ReasonProgressing: work is under way (with Reconciling=True).
+	ReasonProgressing = "Progressing"
+	// ReasonSuspended: spec.suspend is true; nothing is fetched until it is cleared.
+	ReasonSuspended = "Suspended"
+	// ReasonInvalidSpec: the spec cannot work as written (with Stalled=True).
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonSecretNotFound: a referenced Secret does not exist.
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonInvalidSecret: a referenced Secret lacks a required key or holds unusable data.
+	ReasonInvalidSecret = "InvalidSecret"
+	// ReasonAuthenticationFailed: the git server refused the credentials.
+	ReasonAuthenticationFailed = "AuthenticationFailed"
+	// ReasonFetchFailed: the repository could not be fetched (unreachable, timeout).
+	ReasonFetchFailed = "FetchFailed"
+	// ReasonRefNotFound: the branch, tag, semver range or commit does not exist.
+	ReasonRefNotFound = "RefNotFound"
+	// ReasonCommitVerificationFailed: the HEAD commit or the tag is unsigned or not signed
+	// by a key in verify.commit.secretRef.
+	ReasonCommitVerificationFailed = "CommitVerificationFailed"
+	// ReasonLoadFailed: the manifests could not be read (bad YAML or JSON, missing path,
+	// malformed registry folder).
+	ReasonLoadFailed = "LoadFailed"
+	// ReasonValidationFailed: a manifest breaks a rule of the validator (single or
+	// cross-manifest).
+	ReasonValidationFailed = "ValidationFailed"
+	// ReasonSignatureVerificationFailed: a manifest signature is missing, malformed, made by an
+	// untrusted key, or does not match the manifest.
+	ReasonSignatureVerificationFailed = "SignatureVerificationFailed"
+	// ReasonSignatureMissing (ToolManifest): trusted keys are configured but the object has no
+	// reversi.dev/signature annotation.
+	ReasonSignatureMissing = "SignatureMissing"
+	// ReasonNoTrustedKeys (ToolManifest): no trusted keys are configured for the namespace,
+	// so the signature is not checked.
+	ReasonNoTrustedKeys = "NoTrustedKeys"
+	// ReasonVerified: every configured signature check passed.
+	ReasonVerified = "Verified"
+	// ReasonStorageFailed: writing the rendered ConfigMaps failed.
+	ReasonStorageFailed = "StorageFailed"
+)
+
+// Event reasons that are not also condition reasons.
+const (
+	// EventNewArtifact (Normal): a new revision was verified, validated and stored.
+	EventNewArtifact = "NewArtifact"
+)
+
+// Annotations read or written by the controllers.
+const (
+	// AnnotationSignature on a ToolManifest: the base64 Ed25519 signature of
+	// `reversi-manifest:<tool>@<version>:<checksum>`, the same message a signed registry
+	// version carries.
+	AnnotationSignature = "reversi.dev/signature"
+	// AnnotationKeyID on a ToolManifest: the id of the key that made the signature (first 16
+	// hex characters of the SHA-256 of its PKIX DER encoding).
+	AnnotationKeyID = "reversi.dev/key-id"
+	// AnnotationRequestedAt on a ManifestRegistry: any new value (by convention an RFC 3339
+	// time) asks for a reconcile now; the value handled last is echoed in
+	// status.lastHandledReconcileAt.
+	AnnotationRequestedAt = "reversi.dev/requestedAt"
+)

@@ -1,0 +1,411 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Gateway modes (seed "MCP gateway", Modes).
+const (
+	GatewayModeEnforce = "enforce"
+	GatewayModeAdvise  = "advise"
+	GatewayModeObserve = "observe"
+)
+
+// Gateway store types.
+const (
+	// StoreSQLite keeps the ledger in a SQLite file on a PersistentVolumeClaim: one replica.
+	StoreSQLite = "sqlite"
+	// StorePostgres keeps the ledger in PostgreSQL: any number of replicas.
+	StorePostgres = "postgres"
+)
+
+// ReversiGatewaySpec is a gateway deployment: the MCP gateway's configuration (the seed's
+// gateway.yaml, in camelCase) plus where it gets manifests, keys and storage.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.store) || self.store.type != 'sqlite' || !has(self.replicas) || self.replicas <= 1",message="the sqlite store holds one replica's ledger: use replicas 0 or 1, or store.type postgres",fieldPath=".replicas"
+type ReversiGatewaySpec struct {
+	// Replicas is the number of gateway pods. Default 1. More than one needs the postgres
+	// store.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Image of the gateway (the reversi image, which runs `reversi gateway`). Defaults to the
+	// image the controller is configured with.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+
+	// Mode is enforce (a call that breaks a rule is blocked), advise (it runs, with an
+	// advisory) or observe (it runs and is journaled as would_block). Unset: observe while no
+	// manifest is loaded, enforce otherwise. Read when a pod starts.
+	// +optional
+	// +kubebuilder:validation:Enum=enforce;advise;observe
+	Mode string `json:"mode,omitempty"`
+
+	// UnclassifiedReads is block (the default) or observe: in enforce mode, observe lets a
+	// tool without a manifest that the upstream annotates readOnlyHint run, as an unverified
+	// shadow observe run.
+	// +optional
+	// +kubebuilder:default=block
+	// +kubebuilder:validation:Enum=block;observe
+	UnclassifiedReads string `json:"unclassifiedReads,omitempty"`
+
+	// ValidateSchemas checks each call's arguments, and structured results, against the
+	// schemas the upstream publishes. Default true.
+	// +optional
+	// +kubebuilder:default=true
+	ValidateSchemas *bool `json:"validateSchemas,omitempty"`
+
+	// Actor is the principal of unauthenticated sessions. Default mcp-client.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Actor string `json:"actor,omitempty"`
+
+	// Permissions is the scope of every session (capped by an API key's max_permissions).
+	// Unset: every permission named in the manifests.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	Permissions []string `json:"permissions,omitempty"`
+
+	// Upstreams are the MCP servers the gateway fronts. Several upstreams expose their tools
+	// as `<name>.<tool>` unless namespaceTools is false.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	Upstreams []GatewayUpstream `json:"upstreams"`
+
+	// Allow lists tool-name globs; when set, only matching tools may be called (and listed).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	Allow []string `json:"allow,omitempty"`
+
+	// Deny lists tool-name globs that may never be called.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	Deny []string `json:"deny,omitempty"`
+
+	// Manifests says which manifests the gateway enforces: the renderings of ManifestRegistries
+	// in this namespace and/or the ToolManifests a label selector picks. The controller merges
+	// them into the ConfigMap `<gateway>-manifests`; a tool defined twice is an error.
+	// +optional
+	Manifests *GatewayManifests `json:"manifests,omitempty"`
+
+	// TrustedKeysSecretRef names a Secret whose data values are Ed25519 public keys (PEM). The
+	// gateway verifies every manifest's signature against them before it enforces anything.
+	// +optional
+	TrustedKeysSecretRef *LocalObjectReference `json:"trustedKeysSecretRef,omitempty"`
+
+	// Store is where the gateway keeps its ledger and approval queue.
+	// +optional
+	// +kubebuilder:default={type: sqlite}
+	Store *GatewayStore `json:"store,omitempty"`
+
+	// Auth configures how agents and operators authenticate. The gateway refuses to listen
+	// beyond loopback without authentication, so a gateway without auth serves nothing.
+	// +optional
+	Auth *GatewayAuth `json:"auth,omitempty"`
+
+	// Port the gateway's HTTP endpoints (/mcp, /operator/mcp, /healthz, /readyz) listen on,
+	// and the Service exposes. Default 7431.
+	// +optional
+	// +kubebuilder:default=7431
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+}
+
+// GatewayUpstream is one upstream MCP server: exactly one of url (Streamable HTTP) or command
+// (stdio, run inside the gateway pod; the image must carry it).
+//
+// +kubebuilder:validation:ExactlyOneOf=url;command
+// +kubebuilder:validation:XValidation:rule="has(self.command) || (!has(self.args) && !has(self.env))",message="args and env are for command upstreams"
+// +kubebuilder:validation:XValidation:rule="has(self.url) || !has(self.headers)",message="headers are for url upstreams"
+type GatewayUpstream struct {
+	// Name of the upstream, and the prefix of its tools when several upstreams are namespaced.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// URL of a Streamable HTTP MCP endpoint. The egress rules are checked before connecting.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
+	URL string `json:"url,omitempty"`
+
+	// Headers sent with every request to a url upstream, each a literal value or a value from a
+	// Secret (for tokens).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Headers []ValueFrom `json:"headers,omitempty"`
+
+	// Command of a stdio upstream, run in the gateway container.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Command string `json:"command,omitempty"`
+
+	// Args of the command.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Args []string `json:"args,omitempty"`
+
+	// Env of the command. A stdio upstream does not inherit the gateway's environment: it sees
+	// only these variables.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Env []ValueFrom `json:"env,omitempty"`
+
+	// NamespaceTools prefixes the upstream's tools with `<name>.` when the gateway fronts
+	// several upstreams. Default true; two upstreams exposing the same name without it is an
+	// error.
+	// +optional
+	NamespaceTools *bool `json:"namespaceTools,omitempty"`
+}
+
+// ValueFrom is a named value, given literally or read from a Secret key.
+//
+// +kubebuilder:validation:ExactlyOneOf=value;secretKeyRef
+type ValueFrom struct {
+	// Name of the header or environment variable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+
+	// Value, literally. Use secretKeyRef for anything secret.
+	// +optional
+	Value string `json:"value,omitempty"`
+
+	// SecretKeyRef reads the value from a key of a Secret in the gateway's namespace.
+	// +optional
+	SecretKeyRef *SecretKeyReference `json:"secretKeyRef,omitempty"`
+}
+
+// GatewayManifests selects the manifests a gateway enforces.
+type GatewayManifests struct {
+	// Registries are names of ManifestRegistries in the gateway's namespace whose renderings
+	// the gateway loads.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	Registries []string `json:"registries,omitempty"`
+
+	// Selector picks ToolManifests in the gateway's namespace by label. Only manifests with
+	// Ready=True (valid and, with trusted keys, verified) are loaded. Unset: none.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+}
+
+// GatewayStore is where a gateway keeps its ledger and approval queue.
+//
+// +kubebuilder:validation:XValidation:rule="self.type != 'postgres' || has(self.postgres)",message="store.type postgres needs store.postgres.urlSecretRef"
+// +kubebuilder:validation:XValidation:rule="self.type == 'postgres' || !has(self.postgres)",message="store.postgres is only used with store.type postgres"
+type GatewayStore struct {
+	// Type is sqlite (the default: a file on a PersistentVolumeClaim, one replica) or postgres
+	// (several replicas share one database).
+	// +optional
+	// +kubebuilder:default=sqlite
+	// +kubebuilder:validation:Enum=sqlite;postgres
+	Type string `json:"type,omitempty"`
+
+	// SQLite configures the volume of the sqlite store.
+	// +optional
+	SQLite *SQLiteStore `json:"sqlite,omitempty"`
+
+	// Postgres configures the postgres store.
+	// +optional
+	Postgres *PostgresStore `json:"postgres,omitempty"`
+}
+
+// SQLiteStore is the PersistentVolumeClaim of a sqlite store.
+type SQLiteStore struct {
+	// Size of the volume. Default 1Gi.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName of the volume; unset uses the cluster's default class.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// PostgresStore names the database of a postgres store.
+type PostgresStore struct {
+	// URLSecretRef selects the Secret key holding the connection URL
+	// (postgres://user:password@host:5432/db?sslmode=verify-full).
+	// +required
+	URLSecretRef SecretKeyReference `json:"urlSecretRef"`
+}
+
+// GatewayAuth configures the gateway's authentication.
+//
+// +kubebuilder:validation:AtLeastOneOf=keysSecretRef;oidc
+type GatewayAuth struct {
+	// KeysSecretRef selects the Secret key holding the API key file (keys.json: hashed keys
+	// with their principal, role and max_permissions).
+	// +optional
+	KeysSecretRef *SecretKeyReference `json:"keysSecretRef,omitempty"`
+
+	// OIDC validates bearer tokens from an OpenID Connect issuer.
+	// +optional
+	OIDC *GatewayOIDC `json:"oidc,omitempty"`
+}
+
+// GatewayOIDC validates OpenID Connect access tokens.
+type GatewayOIDC struct {
+	// Issuer URL; its discovery document gives the JWKS unless jwksURI is set.
+	// +required
+	// +kubebuilder:validation:Pattern=`^https://[^\s]+$`
+	Issuer string `json:"issuer"`
+
+	// Audience tokens must carry (the gateway's public URL).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Audience string `json:"audience"`
+
+	// RoleMap maps a token role (or group) to a gateway role: agent, auditor, approver,
+	// operator or admin.
+	// +optional
+	RoleMap map[string]string `json:"roleMap,omitempty"`
+
+	// RoleClaim is the claim holding the roles. Default roles.
+	// +optional
+	RoleClaim string `json:"roleClaim,omitempty"`
+
+	// ActorClaim is the claim naming the actor. Default sub.
+	// +optional
+	ActorClaim string `json:"actorClaim,omitempty"`
+
+	// JWKSURI overrides the key set URL of the discovery document.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^https://[^\s]+$`
+	JWKSURI string `json:"jwksURI,omitempty"`
+}
+
+// ReversiGatewayStatus is the observed state of a ReversiGateway.
+type ReversiGatewayStatus struct {
+	// ObservedGeneration is the metadata.generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Reconciling and Stalled (kstatus).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// Replicas is the number of gateway pods (for the scale subresource).
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// ReadyReplicas is the number of gateway pods that are ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// Selector is the label selector of the gateway's pods, as a string (for the scale
+	// subresource and autoscalers).
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// Manifests reports the manifest set the gateway should enforce and how many pods have
+	// loaded it.
+	// +optional
+	Manifests *GatewayManifestsStatus `json:"manifests,omitempty"`
+}
+
+// GatewayManifestsStatus is the rollout of a manifest set to a gateway's pods.
+type GatewayManifestsStatus struct {
+	// DesiredRevision identifies the rendered manifest set (the digest of
+	// `<gateway>-manifests`, `sha256:<hex>`).
+	// +optional
+	DesiredRevision string `json:"desiredRevision,omitempty"`
+
+	// Tools is the number of tools in the desired set.
+	// +optional
+	Tools int32 `json:"tools,omitempty"`
+
+	// LoadedReplicas is how many ready pods report that they enforce DesiredRevision.
+	// +optional
+	LoadedReplicas int32 `json:"loadedReplicas,omitempty"`
+
+	// LastLoadError is the last error a pod reported when it loaded the set (it keeps the
+	// previous set in that case). Empty when the last load succeeded.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	LastLoadError string `json:"lastLoadError,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=rgw,categories=reversi
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Manifests",type=string,JSONPath=`.status.manifests.desiredRevision`,priority=1
+// +kubebuilder:printcolumn:name="Loaded",type=integer,JSONPath=`.status.manifests.loadedReplicas`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// ReversiGateway is a deployed MCP gateway. The controller renders the ConfigMaps
+// `<name>-manifests` and `<name>-config` and owns the gateway's ServiceAccount, Role,
+// RoleBinding, Deployment and Service. Gateway pods hot-reload the manifests and verify their
+// signatures before enforcing them.
+type ReversiGateway struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired state.
+	// +required
+	Spec ReversiGatewaySpec `json:"spec"`
+
+	// Status is the observed state, written by the controller.
+	// +optional
+	Status ReversiGatewayStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ReversiGatewayList is a list of ReversiGateway.
+type ReversiGatewayList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the gateways.
+	Items []ReversiGateway `json:"items"`
+}
+
+// GetConditions returns the status conditions.
+func (in *ReversiGateway) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the status conditions.
+func (in *ReversiGateway) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+func init() {
+	SchemeBuilder.Register(&ReversiGateway{}, &ReversiGatewayList{})
+}

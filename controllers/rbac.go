@@ -1,0 +1,22 @@
+package controllers
+
+// The permissions of the controller manager. controller-gen reads these markers and writes
+// config/rbac/role.yaml (`make manifests`); this file holds nothing else.
+
+// The kinds of reversi.dev, their status and (for foreground deletion of owned objects)
+// their finalizers.
+// +kubebuilder:rbac:groups=reversi.dev,resources=manifestregistries;toolmanifests;reversigateways;approvalrequests;approvals;reversiruns,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=reversi.dev,resources=manifestregistries/status;toolmanifests/status;reversigateways/status;approvalrequests/status;approvals/status;reversiruns/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=reversi.dev,resources=manifestregistries/finalizers;toolmanifests/finalizers;reversigateways/finalizers;approvalrequests/finalizers;approvals/finalizers;reversiruns/finalizers,verbs=update
+
+// Rendered manifests live in ConfigMaps; git credentials and keys are read from Secrets.
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+
+// Kubernetes events on the objects reconciled.
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Leader election: a Lease in the controller's own namespace (kustomize's namespace
+// transformer keeps it in step with config/default). A Role, not a ClusterRole.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=reversi-system

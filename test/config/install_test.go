@@ -1,0 +1,96 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// `kubectl apply -k config/default` works against a real API server: first as a server-side
+// dry run (every object is admitted: CRDs, RBAC, Deployment, Service), then for real, after
+// which the controller's ServiceAccount holds exactly the permissions the RBAC grants.
+func TestInstallWithKubectl(t *testing.T) {
+	// A server-side dry run persists nothing, so the objects in reversi-system need the
+	// namespace to exist already (a real apply creates it first).
+	namespace(t, "reversi-system")
+
+	out, err := kubectl(t, "apply", "-k", "config/default", "--dry-run=server")
+	if err != nil {
+		t.Fatalf("kubectl apply -k config/default --dry-run=server: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"namespace/reversi-system",
+		"customresourcedefinition.apiextensions.k8s.io/manifestregistries.reversi.dev",
+		"customresourcedefinition.apiextensions.k8s.io/toolmanifests.reversi.dev",
+		"customresourcedefinition.apiextensions.k8s.io/reversigateways.reversi.dev",
+		"customresourcedefinition.apiextensions.k8s.io/approvalrequests.reversi.dev",
+		"customresourcedefinition.apiextensions.k8s.io/approvals.reversi.dev",
+		"customresourcedefinition.apiextensions.k8s.io/reversiruns.reversi.dev",
+		"serviceaccount/reversi-controller-manager",
+		"role.rbac.authorization.k8s.io/reversi-manager-role",
+		"clusterrole.rbac.authorization.k8s.io/reversi-manager-role",
+		"clusterrole.rbac.authorization.k8s.io/reversi-approver",
+		"clusterrole.rbac.authorization.k8s.io/reversi-viewer",
+		"rolebinding.rbac.authorization.k8s.io/reversi-leader-election-rolebinding",
+		"clusterrolebinding.rbac.authorization.k8s.io/reversi-manager-rolebinding",
+		"service/reversi-controller-manager-metrics",
+		"deployment.apps/reversi-controller-manager",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the dry run does not mention %s:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "(server dry run)"); n != 16 {
+		t.Errorf("%d objects in the server dry run, want 16:\n%s", n, out)
+	}
+
+	if out, err := kubectl(t, "apply", "-k", "config/default"); err != nil {
+		t.Fatalf("kubectl apply -k config/default: %v\n%s", err, out)
+	}
+	out, err = kubectl(t, "get", "deployment", "reversi-controller-manager", "-n", "reversi-system",
+		"-o", `jsonpath={.spec.template.spec.containers[0].args} {.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem} {.spec.template.spec.securityContext.runAsNonRoot}`)
+	if err != nil || out != `["controller","--leader-elect"] true true` {
+		t.Errorf("the manager Deployment: %v %q", err, out)
+	}
+
+	sa := "--as=system:serviceaccount:reversi-system:reversi-controller-manager"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"list", "manifestregistries.reversi.dev", "--all-namespaces"}, "yes"},
+		{[]string{"patch", "toolmanifests.reversi.dev", "--subresource=status", "-n", "agents"}, "yes"},
+		{[]string{"update", "approvalrequests.reversi.dev", "--subresource=status", "-n", "agents"}, "yes"},
+		{[]string{"create", "configmaps", "-n", "agents"}, "yes"},
+		{[]string{"delete", "configmaps", "-n", "agents"}, "yes"},
+		{[]string{"watch", "secrets", "-n", "agents"}, "yes"},
+		{[]string{"create", "secrets", "-n", "agents"}, "no"},
+		{[]string{"create", "events", "-n", "agents"}, "yes"},
+		{[]string{"update", "leases.coordination.k8s.io", "-n", "reversi-system"}, "yes"},
+		{[]string{"update", "leases.coordination.k8s.io", "-n", "agents"}, "no"},
+		{[]string{"create", "deployments.apps", "-n", "agents"}, "no"},
+	} {
+		out, _ := kubectl(t, append(append([]string{"auth", "can-i"}, c.args...), sa)...)
+		if got := strings.TrimSpace(out); got != c.want {
+			t.Errorf("can the controller %s? %q, want %s", strings.Join(c.args, " "), got, c.want)
+		}
+	}
+}
+
+// kubectl refuses an unknown field in a ToolManifest, as a user typing it would see.
+func TestKubectlRefusesUnknownFields(t *testing.T) {
+	ns := namespace(t, "kubectl")
+	path := t.TempDir() + "/tm.yaml"
+	writeFile(t, path, `apiVersion: reversi.dev/v1alpha1
+kind: ToolManifest
+metadata: {name: typo}
+spec:
+  tool: notes.write
+  effect: idempotent
+  permission: notes:write
+  timeout: 30s
+`)
+	out, err := kubectl(t, "apply", "-n", ns, "-f", path)
+	if err == nil || !strings.Contains(out, `unknown field "spec.timeout"`) {
+		t.Errorf("kubectl apply with spec.timeout (for timeout_ms): %v\n%s", err, out)
+	}
+}
