@@ -1,0 +1,663 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/internal/registry"
+	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/internal/source"
+)
+
+// Labels and annotations of rendered ConfigMaps.
+const (
+	LabelRegistry      = "reversi.dev/registry"
+	LabelManagedBy     = "app.kubernetes.io/managed-by"
+	ManagedBy          = "reversi"
+	AnnotationRevision = "reversi.dev/revision"
+	// AnnotationInputs records a digest of what the rendering was verified with (the spec's
+	// generation and the key Secrets' data): a change forces a full reconcile even when the
+	// remote revision is the same.
+	AnnotationInputs = "reversi.dev/inputs"
+)
+
+// ManifestRegistryReconciler turns a git repository of signed manifests into verified
+// ConfigMaps: fetch, verify the commit, load and verify the manifests, render, in that order.
+// A revision that fails any step leaves the last good ConfigMaps exactly as they were.
+type ManifestRegistryReconciler struct {
+	client.Client
+	Recorder recorder.EventRecorder
+	// TempDir holds checkouts while a reconcile runs (os.TempDir when empty).
+	TempDir string
+	// MaxShardBytes is the manifest bytes per ConfigMap (bundle.MaxShardBytes when 0).
+	MaxShardBytes int
+}
+
+// stepError is a failed step: the Ready reason, a message saying what to do, and whether
+// retrying can help before the spec or a referenced object changes.
+type stepError struct {
+	reason  string
+	msg     string
+	stalled bool
+	invalid []v1alpha1.InvalidTool
+}
+
+func (e *stepError) Error() string { return e.msg }
+
+func fail(reason string, stalled bool, format string, args ...any) *stepError {
+	return &stepError{reason: reason, msg: fmt.Sprintf(format, args...), stalled: stalled}
+}
+
+// SetupWithManager registers the reconciler: registries, the ConfigMaps they own, and the
+// Secrets they reference (a changed key re-verifies at once).
+func (r *ManifestRegistryReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.ManifestRegistry{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deleting))).
+		Owns(&corev1.ConfigMap{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.registriesForSecret)).
+		Named("manifestregistry").
+		Complete(r)
+}
+
+// deleting passes the update that marks an object for deletion.
+var deleting = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	return !e.ObjectNew.GetDeletionTimestamp().IsZero()
+}}
+
+func (r *ManifestRegistryReconciler) registriesForSecret(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list v1alpha1.ManifestRegistryList
+	if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, reg := range list.Items {
+		for _, name := range secretNames(&reg) {
+			if name == obj.GetName() {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: reg.Namespace, Name: reg.Name}})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// secretNames lists the Secrets a registry reads.
+func secretNames(reg *v1alpha1.ManifestRegistry) []string {
+	var names []string
+	if reg.Spec.SecretRef != nil {
+		names = append(names, reg.Spec.SecretRef.Name)
+	}
+	if v := reg.Spec.Verify; v != nil {
+		if v.ManifestKeysSecretRef != nil {
+			names = append(names, v.ManifestKeysSecretRef.Name)
+		}
+		if v.Commit != nil {
+			names = append(names, v.Commit.SecretRef.Name)
+		}
+	}
+	return names
+}
+
+// Reconcile runs one reconcile of a ManifestRegistry and patches its status.
+func (r *ManifestRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	reg := &v1alpha1.ManifestRegistry{}
+	if err := r.Get(ctx, req.NamespacedName, reg); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !reg.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, reg)
+	}
+	if controllerutil.AddFinalizer(reg, Finalizer) {
+		if err := r.Update(ctx, reg); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	base := reg.DeepCopy()
+	if at, ok := reg.Annotations[v1alpha1.AnnotationRequestedAt]; ok {
+		reg.Status.LastHandledReconcileAt = at
+	}
+	if reg.Spec.Suspend {
+		setCondition(reg, v1alpha1.ConditionReady, readyStatus(reg), v1alpha1.ReasonSuspended, "reconciliation is suspended: set spec.suspend to false to resume")
+		removeCondition(reg, v1alpha1.ConditionReconciling)
+		return ctrl.Result{}, r.patchStatus(ctx, reg, base)
+	}
+
+	res, stepErr := r.reconcile(ctx, reg)
+	reg.Status.ObservedGeneration = reg.Generation
+	if stepErr != nil {
+		markFailed(reg, stepErr.reason, stepErr.msg, stepErr.stalled)
+		if stepErr.invalid != nil {
+			reg.Status.InvalidTools, reg.Status.InvalidToolCount = boundInvalid(stepErr.invalid)
+		}
+		r.event(reg, corev1.EventTypeWarning, stepErr.reason, reg.Status.LastAttemptedRevision, stepErr.msg)
+		if err := r.patchStatus(ctx, reg, base); err != nil {
+			return ctrl.Result{}, err
+		}
+		if stepErr.stalled {
+			return ctrl.Result{}, nil // a spec or Secret change triggers the next attempt
+		}
+		return ctrl.Result{RequeueAfter: retryAfter(reg)}, nil
+	}
+	return res, r.patchStatus(ctx, reg, base)
+}
+
+// Finalizer makes the controller delete a registry's ConfigMaps before the registry goes:
+// the owner references would too, but only where a garbage collector runs, and a gateway must
+// not keep enforcing a rendering whose registry was deleted.
+const Finalizer = "reversi.dev/finalizer"
+
+func (r *ManifestRegistryReconciler) finalize(ctx context.Context, reg *v1alpha1.ManifestRegistry) error {
+	if !controllerutil.ContainsFinalizer(reg, Finalizer) {
+		return nil
+	}
+	var cms corev1.ConfigMapList
+	if err := r.List(ctx, &cms, client.InNamespace(reg.Namespace), client.MatchingLabels{LabelRegistry: reg.Name}); err != nil {
+		return err
+	}
+	for i := range cms.Items {
+		if metav1.IsControlledBy(&cms.Items[i], reg) {
+			if err := r.Delete(ctx, &cms.Items[i]); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+	}
+	controllerutil.RemoveFinalizer(reg, Finalizer)
+	return client.IgnoreNotFound(r.Update(ctx, reg))
+}
+
+func readyStatus(reg *v1alpha1.ManifestRegistry) metav1.ConditionStatus {
+	for _, c := range reg.Status.Conditions {
+		if c.Type == v1alpha1.ConditionReady {
+			return c.Status
+		}
+	}
+	return metav1.ConditionUnknown
+}
+
+// patchStatus patches the status with an optimistic lock: a reconcile that started from a
+// stale cached copy gets a conflict (and is retried) instead of overwriting newer conditions.
+func (r *ManifestRegistryReconciler) patchStatus(ctx context.Context, reg, base *v1alpha1.ManifestRegistry) error {
+	return client.IgnoreNotFound(r.Status().Patch(ctx, reg, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
+}
+
+func (r *ManifestRegistryReconciler) event(reg *v1alpha1.ManifestRegistry, typ, reason, revision, note string) {
+	if r.Recorder == nil {
+		return
+	}
+	if revision != "" {
+		note = fmt.Sprintf("%s (revision %s)", note, revision)
+	}
+	r.Recorder.Eventf(reg, nil, typ, reason, "Reconcile", "%s", note)
+}
+
+// interval is the spec's interval with up to 10% jitter, so registries do not fetch in step.
+func interval(reg *v1alpha1.ManifestRegistry) time.Duration {
+	d := v1alpha1.DefaultRegistryInterval
+	if reg.Spec.Interval != nil && reg.Spec.Interval.Duration > 0 {
+		d = reg.Spec.Interval.Duration
+	}
+	return d + time.Duration(rand.Int64N(int64(d)/10+1))
+}
+
+// retryAfter spaces retries of a failing registry: a tenth of the interval, at most a minute.
+func retryAfter(reg *v1alpha1.ManifestRegistry) time.Duration {
+	return min(interval(reg)/10+time.Second, time.Minute)
+}
+
+// reconcile is the sequence of steps; each returns a *stepError that names its reason.
+func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha1.ManifestRegistry) (ctrl.Result, *stepError) {
+	setCondition(reg, v1alpha1.ConditionReconciling, metav1.ConditionTrue, v1alpha1.ReasonProgressing, "fetching "+reg.Spec.URL)
+	opts, err := r.sourceOptions(ctx, reg)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	inputs, err := r.inputsDigest(ctx, reg)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// Skip the clone when the remote revision and the inputs are what the ConfigMap holds.
+	remote, rerr := source.RemoteRevision(ctx, opts)
+	if rerr != nil {
+		return ctrl.Result{}, sourceFailure(rerr)
+	}
+	reg.Status.LastAttemptedRevision = remote
+	// The ConfigMap, not the status, is the record: the status read from the cache may lag.
+	if current, ok := r.renderedWith(ctx, reg); ok && current.revision == remote && current.inputs == inputs {
+		msg := fmt.Sprintf("stored artifact for revision %s (unchanged)", remote)
+		setCondition(reg, v1alpha1.ConditionArtifactInStorage, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, msg)
+		markReady(reg, v1alpha1.ReasonSucceeded, msg)
+		return ctrl.Result{RequeueAfter: interval(reg)}, nil
+	}
+
+	art, ferr := source.Fetch(ctx, opts)
+	if ferr != nil {
+		return ctrl.Result{}, sourceFailure(ferr)
+	}
+	defer art.Cleanup()
+	reg.Status.LastAttemptedRevision = art.Revision
+
+	if serr := r.verifyCommit(ctx, reg, art); serr != nil {
+		return ctrl.Result{}, serr
+	}
+	b, lerr := r.load(ctx, reg, art)
+	if lerr != nil {
+		return ctrl.Result{}, lerr
+	}
+	names, werr := r.render(ctx, reg, b, inputs)
+	if werr != nil {
+		return ctrl.Result{}, werr
+	}
+
+	digest := b.Digest()
+	changed := reg.Status.Artifact == nil || reg.Status.Artifact.Revision != art.Revision || reg.Status.Artifact.Digest != digest
+	if changed || reg.Status.Artifact == nil {
+		reg.Status.Artifact = &v1alpha1.RegistryArtifact{LastUpdateTime: metav1.Now()}
+	}
+	reg.Status.Artifact.Revision = art.Revision
+	reg.Status.Artifact.Digest = digest
+	reg.Status.Artifact.Tools = int32(len(b.Entries))
+	reg.Status.Artifact.ConfigMaps = names
+	reg.Status.InvalidTools, reg.Status.InvalidToolCount = nil, 0
+	msg := fmt.Sprintf("stored artifact for revision %s: %d tools", art.Revision, len(b.Entries))
+	setCondition(reg, v1alpha1.ConditionArtifactInStorage, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, msg)
+	markReady(reg, v1alpha1.ReasonSucceeded, msg)
+	if changed {
+		r.event(reg, corev1.EventTypeNormal, v1alpha1.EventNewArtifact, art.Revision, fmt.Sprintf("stored %d tools in %s, digest %s", len(b.Entries), strings.Join(names, ", "), digest))
+	}
+	return ctrl.Result{RequeueAfter: interval(reg)}, nil
+}
+
+// secretData reads a referenced Secret in the registry's namespace.
+func (r *ManifestRegistryReconciler) secretData(ctx context.Context, reg *v1alpha1.ManifestRegistry, name, what string) (map[string][]byte, *stepError) {
+	var s corev1.Secret
+	err := r.Get(ctx, types.NamespacedName{Namespace: reg.Namespace, Name: name}, &s)
+	if apierrors.IsNotFound(err) {
+		return nil, fail(v1alpha1.ReasonSecretNotFound, false, "%s Secret %s/%s not found: create it, or fix the reference", what, reg.Namespace, name)
+	}
+	if err != nil {
+		return nil, fail(v1alpha1.ReasonSecretNotFound, false, "reading %s Secret %s/%s: %v", what, reg.Namespace, name, err)
+	}
+	return s.Data, nil
+}
+
+func (r *ManifestRegistryReconciler) sourceOptions(ctx context.Context, reg *v1alpha1.ManifestRegistry) (source.Options, *stepError) {
+	o := source.Options{URL: reg.Spec.URL, TempDir: r.TempDir}
+	if ref := reg.Spec.Ref; ref != nil {
+		o.Ref = source.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit}
+	}
+	if reg.Spec.Timeout != nil {
+		o.Timeout = reg.Spec.Timeout.Duration
+	}
+	if reg.Spec.SecretRef != nil {
+		data, err := r.secretData(ctx, reg, reg.Spec.SecretRef.Name, "git credentials")
+		if err != nil {
+			return o, err
+		}
+		o.Auth = source.AuthFromSecret(data)
+	}
+	return o, nil
+}
+
+// inputsDigest hashes what a rendering is verified with besides the revision: the spec's
+// generation and the data of the key Secrets.
+func (r *ManifestRegistryReconciler) inputsDigest(ctx context.Context, reg *v1alpha1.ManifestRegistry) (string, *stepError) {
+	h := sha256.New()
+	fmt.Fprintf(h, "generation %d\n", reg.Generation)
+	if v := reg.Spec.Verify; v != nil {
+		for _, ref := range []*v1alpha1.LocalObjectReference{v.ManifestKeysSecretRef, commitSecret(v)} {
+			if ref == nil {
+				continue
+			}
+			data, err := r.secretData(ctx, reg, ref.Name, "keys")
+			if err != nil {
+				return "", err
+			}
+			keys := make([]string, 0, len(data))
+			for k := range data {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				fmt.Fprintf(h, "%s/%s %x\n", ref.Name, k, sha256.Sum256(data[k]))
+			}
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func commitSecret(v *v1alpha1.RegistryVerification) *v1alpha1.LocalObjectReference {
+	if v.Commit == nil {
+		return nil
+	}
+	return &v.Commit.SecretRef
+}
+
+// sourceFailure maps a fetch error to its reason; bad options cannot be retried.
+func sourceFailure(err error) *stepError {
+	switch {
+	case errors.Is(err, source.ErrInvalidOptions):
+		return fail(v1alpha1.ReasonInvalidSpec, true, "%v", err)
+	case errors.Is(err, source.ErrAuthFailed), errors.Is(err, source.ErrHostKey):
+		return fail(v1alpha1.ReasonAuthenticationFailed, false, "%v", err)
+	case errors.Is(err, source.ErrRefNotFound):
+		return fail(v1alpha1.ReasonRefNotFound, false, "%v", err)
+	default:
+		return fail(v1alpha1.ReasonFetchFailed, false, "%v", err)
+	}
+}
+
+func (r *ManifestRegistryReconciler) verifyCommit(ctx context.Context, reg *v1alpha1.ManifestRegistry, art *source.Artifact) *stepError {
+	v := reg.Spec.Verify
+	if v == nil || v.Commit == nil {
+		removeCondition(reg, v1alpha1.ConditionSourceVerified)
+		return nil
+	}
+	data, serr := r.secretData(ctx, reg, v.Commit.SecretRef.Name, "commit verification keys")
+	if serr != nil {
+		return serr
+	}
+	keys, err := source.ParseKeys(data)
+	if err != nil {
+		e := fail(v1alpha1.ReasonInvalidSecret, true, "commit verification keys %s: %v", v.Commit.SecretRef.Name, err)
+		setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, e.reason, e.msg)
+		return e
+	}
+	res, err := source.Verify(art, source.Mode(v.Commit.Mode), keys)
+	if err != nil {
+		e := fail(v1alpha1.ReasonCommitVerificationFailed, false, "%v", err)
+		setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, e.reason, e.msg)
+		return e
+	}
+	var who []string
+	if res.Commit != nil {
+		who = append(who, fmt.Sprintf("commit %s by %s", short(art.Commit), res.Commit.Fingerprint))
+	}
+	if res.Tag != nil {
+		who = append(who, fmt.Sprintf("tag %s by %s", art.Tag, res.Tag.Fingerprint))
+	}
+	setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionTrue, v1alpha1.ReasonVerified, "verified "+strings.Join(who, " and "))
+	return nil
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+// load reads spec.path of the checkout as a signed registry or as plain manifest files and
+// returns the verified bundle. Every problem is reported, with the invalid tools listed.
+func (r *ManifestRegistryReconciler) load(ctx context.Context, reg *v1alpha1.ManifestRegistry, art *source.Artifact) (bundle.Bundle, *stepError) {
+	dir, err := inside(art.Dir, reg.Spec.Path)
+	if err != nil {
+		return bundle.Bundle{}, fail(v1alpha1.ReasonInvalidSpec, true, "spec.path: %v", err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "spec.path %q is not a folder at revision %s: fix the path or the repository", reg.Spec.Path, art.Revision)
+	}
+	if reg.Spec.Format == v1alpha1.FormatPlain {
+		return loadPlain(art, dir)
+	}
+	var trust *signing.TrustSet
+	if v := reg.Spec.Verify; v != nil && v.ManifestKeysSecretRef != nil {
+		data, serr := r.secretData(ctx, reg, v.ManifestKeysSecretRef.Name, "manifest keys")
+		if serr != nil {
+			return bundle.Bundle{}, serr
+		}
+		var pem bytes.Buffer
+		for _, k := range sortedKeys(data) {
+			pem.Write(data[k])
+			pem.WriteByte('\n')
+		}
+		if trust, err = signing.ParseTrustSet(pem.Bytes()); err != nil {
+			return bundle.Bundle{}, fail(v1alpha1.ReasonInvalidSecret, true, "manifest keys Secret %s: %v: put Ed25519 public keys (PEM) in it", v.ManifestKeysSecretRef.Name, err)
+		}
+	}
+	if !registry.IsRegistry(dir) {
+		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "spec.path %q has no %s at revision %s: publish with reversi manifests publish, or set format: Plain", reg.Spec.Path, registry.IndexFile, art.Revision)
+	}
+	snap, errs := registry.New(dir).Load(trust)
+	if len(errs) > 0 {
+		reason := v1alpha1.ReasonValidationFailed
+		for _, e := range errs {
+			if isSignatureProblem(e) {
+				reason = v1alpha1.ReasonSignatureVerificationFailed
+				setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, reason, e.Error())
+				break
+			}
+		}
+		return bundle.Bundle{}, loadFailure(reason, art.Revision, errs)
+	}
+	return bundle.FromSnapshot(art.Revision, snap), nil
+}
+
+func sortedKeys(m map[string][]byte) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func isSignatureProblem(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "signature") || strings.Contains(s, "not signed") || strings.Contains(s, "not trusted")
+}
+
+// loadPlain reads plain manifest files. Links that leave the checkout are refused: a
+// repository must not make the controller read its own files.
+func loadPlain(art *source.Artifact, dir string) (bundle.Bundle, *stepError) {
+	root, err := filepath.EvalSymlinks(art.Dir)
+	if err != nil {
+		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "%v", err)
+	}
+	var escapes []error
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type()&os.ModeSymlink != 0 {
+			target, terr := filepath.EvalSymlinks(p)
+			if terr != nil || !within(root, target) {
+				rel, _ := filepath.Rel(art.Dir, p)
+				escapes = append(escapes, fmt.Errorf("%s: a link out of the repository is not read: replace it with the file", rel))
+			}
+		}
+		return nil
+	})
+	if len(escapes) > 0 {
+		return bundle.Bundle{}, loadFailure(v1alpha1.ReasonLoadFailed, art.Revision, escapes)
+	}
+	docs, errs := manifest.ReadPaths(dir)
+	ms, verrs := manifest.ValidateDocuments(docs)
+	errs = append(errs, verrs...)
+	if len(errs) > 0 {
+		manifest.SortErrors(errs)
+		return bundle.Bundle{}, loadFailure(v1alpha1.ReasonValidationFailed, art.Revision, relativeErrors(art.Dir, errs))
+	}
+	b, err := bundle.FromManifests(art.Revision, ms)
+	if err != nil {
+		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "%v", err)
+	}
+	return b, nil
+}
+
+// relativeErrors names files relative to the checkout, as they are in the repository.
+func relativeErrors(root string, errs []error) []error {
+	for _, e := range errs {
+		var fe *manifest.FieldError
+		if errors.As(e, &fe) {
+			if rel, err := filepath.Rel(root, fe.File); err == nil {
+				fe.File = rel
+			}
+		}
+	}
+	return errs
+}
+
+// loadFailure summarises load problems: the first few in the message, and the invalid tools.
+func loadFailure(reason, revision string, errs []error) *stepError {
+	const shown = 5
+	lines := make([]string, 0, shown)
+	for i, e := range errs {
+		if i == shown {
+			lines = append(lines, fmt.Sprintf("and %d more (see status.invalidTools)", len(errs)-shown))
+			break
+		}
+		lines = append(lines, e.Error())
+	}
+	e := fail(reason, false, "revision %s was not applied, the last good rendering stays: %s", revision, strings.Join(lines, "; "))
+	byTool := map[string][]string{}
+	var order []string
+	for _, err := range errs {
+		tool := toolOf(err)
+		if _, seen := byTool[tool]; !seen {
+			order = append(order, tool)
+		}
+		byTool[tool] = append(byTool[tool], err.Error())
+	}
+	for _, t := range order {
+		e.invalid = append(e.invalid, v1alpha1.InvalidTool{Tool: t, Errors: byTool[t]})
+	}
+	return e
+}
+
+func toolOf(err error) string {
+	var fe *manifest.FieldError
+	var p *registry.Problem
+	switch {
+	case errors.As(err, &fe) && fe.Tool != "":
+		return fe.Tool
+	case errors.As(err, &p) && p.Tool != "":
+		return p.Tool
+	}
+	return "(registry)"
+}
+
+// boundInvalid keeps the status list small: at most MaxInvalidTools tools with at most
+// MaxInvalidToolErrors errors each; the count says how many there were.
+func boundInvalid(in []v1alpha1.InvalidTool) ([]v1alpha1.InvalidTool, int32) {
+	out := in
+	if len(out) > v1alpha1.MaxInvalidTools {
+		out = out[:v1alpha1.MaxInvalidTools]
+	}
+	for i := range out {
+		if len(out[i].Errors) > v1alpha1.MaxInvalidToolErrors {
+			out[i].Errors = out[i].Errors[:v1alpha1.MaxInvalidToolErrors]
+		}
+	}
+	return out, int32(len(in))
+}
+
+// inside joins rel under root and refuses a path that leaves root.
+func inside(root, rel string) (string, error) {
+	p := filepath.Join(root, filepath.FromSlash(rel))
+	if !within(root, p) {
+		return "", fmt.Errorf("%q leaves the repository", rel)
+	}
+	return p, nil
+}
+
+func within(root, p string) bool {
+	rel, err := filepath.Rel(root, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// rendering is what the first shard's annotations say it was made from.
+type rendering struct{ revision, inputs string }
+
+// shardName is the name of shard i: `<registry>-manifests`, then `-manifests-1`, ….
+func shardName(reg string, i int) string {
+	if i == 0 {
+		return reg + "-manifests"
+	}
+	return reg + "-manifests-" + strconv.Itoa(i)
+}
+
+func (r *ManifestRegistryReconciler) renderedWith(ctx context.Context, reg *v1alpha1.ManifestRegistry) (rendering, bool) {
+	var cm corev1.ConfigMap
+	if err := r.Get(ctx, types.NamespacedName{Namespace: reg.Namespace, Name: shardName(reg.Name, 0)}, &cm); err != nil {
+		return rendering{}, false
+	}
+	return rendering{cm.Annotations[AnnotationRevision], cm.Annotations[AnnotationInputs]}, true
+}
+
+// render writes the bundle's shards as ConfigMaps owned by the registry (shard 0 last, so a
+// reader that sees shard 0 of a revision finds the others) and deletes shards no longer needed.
+func (r *ManifestRegistryReconciler) render(ctx context.Context, reg *v1alpha1.ManifestRegistry, b bundle.Bundle, inputs string) ([]string, *stepError) {
+	shards, err := b.Shards(r.MaxShardBytes)
+	if err != nil {
+		return nil, fail(v1alpha1.ReasonStorageFailed, false, "%v", err)
+	}
+	names := make([]string, len(shards))
+	for i := len(shards) - 1; i >= 0; i-- {
+		names[i] = shardName(reg.Name, i)
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: reg.Namespace}}
+		_, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
+			if cm.Labels == nil {
+				cm.Labels = map[string]string{}
+			}
+			cm.Labels[LabelRegistry] = reg.Name
+			cm.Labels[LabelManagedBy] = ManagedBy
+			if cm.Annotations == nil {
+				cm.Annotations = map[string]string{}
+			}
+			cm.Annotations[AnnotationRevision] = b.Revision
+			cm.Annotations[AnnotationInputs] = inputs
+			cm.Data = shards[i]
+			return controllerutil.SetControllerReference(reg, cm, r.Scheme())
+		})
+		if err != nil {
+			return nil, fail(v1alpha1.ReasonStorageFailed, false, "writing ConfigMap %s: %v", names[i], err)
+		}
+	}
+	var existing corev1.ConfigMapList
+	if err := r.List(ctx, &existing, client.InNamespace(reg.Namespace), client.MatchingLabels{LabelRegistry: reg.Name}); err != nil {
+		return nil, fail(v1alpha1.ReasonStorageFailed, false, "listing ConfigMaps: %v", err)
+	}
+	keep := map[string]bool{}
+	for _, n := range names {
+		keep[n] = true
+	}
+	for i := range existing.Items {
+		cm := &existing.Items[i]
+		if !keep[cm.Name] && metav1.IsControlledBy(cm, reg) {
+			if err := r.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
+				return nil, fail(v1alpha1.ReasonStorageFailed, false, "deleting stale shard %s: %v", cm.Name, err)
+			}
+		}
+	}
+	setCondition(reg, v1alpha1.ConditionArtifactInStorage, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "rendered "+strings.Join(names, ", "))
+	log.FromContext(ctx).V(1).Info("rendered", "configMaps", names, "revision", b.Revision)
+	return names, nil
+}

@@ -1,0 +1,389 @@
+package controllers
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+)
+
+// signedRegistryRepo is a git repository holding a registry of the seed's manifests at reg/,
+// every version signed by k, committed (signed by sshKey when given).
+func signedRegistryRepo(t *testing.T, k keyPair) *sourcetest.Repo {
+	t.Helper()
+	repo := sourcetest.NewRepo(t)
+	publish(t, filepath.Join(repo.Dir, "reg"), k, fixtures(t)...)
+	repo.Commit("publish the payments manifests")
+	return repo
+}
+
+func newRegistry(ns, name, url string, mutate func(*v1alpha1.ManifestRegistry)) *v1alpha1.ManifestRegistry {
+	reg := &v1alpha1.ManifestRegistry{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.ManifestRegistrySpec{
+			URL:      url,
+			Ref:      &v1alpha1.GitRef{Branch: "main"},
+			Path:     "reg",
+			Interval: &metav1.Duration{Duration: time.Hour}, // only requestedAt and watches trigger reconciles
+		},
+	}
+	if mutate != nil {
+		mutate(reg)
+	}
+	return reg
+}
+
+// requestReconcile bumps reversi.dev/requestedAt, as `flux reconcile`-style tooling does.
+func requestReconcile(t *testing.T, ns, name string) string {
+	t.Helper()
+	reg := getRegistry(t, ns, name)
+	at := time.Now().Format(time.RFC3339Nano)
+	patch := client.MergeFrom(reg.DeepCopy())
+	if reg.Annotations == nil {
+		reg.Annotations = map[string]string{}
+	}
+	reg.Annotations[v1alpha1.AnnotationRequestedAt] = at
+	if err := k8s.Patch(t.Context(), reg, patch); err != nil {
+		t.Fatal(err)
+	}
+	return at
+}
+
+func withKeys(secret string) func(*v1alpha1.ManifestRegistry) {
+	return func(r *v1alpha1.ManifestRegistry) {
+		r.Spec.Verify = &v1alpha1.RegistryVerification{ManifestKeysSecretRef: &v1alpha1.LocalObjectReference{Name: secret}}
+	}
+}
+
+// 1. The first sync renders every approved version, Ready=True, with a NewArtifact event; and
+// 2. a new commit is rendered once requestedAt is bumped.
+func TestRegistryRendersAndFollowsNewCommits(t *testing.T) {
+	ns := namespace(t)
+	k := newKey(t)
+	repo := signedRegistryRepo(t, k)
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	create(t, newRegistry(ns, "payments", repo.FileURL(), withKeys("manifest-keys")))
+
+	rev := "main@sha1:" + repo.Rev("HEAD")
+	reg := waitReady(t, ns, "payments", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, rev)
+	if a := reg.Status.Artifact; a == nil || a.Revision != rev || a.Tools != 3 || len(a.ConfigMaps) != 1 || a.ConfigMaps[0] != "payments-manifests" {
+		t.Fatalf("artifact %+v", reg.Status.Artifact)
+	}
+	if c := condition(reg.Status.Conditions, v1alpha1.ConditionArtifactInStorage); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("ArtifactInStorage %+v", c)
+	}
+	if condition(reg.Status.Conditions, v1alpha1.ConditionReconciling) != nil || condition(reg.Status.Conditions, v1alpha1.ConditionStalled) != nil {
+		t.Fatalf("Reconciling/Stalled left after success: %+v", reg.Status.Conditions)
+	}
+	cm := configMap(t, ns, "payments-manifests")
+	if cm == nil || cm.Annotations[AnnotationRevision] != rev || !metav1.IsControlledBy(cm, reg) {
+		t.Fatalf("ConfigMap %+v", cm)
+	}
+	b, ms := renderedBundle(t, ns, "payments", k.trust)
+	if b.Revision != rev || len(ms) != 3 || reg.Status.Artifact.Digest != b.Digest() {
+		t.Fatalf("rendered %s with %d manifests", b.Revision, len(ms))
+	}
+	eventually(t, 10*time.Second, func() string {
+		var evs eventsv1.EventList
+		if err := k8s.List(t.Context(), &evs, client.InNamespace(ns)); err != nil {
+			return err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Reason == v1alpha1.EventNewArtifact && e.Regarding.Name == "payments" && strings.Contains(e.Note, rev) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("no NewArtifact event naming %s among %d events", rev, len(evs.Items))
+	})
+
+	// A merged PR: stripe.refund gets an owner.
+	refund := *fixtures(t)[2]
+	refund.Owner = "payments-team@example.com"
+	publish(t, filepath.Join(repo.Dir, "reg"), k, &refund)
+	repo.Commit("stripe.refund: name the owner")
+	rev2 := "main@sha1:" + repo.Rev("HEAD")
+	began := time.Now()
+	requestReconcile(t, ns, "payments")
+	eventually(t, 10*time.Second, func() string {
+		if cm := configMap(t, ns, "payments-manifests"); cm == nil || cm.Annotations[AnnotationRevision] != rev2 {
+			return "ConfigMap not at the new revision yet"
+		}
+		return ""
+	})
+	t.Logf("new commit rendered %s after requestedAt", time.Since(began).Round(time.Millisecond))
+	_, ms = renderedBundle(t, ns, "payments", k.trust)
+	if ms[2].Tool != "stripe.refund" || ms[2].Owner != "payments-team@example.com" || ms[2].Version != 2 {
+		t.Fatalf("refund %+v", ms[2])
+	}
+	reg = waitReady(t, ns, "payments", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, rev2)
+	if reg.Status.LastHandledReconcileAt == "" {
+		t.Fatal("lastHandledReconcileAt not set")
+	}
+}
+
+// 3. Each bad revision leaves the last good ConfigMap byte-for-byte as it was and says why.
+func TestBadRevisionsLeaveTheLastGoodRendering(t *testing.T) {
+	other := newKey(t)
+	cases := []struct {
+		name   string
+		plain  bool
+		commit bool // verify.commit is set (HEAD, the test's SSH key)
+		break_ func(t *testing.T, repo *sourcetest.Repo, k keyPair)
+		reason string
+		want   string
+	}{
+		{name: "forged manifest signature", break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair) {
+			refund := *fixtures(t)[2]
+			refund.Owner = "mallory"
+			publish(t, filepath.Join(repo.Dir, "reg"), other, &refund) // signed by a key nobody trusts
+			repo.Commit("mallory's refund")
+		}, reason: v1alpha1.ReasonSignatureVerificationFailed, want: "not trusted"},
+		{name: "unsigned commit", commit: true, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair) {
+			repo.WriteFile("README", "unsigned change\n")
+			repo.Commit("unsigned")
+		}, reason: v1alpha1.ReasonCommitVerificationFailed, want: "not signed"},
+		{name: "invalid YAML", plain: true, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair) {
+			repo.WriteFile("reg/broken.yaml", "tool: x\n  effect: [\n")
+			repo.Commit("broken")
+		}, reason: v1alpha1.ReasonValidationFailed, want: "reg/broken.yaml:2: invalid YAML"},
+		{name: "cross-manifest error", plain: true, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair) {
+			repo.WriteFile("reg/orphan.yaml", "tool: x.write\neffect: reversible\npermission: x:write\ncompensation: {tool: x.undo, argument_map: {id: $result.id}}\n")
+			repo.Commit("orphan")
+		}, reason: v1alpha1.ReasonValidationFailed, want: `reg/orphan.yaml:4: x.write: compensation.tool: tool "x.undo" has no manifest`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ns := namespace(t)
+			k := newKey(t)
+			sshKey := sourcetest.NewSSHKey(t)
+			repo := sourcetest.NewRepo(t)
+			mutate := withKeys("manifest-keys")
+			if c.plain {
+				repo.WriteFile("reg/payments.yaml", mustRead(t, filepath.Join("..", "test", "fixtures", "manifests", "payments.yaml")))
+				mutate = func(r *v1alpha1.ManifestRegistry) {
+					r.Spec.Format = v1alpha1.FormatPlain
+					r.Spec.Verify = &v1alpha1.RegistryVerification{}
+				}
+			} else {
+				publish(t, filepath.Join(repo.Dir, "reg"), k, fixtures(t)...)
+			}
+			repo.CommitSigned("good", sshKey)
+			createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+			createSecret(t, ns, "commit-keys", map[string][]byte{"ci.sshpub": sshKey.AuthorizedKey})
+			create(t, newRegistry(ns, "reg", repo.FileURL(), func(r *v1alpha1.ManifestRegistry) {
+				mutate(r)
+				if c.commit {
+					r.Spec.Verify.Commit = &v1alpha1.CommitVerification{Mode: v1alpha1.CommitVerifyHEAD, SecretRef: v1alpha1.LocalObjectReference{Name: "commit-keys"}}
+				}
+			}))
+			good := "main@sha1:" + repo.Rev("HEAD")
+			waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, good)
+			before := configMap(t, ns, "reg-manifests")
+
+			c.break_(t, repo, k)
+			bad := "main@sha1:" + repo.Rev("HEAD")
+			requestReconcile(t, ns, "reg")
+			reg := waitReady(t, ns, "reg", metav1.ConditionFalse, c.reason, bad)
+			ready := condition(reg.Status.Conditions, v1alpha1.ConditionReady)
+			if !strings.Contains(ready.Message, c.want) {
+				t.Errorf("Ready message %q lacks %q", ready.Message, c.want)
+			}
+			if reg.Status.Artifact == nil || reg.Status.Artifact.Revision != good {
+				t.Errorf("artifact %+v, want the last good revision %s", reg.Status.Artifact, good)
+			}
+			after := configMap(t, ns, "reg-manifests")
+			if after == nil || after.ResourceVersion != before.ResourceVersion || !equalData(after.Data, before.Data) {
+				t.Fatal("the last good ConfigMap was changed")
+			}
+			if c.reason == v1alpha1.ReasonValidationFailed && len(reg.Status.InvalidTools) == 0 {
+				t.Error("no invalid tools listed")
+			}
+			if c.commit {
+				if sv := condition(reg.Status.Conditions, v1alpha1.ConditionSourceVerified); sv == nil || sv.Status != metav1.ConditionFalse {
+					t.Errorf("SourceVerified %+v", sv)
+				}
+			}
+		})
+	}
+}
+
+func mustRead(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func equalData(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// 4. Wrong credentials, an unreachable URL and a missing Secret give clear conditions, and
+// the reconciler keeps retrying: once the Secret exists, the registry becomes Ready.
+func TestSourceFailuresAndRetries(t *testing.T) {
+	ns := namespace(t)
+	k := newKey(t)
+	repo := signedRegistryRepo(t, k)
+	srv := sourcetest.ServeHTTP(t, filepath.Dir(repo.Dir), sourcetest.HTTPAuth{Username: "git", Password: "s3cret"})
+	url := srv.RepoURL(t, repo.Dir)
+	createSecret(t, ns, "wrong", map[string][]byte{"username": []byte("git"), "password": []byte("nope")})
+
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	create(t, newRegistry(ns, "wrong-password", url, func(r *v1alpha1.ManifestRegistry) {
+		withKeys("manifest-keys")(r)
+		r.Spec.SecretRef = &v1alpha1.LocalObjectReference{Name: "wrong"}
+	}))
+	create(t, newRegistry(ns, "unreachable", sourcetest.ClosedPortURL(t), withKeys("manifest-keys")))
+	create(t, newRegistry(ns, "missing-secret", url, func(r *v1alpha1.ManifestRegistry) {
+		withKeys("manifest-keys")(r)
+		r.Spec.SecretRef = &v1alpha1.LocalObjectReference{Name: "later"}
+		r.Spec.Interval = &metav1.Duration{Duration: 10 * time.Second} // retries every ~2 s
+	}))
+
+	reg := waitReady(t, ns, "wrong-password", metav1.ConditionFalse, v1alpha1.ReasonAuthenticationFailed, "")
+	if m := condition(reg.Status.Conditions, v1alpha1.ConditionReady).Message; strings.Contains(m, "s3cret") || strings.Contains(m, "nope") {
+		t.Fatalf("a password leaked into the condition: %q", m)
+	}
+	waitReady(t, ns, "unreachable", metav1.ConditionFalse, v1alpha1.ReasonFetchFailed, "")
+	reg = waitReady(t, ns, "missing-secret", metav1.ConditionFalse, v1alpha1.ReasonSecretNotFound, "")
+	if m := condition(reg.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(m, "later") {
+		t.Fatalf("message %q does not name the Secret", m)
+	}
+	for _, name := range []string{"wrong-password", "unreachable", "missing-secret"} {
+		if configMap(t, ns, name+"-manifests") != nil {
+			t.Fatalf("%s rendered a ConfigMap", name)
+		}
+	}
+	createSecret(t, ns, "later", map[string][]byte{"username": []byte("git"), "password": []byte("s3cret")})
+	waitReady(t, ns, "missing-secret", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
+	if srv.Fetches() == 0 {
+		t.Fatal("nothing was fetched over HTTP")
+	}
+}
+
+// An unchanged remote revision with unchanged keys is not cloned again; a key removed from the
+// keys Secret re-verifies the current revision at once (no stale SourceVerified), and the last
+// good rendering stays.
+func TestUnchangedRevisionSkipsCloneAndKeyRemovalReverifies(t *testing.T) {
+	ns := namespace(t)
+	k := newKey(t)
+	repo := signedRegistryRepo(t, k)
+	srv := sourcetest.ServeHTTP(t, filepath.Dir(repo.Dir), sourcetest.HTTPAuth{})
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	create(t, newRegistry(ns, "reg", srv.RepoURL(t, repo.Dir), withKeys("manifest-keys")))
+	rev := "main@sha1:" + repo.Rev("HEAD")
+	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, rev)
+	fetches := srv.Fetches()
+
+	at := requestReconcile(t, ns, "reg")
+	eventually(t, 10*time.Second, func() string {
+		if getRegistry(t, ns, "reg").Status.LastHandledReconcileAt != at {
+			return "requestedAt not handled yet"
+		}
+		return ""
+	})
+	if srv.Fetches() != fetches {
+		t.Fatalf("an unchanged revision was cloned again (%d → %d fetches)", fetches, srv.Fetches())
+	}
+
+	before := configMap(t, ns, "reg-manifests")
+	other := newKey(t)
+	var s corev1.Secret
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "manifest-keys"}, &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Data = map[string][]byte{"rotated.pub": other.pub}
+	if err := k8s.Update(t.Context(), &s); err != nil {
+		t.Fatal(err)
+	}
+	reg := waitReady(t, ns, "reg", metav1.ConditionFalse, v1alpha1.ReasonSignatureVerificationFailed, rev)
+	if sv := condition(reg.Status.Conditions, v1alpha1.ConditionSourceVerified); sv == nil || sv.Status != metav1.ConditionFalse {
+		t.Fatalf("SourceVerified %+v", sv)
+	}
+	if after := configMap(t, ns, "reg-manifests"); after.ResourceVersion != before.ResourceVersion {
+		t.Fatal("the last good rendering was replaced")
+	}
+}
+
+// Large registries shard across ConfigMaps; shards no longer needed are deleted; 5. deleting the
+// registry deletes its ConfigMaps.
+func TestShardingAndDeletion(t *testing.T) {
+	ns := namespace(t)
+	k := newKey(t)
+	repo := sourcetest.NewRepo(t)
+	ms := fixtures(t)
+	for i := 0; i < 400; i++ {
+		m := *ms[0]
+		m.Tool = fmt.Sprintf("svc%03d.read", i)
+		m.Description = strings.Repeat("Reads one item of the service. ", 10)
+		ms = append(ms, &m)
+	}
+	publish(t, filepath.Join(repo.Dir, "reg"), k, ms...)
+	repo.Commit("many tools")
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	create(t, newRegistry(ns, "big", repo.FileURL(), withKeys("manifest-keys")))
+	reg := waitReady(t, ns, "big", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
+	shards := reg.Status.Artifact.ConfigMaps
+	if len(shards) < 3 {
+		t.Fatalf("%d shards for ~200 KiB at %d bytes each", len(shards), testShardBytes)
+	}
+	if _, got := renderedBundle(t, ns, "big", k.trust); len(got) != 403 {
+		t.Fatalf("%d manifests rendered", len(got))
+	}
+
+	// Deprecating every svc tool but the first few is not possible in one publish, so move the
+	// registry to a smaller one: a new folder with only the seed's manifests.
+	publish(t, filepath.Join(repo.Dir, "small"), k, fixtures(t)...)
+	repo.Commit("small registry")
+	patch := client.MergeFrom(reg.DeepCopy())
+	reg.Spec.Path = "small"
+	if err := k8s.Patch(t.Context(), reg, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() string {
+		r := getRegistry(t, ns, "big")
+		if r.Status.Artifact == nil || r.Status.Artifact.Tools != 3 {
+			return "not re-rendered yet"
+		}
+		for _, name := range shards[1:] {
+			if configMap(t, ns, name) != nil {
+				return name + " still exists"
+			}
+		}
+		return ""
+	})
+
+	if err := k8s.Delete(t.Context(), getRegistry(t, ns, "big")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() string {
+		var cms corev1.ConfigMapList
+		if err := k8s.List(t.Context(), &cms, client.InNamespace(ns), client.MatchingLabels{LabelRegistry: "big"}); err != nil {
+			return err.Error()
+		}
+		if len(cms.Items) > 0 {
+			return fmt.Sprintf("%d ConfigMaps left", len(cms.Items))
+		}
+		return ""
+	})
+}

@@ -1,0 +1,29 @@
+// Package controllers holds one reconciler per kind, each in its own file with its envtest
+// tests: ManifestRegistry (git → verified ConfigMaps) and ToolManifest (validation and
+// signature of manifests applied as objects).
+package controllers
+
+import (
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// Options configure the reconcilers.
+type Options struct {
+	// TempDir holds git checkouts while a reconcile runs.
+	TempDir string
+	// ToolManifestKeysSecret is the Secret name holding ToolManifest trusted keys per namespace.
+	ToolManifestKeysSecret string
+	// MaxShardBytes is the manifest bytes per rendered ConfigMap (0: the default).
+	MaxShardBytes int
+}
+
+// Setup registers every reconciler with the manager.
+func Setup(mgr ctrl.Manager, o Options) error {
+	if err := (&ManifestRegistryReconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
+		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes,
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&ToolManifestReconciler{Client: mgr.GetClient(), KeysSecret: o.ToolManifestKeysSecret}).SetupWithManager(mgr)
+}

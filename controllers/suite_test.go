@@ -1,0 +1,229 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/internal/registry"
+	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/internal/testenv"
+)
+
+// testShardBytes keeps shards small so a few hundred tools span several ConfigMaps.
+const testShardBytes = 64 * 1024
+
+var (
+	k8s    client.Client
+	envErr error
+)
+
+// TestMain starts one control plane and one manager running every reconciler for the tests
+// of this package.
+func TestMain(m *testing.M) {
+	env, err := testenv.Start()
+	if err != nil {
+		envErr = err
+		os.Exit(m.Run()) // each test fails with envErr
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:  env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+	})
+	if err == nil {
+		err = Setup(mgr, Options{MaxShardBytes: testShardBytes})
+	}
+	if err != nil {
+		envErr = err
+	} else {
+		go func() {
+			if err := mgr.Start(ctx); err != nil {
+				fmt.Fprintln(os.Stderr, "manager:", err)
+			}
+		}()
+		k8s = env.Client
+	}
+	code := m.Run()
+	cancel()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+func requireEnv(t *testing.T) {
+	t.Helper()
+	if envErr != nil {
+		t.Fatalf("control plane: %v", envErr)
+	}
+}
+
+// namespace makes a fresh namespace for one test.
+func namespace(t *testing.T) string {
+	t.Helper()
+	requireEnv(t)
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	name = strings.Trim(name, "-") + fmt.Sprintf("-%d", time.Now().UnixNano()%100000)
+	if err := k8s.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// eventually polls cond every 50 ms until it returns "" or timeout passes; then it fails with
+// the last reason.
+func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var why string
+	for time.Now().Before(deadline) {
+		if why = cond(); why == "" {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("after %s: %s", timeout, why)
+}
+
+// condition returns the registry's condition of type typ (nil when absent).
+func condition(conds []metav1.Condition, typ string) *metav1.Condition {
+	return apimeta.FindStatusCondition(conds, typ)
+}
+
+func getRegistry(t *testing.T, ns, name string) *v1alpha1.ManifestRegistry {
+	t.Helper()
+	reg := &v1alpha1.ManifestRegistry{}
+	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, reg); err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// waitReady waits for Ready=status with reason (and revision, when given) and returns the registry.
+func waitReady(t *testing.T, ns, name string, status metav1.ConditionStatus, reason, revision string) *v1alpha1.ManifestRegistry {
+	t.Helper()
+	var reg *v1alpha1.ManifestRegistry
+	eventually(t, 30*time.Second, func() string {
+		reg = getRegistry(t, ns, name)
+		c := condition(reg.Status.Conditions, v1alpha1.ConditionReady)
+		switch {
+		case c == nil:
+			return "no Ready condition yet"
+		case c.Status != status || c.Reason != reason:
+			return fmt.Sprintf("Ready=%s %s: %s", c.Status, c.Reason, c.Message)
+		case revision != "" && reg.Status.LastAttemptedRevision != revision:
+			return fmt.Sprintf("last attempted revision %s, want %s", reg.Status.LastAttemptedRevision, revision)
+		case c.ObservedGeneration != reg.Generation:
+			return "Ready is about an older generation"
+		}
+		return ""
+	})
+	return reg
+}
+
+// configMap returns a rendered shard (nil when absent).
+func configMap(t *testing.T, ns, name string) *corev1.ConfigMap {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, cm); err != nil {
+		return nil
+	}
+	return cm
+}
+
+// renderedBundle assembles and verifies a registry's ConfigMaps, as a gateway would.
+func renderedBundle(t *testing.T, ns, reg string, trust *signing.TrustSet) (bundle.Bundle, []*manifest.Manifest) {
+	t.Helper()
+	var cms corev1.ConfigMapList
+	if err := k8s.List(t.Context(), &cms, client.InNamespace(ns), client.MatchingLabels{LabelRegistry: reg}); err != nil {
+		t.Fatal(err)
+	}
+	var shards []map[string]string
+	for _, cm := range cms.Items {
+		shards = append(shards, cm.Data)
+	}
+	b, err := bundle.Assemble(shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, errs := b.Verify(trust)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return b, ms
+}
+
+// keyPair is a manifest signing key and its trust set and PEM.
+type keyPair struct {
+	signer *signing.Signer
+	trust  *signing.TrustSet
+	pub    []byte
+}
+
+func newKey(t *testing.T) keyPair {
+	t.Helper()
+	prefix := filepath.Join(t.TempDir(), "mf")
+	if _, err := signing.GenerateKeyFiles(prefix); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := signing.LoadSigner(prefix + ".key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := os.ReadFile(prefix + ".pub")
+	ts, err := signing.ParseTrustSet(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keyPair{s, ts, pub}
+}
+
+// fixtures are the seed's three manifests.
+func fixtures(t *testing.T) []*manifest.Manifest {
+	t.Helper()
+	docs, errs := manifest.ReadPaths(filepath.Join(testenv.Root, "test", "fixtures", "manifests"))
+	ms, verrs := manifest.ValidateDocuments(docs)
+	if len(errs)+len(verrs) > 0 {
+		t.Fatal(errs, verrs)
+	}
+	return ms
+}
+
+// publish writes approved versions of ms into the registry folder dir, signed by k.
+func publish(t *testing.T, dir string, k keyPair, ms ...*manifest.Manifest) {
+	t.Helper()
+	if _, err := registry.New(dir).Publish(ms, manifest.Approved, registry.WriteOptions{By: "alice", Signer: k.signer}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func createSecret(t *testing.T, ns, name string, data map[string][]byte) {
+	t.Helper()
+	if err := k8s.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Create(t.Context(), obj); err != nil {
+		t.Fatal(err)
+	}
+}

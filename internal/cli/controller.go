@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/controllers"
+)
+
+func init() { register(newControllerCmd) }
+
+func newControllerCmd() *cobra.Command {
+	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir string
+	var leaderElect, devLog bool
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the controller: ManifestRegistry and ToolManifest reconcilers (controller-runtime)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
+			cfg, err := restConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+				Scheme:                 v1alpha1.NewScheme(),
+				Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+				HealthProbeBindAddress: probeAddr,
+				LeaderElection:         leaderElect,
+				LeaderElectionID:       "reversi-controller.reversi.dev",
+			})
+			if err != nil {
+				return fmt.Errorf("starting the manager: %w", err)
+			}
+			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret}); err != nil {
+				return err
+			}
+			if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+				return err
+			}
+			if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+				return err
+			}
+			return mgr.Start(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
+	f.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "where the metrics endpoint listens (0 turns it off)")
+	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "where /healthz and /readyz listen")
+	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so only one replica reconciles")
+	f.StringVar(&keysSecret, "tool-manifest-keys-secret", controllers.TrustedKeysSecret, "the Secret, in each namespace, with the public keys ToolManifest signatures must verify against")
+	f.StringVar(&tempDir, "temp-dir", "", "where checkouts are made (default: the system temp folder)")
+	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
+	return cmd
+}
+
+// restConfig is the kubeconfig given, else controller-runtime's lookup (in-cluster, $KUBECONFIG).
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return ctrl.GetConfig()
+}
