@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
@@ -29,8 +30,9 @@ import (
 const testShardBytes = 64 * 1024
 
 var (
-	k8s    client.Client
-	envErr error
+	k8s     client.Client
+	testEnv *testenv.Env
+	envErr  error
 )
 
 // TestMain starts one control plane and one manager running every reconciler for the tests
@@ -57,7 +59,7 @@ func TestMain(m *testing.M) {
 				fmt.Fprintln(os.Stderr, "manager:", err)
 			}
 		}()
-		k8s = env.Client
+		k8s, testEnv = env.Client, env
 	}
 	code := m.Run()
 	cancel()
@@ -226,4 +228,23 @@ func create(t *testing.T, obj client.Object) {
 	if err := k8s.Create(t.Context(), obj); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// writeKubeconfig writes a kubeconfig of a system:masters user of the control plane, for kubectl.
+func writeKubeconfig(t *testing.T) string {
+	t.Helper()
+	requireEnv(t)
+	user, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(p, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -134,7 +134,11 @@ func validateToolManifest(tm *v1alpha1.ToolManifest) (*manifest.Manifest, error)
 	if len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {
-			msgs[i] = "spec." + strings.TrimPrefix(e.Error(), "manifest: ")
+			msgs[i] = e.Error()
+			var fe *manifest.FieldError
+			if errors.As(e, &fe) {
+				msgs[i] = "spec." + fe.Path + ": " + fe.Message
+			}
 		}
 		return nil, errors.New(strings.Join(msgs, "; "))
 	}

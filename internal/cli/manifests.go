@@ -80,7 +80,7 @@ func newManifestsCmd() *cobra.Command {
 		Short: "Publish, approve, inspect and verify versions in a signed manifest registry",
 	}
 	cmd.AddCommand(newPublishCmd(), newApproveCmd(), newDeprecateCmd(), newRollbackCmd(),
-		newHistoryCmd(), newDiffCmd(), newListCmd(), newVerifyCmd(), newCheckCmd())
+		newHistoryCmd(), newDiffCmd(), newListCmd(), newVerifyCmd(), newCheckCmd(), newExportCmd())
 	return cmd
 }
 

@@ -56,6 +56,12 @@ func TestSeedRegistryWalkthrough(t *testing.T) {
 		t.Fatalf("diff: %d %q", code, out)
 	}
 
+	code, out, _ = runCLI("manifests", "export", "--registry", "reg", "--format", "crd", "-n", "agents")
+	if code != 0 || strings.Count(out, "kind: ToolManifest") != 1 || !strings.Contains(out, "name: stripe-create-charge-") ||
+		!strings.Contains(out, "reversi.dev/signature: ") || !strings.Contains(out, "namespace: agents") || strings.Contains(out, "\nstatus:") {
+		t.Fatalf("export: %d %q", code, out)
+	}
+
 	// The registry is the config's manifests: and the key its manifest_public_key.
 	if err := os.WriteFile("reversi.config.yaml", []byte("manifests: reg\nmanifest_public_key: keys/mf.pub\n"), 0o644); err != nil {
 		t.Fatal(err)
