@@ -41,3 +41,4 @@ fmt-check:
 ## bench: the benchmarks recorded in BENCHMARKS.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./api/manifest/ ./internal/registry/
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" $(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./controllers/

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
@@ -67,7 +66,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func requireEnv(t *testing.T) {
+func requireEnv(t testing.TB) {
 	t.Helper()
 	if envErr != nil {
 		t.Fatalf("control plane: %v", envErr)
@@ -75,7 +74,7 @@ func requireEnv(t *testing.T) {
 }
 
 // namespace makes a fresh namespace for one test.
-func namespace(t *testing.T) string {
+func namespace(t testing.TB) string {
 	t.Helper()
 	requireEnv(t)
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
@@ -179,7 +178,7 @@ type keyPair struct {
 	pub    []byte
 }
 
-func newKey(t *testing.T) keyPair {
+func newKey(t testing.TB) keyPair {
 	t.Helper()
 	prefix := filepath.Join(t.TempDir(), "mf")
 	if _, err := signing.GenerateKeyFiles(prefix); err != nil {
@@ -198,7 +197,7 @@ func newKey(t *testing.T) keyPair {
 }
 
 // fixtures are the seed's three manifests.
-func fixtures(t *testing.T) []*manifest.Manifest {
+func fixtures(t testing.TB) []*manifest.Manifest {
 	t.Helper()
 	docs, errs := manifest.ReadPaths(filepath.Join(testenv.Root, "test", "fixtures", "manifests"))
 	ms, verrs := manifest.ValidateDocuments(docs)
@@ -209,21 +208,21 @@ func fixtures(t *testing.T) []*manifest.Manifest {
 }
 
 // publish writes approved versions of ms into the registry folder dir, signed by k.
-func publish(t *testing.T, dir string, k keyPair, ms ...*manifest.Manifest) {
+func publish(t testing.TB, dir string, k keyPair, ms ...*manifest.Manifest) {
 	t.Helper()
 	if _, err := registry.New(dir).Publish(ms, manifest.Approved, registry.WriteOptions{By: "alice", Signer: k.signer}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func createSecret(t *testing.T, ns, name string, data map[string][]byte) {
+func createSecret(t testing.TB, ns, name string, data map[string][]byte) {
 	t.Helper()
 	if err := k8s.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func create(t *testing.T, obj client.Object) {
+func create(t testing.TB, obj client.Object) {
 	t.Helper()
 	if err := k8s.Create(t.Context(), obj); err != nil {
 		t.Fatal(err)
@@ -234,16 +233,8 @@ func create(t *testing.T, obj client.Object) {
 func writeKubeconfig(t *testing.T) string {
 	t.Helper()
 	requireEnv(t)
-	user, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	p, err := testEnv.AdminKubeconfig(t.TempDir())
 	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(p, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p

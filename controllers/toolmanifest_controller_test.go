@@ -16,7 +16,6 @@ import (
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/internal/export"
 	"github.com/reversi-gitops/reversi/internal/registry"
-	"github.com/reversi-gitops/reversi/internal/testenv"
 )
 
 // exportedManifests publishes the seed's manifests signed by k and exports them as ToolManifests
@@ -157,7 +156,7 @@ func TestExportAppliesWithKubectl(t *testing.T) {
 		}
 	}
 	kubeconfig := writeKubeconfig(t)
-	cmd := exec.Command(filepath.Join(mustAssets(t), "kubectl"), "--kubeconfig", kubeconfig, "apply", "-n", ns, "-f", "-")
+	cmd := exec.Command(testEnv.Kubectl(), "--kubeconfig", kubeconfig, "apply", "-n", ns, "-f", "-")
 	cmd.Stdin = &yaml
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
@@ -165,13 +164,4 @@ func TestExportAppliesWithKubectl(t *testing.T) {
 	waitToolManifest(t, ns, export.ObjectName("stripe.create_charge"), func(tm *v1alpha1.ToolManifest) string {
 		return conditionIs(tm, v1alpha1.ConditionSignatureVerified, metav1.ConditionTrue, v1alpha1.ReasonVerified)
 	})
-}
-
-func mustAssets(t *testing.T) string {
-	t.Helper()
-	dir, err := testenv.AssetsDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }

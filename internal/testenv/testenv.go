@@ -1,5 +1,7 @@
 // Package testenv starts a real control plane for tests: kube-apiserver and etcd (envtest)
-// built by hack/setup-envtest.sh, with the project's CRDs installed.
+// built by hack/setup-envtest.sh, with the project's CRDs installed. It is the one harness of
+// the envtest suites (controllers, test/config): a control plane that cannot start is an
+// error for the caller to fail on, never a reason to skip.
 package testenv
 
 import (
@@ -10,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -51,6 +54,8 @@ type Env struct {
 	Config *rest.Config
 	Client client.Client
 	Scheme *k8sruntime.Scheme
+	// Took is how long kube-apiserver and etcd took to come up.
+	Took time.Duration
 }
 
 // Start starts kube-apiserver and etcd with the CRDs of config/crd/bases. Stop it with Stop.
@@ -66,9 +71,11 @@ func Start() (*Env, error) {
 		ErrorIfCRDPathMissing: true,
 		Scheme:                s,
 	}}
+	began := time.Now()
 	if e.Config, err = e.Environment.Start(); err != nil {
 		return nil, fmt.Errorf("starting envtest from %s: %w", assets, err)
 	}
+	e.Took = time.Since(began)
 	if e.Client, err = client.New(e.Config, client.Options{Scheme: s}); err != nil {
 		_ = e.Environment.Stop()
 		return nil, err
@@ -78,3 +85,21 @@ func Start() (*Env, error) {
 
 // Kubectl is the kubectl binary built with the control plane.
 func (e *Env) Kubectl() string { return filepath.Join(e.BinaryAssetsDirectory, "kubectl") }
+
+// AdminKubeconfig adds a system:masters user named admin to the control plane and writes its
+// kubeconfig to dir/kubeconfig (mode 0600), for kubectl. It returns the file's path.
+func (e *Env) AdminKubeconfig(dir string) (string, error) {
+	user, err := e.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("adding the admin user: %w", err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return "", fmt.Errorf("the admin user's kubeconfig: %w", err)
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}

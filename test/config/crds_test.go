@@ -69,7 +69,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 	var seen []string
 	for _, u := range samples(t) {
 		u.SetNamespace(ns)
-		if err := cp.client.Create(ctx, u, strict); err != nil {
+		if err := cp.Client.Create(ctx, u, strict); err != nil {
 			t.Errorf("sample %s %s refused: %v", u.GetKind(), u.GetName(), err)
 			continue
 		}
@@ -81,7 +81,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 	}
 
 	var tms v1alpha1.ToolManifestList
-	if err := cp.client.List(ctx, &tms, client.InNamespace(ns)); err != nil {
+	if err := cp.Client.List(ctx, &tms, client.InNamespace(ns)); err != nil {
 		t.Fatalf("listing ToolManifests into the Go type: %v", err)
 	}
 	for _, tm := range tms.Items {
@@ -94,7 +94,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 		}
 	}
 	for _, list := range []client.ObjectList{&v1alpha1.ManifestRegistryList{}, &v1alpha1.ReversiGatewayList{}, &v1alpha1.ApprovalRequestList{}, &v1alpha1.ApprovalList{}, &v1alpha1.ReversiRunList{}} {
-		if err := cp.client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		if err := cp.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
 			t.Errorf("listing %T: %v", list, err)
 		}
 	}
@@ -130,19 +130,19 @@ func TestDefaults(t *testing.T) {
 	} {
 		u := object(t, doc)
 		u.SetNamespace(ns)
-		if err := cp.client.Create(ctx, u, strict); err != nil {
+		if err := cp.Client.Create(ctx, u, strict); err != nil {
 			t.Fatalf("creating %s: %v", doc, err)
 		}
 	}
 	var r v1alpha1.ManifestRegistry
-	if err := cp.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "r"}, &r); err != nil {
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "r"}, &r); err != nil {
 		t.Fatal(err)
 	}
 	if r.Spec.Ref == nil || r.Spec.Ref.Branch != "main" || r.Spec.Path != "." || r.Spec.Interval.Duration != v1alpha1.DefaultRegistryInterval || r.Spec.Timeout.Duration != v1alpha1.DefaultRegistryTimeout {
 		t.Errorf("ManifestRegistry defaults: %+v", r.Spec)
 	}
 	var g v1alpha1.ReversiGateway
-	if err := cp.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g"}, &g); err != nil {
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g"}, &g); err != nil {
 		t.Fatal(err)
 	}
 	if g.Spec.Replicas == nil || *g.Spec.Replicas != 1 || g.Spec.Store == nil || g.Spec.Store.Type != v1alpha1.StoreSQLite || g.Spec.Port != 7431 ||
@@ -150,7 +150,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("ReversiGateway defaults: %+v", g.Spec)
 	}
 	var a v1alpha1.ApprovalRequest
-	if err := cp.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &a); err != nil {
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &a); err != nil {
 		t.Fatal(err)
 	}
 	if a.Spec.Quorum == nil || *a.Spec.Quorum != 1 || a.Spec.OnTimeout != "deny" {
@@ -242,7 +242,7 @@ func TestSchemaRefusals(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			u := object(t, c.doc)
 			u.SetNamespace(ns)
-			err := cp.client.Create(t.Context(), u, strict)
+			err := cp.Client.Create(t.Context(), u, strict)
 			switch {
 			case c.want == "" && err != nil:
 				t.Errorf("refused: %v", err)
@@ -265,14 +265,14 @@ func TestImmutability(t *testing.T) {
 	create := func(doc string) *unstructured.Unstructured {
 		u := object(t, doc)
 		u.SetNamespace(ns)
-		if err := cp.client.Create(ctx, u, strict); err != nil {
+		if err := cp.Client.Create(ctx, u, strict); err != nil {
 			t.Fatalf("creating %s: %v", doc, err)
 		}
 		return u
 	}
 	refused := func(what string, u *unstructured.Unstructured, want string) {
 		t.Helper()
-		err := cp.client.Update(ctx, u, strict)
+		err := cp.Client.Update(ctx, u, strict)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: update gave %v, want a refusal with %q", what, err, want)
 		}
@@ -287,16 +287,16 @@ func TestImmutability(t *testing.T) {
 	refused("Approval approver", edited, "spec is immutable")
 	// Labels and status still change.
 	apr.SetLabels(map[string]string{"team": "finance"})
-	if err := cp.client.Update(ctx, apr, strict); err != nil {
+	if err := cp.Client.Update(ctx, apr, strict); err != nil {
 		t.Errorf("updating an Approval's labels: %v", err)
 	}
 	var typed v1alpha1.Approval
-	if err := cp.client.Get(ctx, client.ObjectKeyFromObject(apr), &typed); err != nil {
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(apr), &typed); err != nil {
 		t.Fatal(err)
 	}
 	typed.Status.Result = v1alpha1.ResultRejected
 	typed.Status.Message = "alice is not in the request's roles"
-	if err := cp.client.Status().Update(ctx, &typed); err != nil {
+	if err := cp.Client.Status().Update(ctx, &typed); err != nil {
 		t.Errorf("updating an Approval's status: %v", err)
 	}
 
@@ -310,7 +310,7 @@ func TestImmutability(t *testing.T) {
 	_ = unstructured.SetNestedField(changed.Object, "agent-8", "spec", "actor")
 	refused("ReversiRun actor", changed, "actor is immutable")
 	_ = unstructured.SetNestedMap(run.Object, map[string]any{"confirm": true}, "spec", "rollback")
-	if err := cp.client.Update(ctx, run, strict); err != nil {
+	if err := cp.Client.Update(ctx, run, strict); err != nil {
 		t.Fatalf("confirming a rollback: %v", err)
 	}
 	unstructured.RemoveNestedField(run.Object, "spec", "rollback")
@@ -343,11 +343,11 @@ func TestUnionValuesReachTheValidator(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			u := object(t, toolManifest(fmt.Sprintf("u%d", i), c.extra))
 			u.SetNamespace(ns)
-			if err := cp.client.Create(ctx, u, strict); err != nil {
+			if err := cp.Client.Create(ctx, u, strict); err != nil {
 				t.Fatalf("the API server refused it (fine, but then this case belongs in TestSchemaRefusals): %v", err)
 			}
 			var tm v1alpha1.ToolManifest
-			if err := cp.client.Get(ctx, client.ObjectKeyFromObject(u), &tm); err != nil {
+			if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(u), &tm); err != nil {
 				t.Fatalf("reading it back into the Go type: %v", err)
 			}
 			raw, err := tm.ManifestObject()
