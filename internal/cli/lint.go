@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/reversi-gitops/reversi/internal/config"
 	"github.com/reversi-gitops/reversi/internal/lint"
 )
 
@@ -29,14 +28,10 @@ func newLintCmd() *cobra.Command {
 			"./manifests) and prints one line per finding and a summary. Exits 1 on errors, and on\n" +
 			"warnings with --strict. Invalid manifests are reported as by validate, and exit 1.",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			paths, err := config.ManifestPaths(args)
+			// The lint rules assume a valid set (every named tool exists).
+			ms, err := loadValid(cmd, args)
 			if err != nil {
 				return err
-			}
-			ms, errs := LoadManifests(paths...)
-			if len(errs) > 0 {
-				// The lint rules assume a valid set (every named tool exists).
-				return printInvalid(cmd, errs)
 			}
 			findings := lint.Lint(ms)
 			nErr, nWarn, nNote := lint.Counts(findings)

@@ -22,13 +22,9 @@ func newValidateCmd() *cobra.Command {
 			"reversi.config.yaml, or ./manifests) and checks each manifest and the set as a whole.\n" +
 			"Prints `ok: N tool manifests valid`, or every error and exits 1.",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			paths, err := config.ManifestPaths(args)
+			ms, err := loadValid(cmd, args)
 			if err != nil {
 				return err
-			}
-			ms, errs := LoadManifests(paths...)
-			if len(errs) > 0 {
-				return printInvalid(cmd, errs)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "ok: %d tool manifests valid\n", len(ms))
 			return nil
@@ -70,6 +66,20 @@ func LoadManifests(paths ...string) ([]*manifest.Manifest, []error) {
 		errs = append(errs, fmt.Errorf("no tool manifests found in %s: check the path (folders are read for *.json, *.yaml and *.yml)", strings.Join(paths, ", ")))
 	}
 	return ms, errs
+}
+
+// loadValid loads the manifests under args (or the configured ones) and, when anything is
+// wrong, prints every error and returns the exit-1 error.
+func loadValid(cmd *cobra.Command, args []string) ([]*manifest.Manifest, error) {
+	paths, err := config.ManifestPaths(args)
+	if err != nil {
+		return nil, err
+	}
+	ms, errs := LoadManifests(paths...)
+	if len(errs) > 0 {
+		return nil, printInvalid(cmd, errs)
+	}
+	return ms, nil
 }
 
 // projectTrust is the trusted manifest keys of the project config, nil when none is set.
