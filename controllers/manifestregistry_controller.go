@@ -48,6 +48,8 @@ const (
 	// generation and the key Secrets' data): a change forces a full reconcile even when the
 	// remote revision is the same.
 	AnnotationInputs = "reversi.dev/inputs"
+	// AnnotationGeneration is the registry's generation the rendering was made for.
+	AnnotationGeneration = "reversi.dev/generation"
 )
 
 // ManifestRegistryReconciler turns a git repository of signed manifests into verified
@@ -273,6 +275,9 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 	b, lerr := r.load(ctx, reg, art)
 	if lerr != nil {
 		return ctrl.Result{}, lerr
+	}
+	if derr := r.checkNoDowngrade(ctx, reg, b); derr != nil {
+		return ctrl.Result{}, derr
 	}
 	names, werr := r.render(ctx, reg, b, inputs)
 	if werr != nil {
@@ -593,6 +598,48 @@ func within(root, p string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
+// checkNoDowngrade refuses a revision in which a tool's version is older than the one
+// rendered now, unless the spec changed since (an operator pinning an older commit on
+// purpose). Every version is signed, but a signed older state of the repository (a force-push
+// of an old commit) would otherwise bring back manifests that were replaced.
+func (r *ManifestRegistryReconciler) checkNoDowngrade(ctx context.Context, reg *v1alpha1.ManifestRegistry, next bundle.Bundle) *stepError {
+	var cms corev1.ConfigMapList
+	if err := r.List(ctx, &cms, client.InNamespace(reg.Namespace), client.MatchingLabels{LabelRegistry: reg.Name}); err != nil {
+		return fail(v1alpha1.ReasonStorageFailed, false, "listing ConfigMaps: %v", err)
+	}
+	var shards []map[string]string
+	for _, cm := range cms.Items {
+		if !metav1.IsControlledBy(&cm, reg) {
+			continue
+		}
+		if cm.Annotations[AnnotationGeneration] != strconv.FormatInt(reg.Generation, 10) {
+			return nil // rendered for another spec
+		}
+		shards = append(shards, cm.Data)
+	}
+	if len(shards) == 0 {
+		return nil
+	}
+	prev, err := bundle.Assemble(shards)
+	if err != nil {
+		return nil // an unreadable rendering is replaced, not trusted
+	}
+	was := map[string]int{}
+	for _, e := range prev.Entries {
+		was[e.Tool] = e.Version
+	}
+	var downs []string
+	for _, e := range next.Entries {
+		if v, ok := was[e.Tool]; ok && e.Version < v {
+			downs = append(downs, fmt.Sprintf("%s v%d → v%d", e.Tool, v, e.Version))
+		}
+	}
+	if len(downs) > 0 {
+		return fail(v1alpha1.ReasonVersionDowngrade, false, "revision %s would bring back older versions (%s): the branch was probably reset to an old commit; publish a new version instead (manifests rollback), or change the spec (e.g. pin ref.commit) to accept it", next.Revision, strings.Join(downs, ", "))
+	}
+	return nil
+}
+
 // rendering is what the first shard's annotations say it was made from.
 type rendering struct{ revision, inputs string }
 
@@ -634,6 +681,7 @@ func (r *ManifestRegistryReconciler) render(ctx context.Context, reg *v1alpha1.M
 			}
 			cm.Annotations[AnnotationRevision] = b.Revision
 			cm.Annotations[AnnotationInputs] = inputs
+			cm.Annotations[AnnotationGeneration] = strconv.FormatInt(reg.Generation, 10)
 			cm.Data = shards[i]
 			return controllerutil.SetControllerReference(reg, cm, r.Scheme())
 		})

@@ -387,3 +387,37 @@ func TestShardingAndDeletion(t *testing.T) {
 		return ""
 	})
 }
+
+// A branch reset to an older signed commit would bring back replaced manifests: refused, the
+// last good rendering stays; changing the spec (pinning that commit) accepts it on purpose.
+func TestBranchResetToAnOldCommitIsRefused(t *testing.T) {
+	ns := namespace(t)
+	k := newKey(t)
+	repo := signedRegistryRepo(t, k)
+	old := repo.Rev("HEAD")
+	refund := *fixtures(t)[2]
+	refund.Owner = "payments-team@example.com"
+	publish(t, filepath.Join(repo.Dir, "reg"), k, &refund)
+	repo.Commit("refund v2")
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	create(t, newRegistry(ns, "reg", repo.FileURL(), withKeys("manifest-keys")))
+	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
+	before := configMap(t, ns, "reg-manifests")
+
+	repo.Git("reset", "-q", "--hard", old)
+	requestReconcile(t, ns, "reg")
+	reg := waitReady(t, ns, "reg", metav1.ConditionFalse, v1alpha1.ReasonVersionDowngrade, "main@sha1:"+old)
+	if m := condition(reg.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(m, "stripe.refund v2 → v1") {
+		t.Fatalf("message %q", m)
+	}
+	if after := configMap(t, ns, "reg-manifests"); after.ResourceVersion != before.ResourceVersion {
+		t.Fatal("the last good rendering was replaced")
+	}
+
+	patch := client.MergeFrom(reg.DeepCopy())
+	reg.Spec.Ref = &v1alpha1.GitRef{Commit: old}
+	if err := k8s.Patch(t.Context(), reg, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "sha1:"+old)
+}

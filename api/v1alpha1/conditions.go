@@ -67,6 +67,9 @@ const (
 	ReasonNoTrustedKeys = "NoTrustedKeys"
 	// ReasonVerified: every configured signature check passed.
 	ReasonVerified = "Verified"
+	// ReasonVersionDowngrade: the new revision holds an older version of a tool than the one
+	// rendered (a branch reset to an old commit); the spec did not change to allow it.
+	ReasonVersionDowngrade = "VersionDowngrade"
 	// ReasonStorageFailed: writing the rendered ConfigMaps failed.
 	ReasonStorageFailed = "StorageFailed"
 )

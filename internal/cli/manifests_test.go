@@ -82,7 +82,8 @@ func TestSeedRegistryWalkthrough(t *testing.T) {
 	}
 	// carol signed nothing: with the trusted key set, verify names the unsigned version.
 	code, out, _ = runCLI("manifests", "verify")
-	if code != 1 || !strings.Contains(out, "tools/stripe.create_charge/v3.json: stripe.create_charge v3: not signed, but trusted keys are set") || !strings.HasSuffix(out, "FAIL: 1 problem in "+filepath.Join(dir, "reg")+"\n") {
+	if code != 1 || !strings.Contains(out, "tools/stripe.create_charge/v3.json: stripe.create_charge v3: not signed, but trusted keys are set") ||
+		!strings.Contains(out, "index.json: index.json is not signed, but trusted keys are set") || !strings.HasSuffix(out, "FAIL: 2 problems in "+filepath.Join(dir, "reg")+"\n") {
 		t.Fatalf("verify unsigned: %d %q", code, out)
 	}
 }

@@ -210,13 +210,9 @@ func checkEntries(tool string, es []Entry) error {
 // has only a draft reports no manifest"). It returns the snapshot of the tools that passed and
 // every problem; callers that enforce must treat any problem as a failed load (see Loader).
 func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
-	idx, err := r.readIndex()
-	if err != nil {
-		return nil, []error{err}
-	}
-	root, err := os.OpenRoot(r.Dir)
-	if err != nil {
-		return nil, []error{err}
+	idx, root, errs := r.open(trust)
+	if idx == nil {
+		return nil, errs
 	}
 	defer root.Close()
 
@@ -226,7 +222,6 @@ func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
 		draftOnly bool
 	}
 	var jobs []job
-	var errs []error
 	for _, tool := range idx.tools() {
 		es := idx.Tools[tool]
 		if err := checkEntries(tool, es); err != nil {
@@ -299,13 +294,9 @@ type VerifyReport struct {
 // agreement with index.json and, with trust, the signature. It returns every problem.
 func (r *Registry) Verify(trust *signing.TrustSet) (VerifyReport, []error) {
 	var rep VerifyReport
-	idx, err := r.readIndex()
-	if err != nil {
-		return rep, []error{err}
-	}
-	root, err := os.OpenRoot(r.Dir)
-	if err != nil {
-		return rep, []error{err}
+	idx, root, errs := r.open(trust)
+	if idx == nil {
+		return rep, errs
 	}
 	defer root.Close()
 	type job struct {
@@ -313,7 +304,6 @@ func (r *Registry) Verify(trust *signing.TrustSet) (VerifyReport, []error) {
 		entry Entry
 	}
 	var jobs []job
-	var errs []error
 	for _, tool := range idx.tools() {
 		rep.Tools++
 		es := idx.Tools[tool]
@@ -338,7 +328,28 @@ func (r *Registry) Verify(trust *signing.TrustSet) (VerifyReport, []error) {
 			errs = append(errs, verrs[i])
 		}
 	}
-	return rep, append(errs, r.strayFiles(root, idx)...)
+	return rep, errs
+}
+
+// open reads index.json and checks what concerns the registry as a whole, for loads and
+// audits alike (fail closed): with trust the index's signature; that it lists at least one
+// tool; that every version file is listed (a version dropped from the index is not silently
+// skipped). idx is nil when nothing more can be read; the caller closes root.
+func (r *Registry) open(trust *signing.TrustSet) (idx *Index, root *os.Root, errs []error) {
+	idx, err := r.readIndex(false)
+	if err != nil {
+		return nil, nil, []error{err}
+	}
+	if root, err = os.OpenRoot(r.Dir); err != nil {
+		return nil, nil, []error{err}
+	}
+	if err := idx.verify(trust); err != nil {
+		errs = append(errs, &Problem{File: IndexFile, Message: err.Error()})
+	}
+	if len(idx.Tools) == 0 {
+		errs = append(errs, &Problem{File: IndexFile, Message: "lists no tools: a registry that enforces nothing is refused; restore index.json or publish manifests"})
+	}
+	return idx, root, append(errs, r.strayFiles(root, idx)...)
 }
 
 // strayFiles reports version files that index.json does not list (written outside the

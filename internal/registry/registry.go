@@ -8,6 +8,9 @@ package registry
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,10 +59,71 @@ func (e Entry) Short() string {
 	return e.Checksum[:12]
 }
 
-// Index is index.json: every tool's versions, oldest first.
+// Index is index.json: every tool's versions, oldest first. With a signing key, the last
+// writer signs the index too (KeyID, Signature: base64 Ed25519 over IndexMessage), so the set
+// of versions, their order and their authors and approvers cannot be edited without a key:
+// dropping the newest version of a tool, or a whole tool, breaks the signature.
 type Index struct {
-	Format string             `json:"format"`
-	Tools  map[string][]Entry `json:"tools"`
+	Format    string             `json:"format"`
+	Tools     map[string][]Entry `json:"tools"`
+	KeyID     string             `json:"key_id,omitempty"`
+	Signature string             `json:"signature,omitempty"`
+}
+
+// IndexMessage is what an index signature covers:
+// `reversi-registry-index:<hex SHA-256 of the JSON of {format, tools}>` (encoding/json: map
+// keys sorted, fields in declaration order).
+func (idx *Index) IndexMessage() ([]byte, error) {
+	b, err := json.Marshal(struct {
+		Format string             `json:"format"`
+		Tools  map[string][]Entry `json:"tools"`
+	}{idx.Format, idx.Tools})
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
+	return []byte("reversi-registry-index:" + hex.EncodeToString(sum[:])), nil
+}
+
+// sign signs the index with s, or clears the signature when s is nil (an unsigned write
+// leaves no stale signature behind).
+func (idx *Index) sign(s *signing.Signer) error {
+	idx.KeyID, idx.Signature = "", ""
+	if s == nil {
+		return nil
+	}
+	msg, err := idx.IndexMessage()
+	if err != nil {
+		return err
+	}
+	sig, err := s.Sign(msg)
+	if err != nil {
+		return err
+	}
+	idx.KeyID, idx.Signature = s.KeyID, base64.StdEncoding.EncodeToString(sig)
+	return nil
+}
+
+// verify checks the index signature against trust (nothing to check without trust).
+func (idx *Index) verify(trust *signing.TrustSet) error {
+	if trust == nil {
+		return nil
+	}
+	if idx.Signature == "" {
+		return errors.New("index.json is not signed, but trusted keys are set: the list of versions could be edited unseen; write the registry with --key")
+	}
+	sig, err := base64.StdEncoding.DecodeString(idx.Signature)
+	if err != nil {
+		return errors.New("index.json's signature is malformed")
+	}
+	msg, err := idx.IndexMessage()
+	if err != nil {
+		return err
+	}
+	if err := trust.Verify(idx.KeyID, sig, msg); err != nil {
+		return fmt.Errorf("index.json: %w: the list of versions (or their authors and approvers) was edited after it was signed; restore it", err)
+	}
+	return nil
 }
 
 // VersionFile is tools/<tool>/v<N>.json: the entry, the tool, and the normalised manifest
@@ -108,11 +172,16 @@ func versionPath(tool string, version int) (string, error) {
 	return path.Join(dir, "v"+strconv.Itoa(version)+".json"), nil
 }
 
-// readIndex reads index.json strictly. A missing index is an empty registry.
-func (r *Registry) readIndex() (*Index, error) {
+// readIndex reads index.json strictly. A missing index is an empty registry only for a
+// writer about to create it; readers get an error (a registry never loads as empty by
+// accident).
+func (r *Registry) readIndex(creating bool) (*Index, error) {
 	data, err := os.ReadFile(filepath.Join(r.Dir, IndexFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return &Index{Format: Format, Tools: map[string][]Entry{}}, nil
+		if creating {
+			return &Index{Format: Format, Tools: map[string][]Entry{}}, nil
+		}
+		return nil, fmt.Errorf("%s is not a registry: it has no %s (publish with reversi manifests publish)", r.Dir, IndexFile)
 	}
 	if err != nil {
 		return nil, err
@@ -155,7 +224,7 @@ func (idx *Index) tools() []string {
 
 // History returns the entries of a tool, oldest first, as index.json records them.
 func (r *Registry) History(tool string) ([]Entry, error) {
-	idx, err := r.readIndex()
+	idx, err := r.readIndex(false)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +237,7 @@ func (r *Registry) History(tool string) ([]Entry, error) {
 
 // Tools lists the registry's tools, sorted.
 func (r *Registry) Tools() ([]string, error) {
-	idx, err := r.readIndex()
+	idx, err := r.readIndex(false)
 	if err != nil {
 		return nil, err
 	}

@@ -540,3 +540,65 @@ func sha256hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// The index is signed too: dropping a tool's newest version (a silent downgrade), dropping a
+// whole tool, or rewriting an approver in both the index and the version file breaks it; an
+// emptied or missing index never loads as an empty registry.
+func TestIndexEditsAreRefused(t *testing.T) {
+	cases := []struct {
+		name   string
+		tamper func(t *testing.T, r *Registry)
+		want   string
+	}{
+		{"newest version dropped", func(t *testing.T, r *Registry) {
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) {
+				tools := m["tools"].(map[string]any)
+				tools["stripe.refund"] = tools["stripe.refund"].([]any)[:1]
+			})
+			_ = os.Remove(versionFile(t, r, "stripe.refund", 2))
+		}, "index.json: signature does not verify"},
+		{"whole tool dropped", func(t *testing.T, r *Registry) {
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) {
+				delete(m["tools"].(map[string]any), "stripe.create_charge")
+			})
+			_ = os.RemoveAll(filepath.Dir(versionFile(t, r, "stripe.create_charge", 1)))
+		}, "index.json: signature does not verify"},
+		{"approver rewritten everywhere", func(t *testing.T, r *Registry) {
+			set := func(m map[string]any) { m["approver"] = "mallory" }
+			editJSON(t, versionFile(t, r, "stripe.refund", 2), set)
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { set(indexEntry(m, "stripe.refund", 2)) })
+		}, "index.json: signature does not verify"},
+		{"index emptied", func(t *testing.T, r *Registry) {
+			if err := os.WriteFile(filepath.Join(r.Dir, IndexFile), []byte(`{"format":"`+Format+`","tools":{}}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "lists no tools"},
+		{"index deleted", func(t *testing.T, r *Registry) {
+			if err := os.Remove(filepath.Join(r.Dir, IndexFile)); err != nil {
+				t.Fatal(err)
+			}
+		}, "is not a registry"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			k := newKey(t)
+			r := seedRegistry(t, k)
+			c.tamper(t, r)
+			if _, errs := r.Load(k.trust); !containsErr(errs, strings.TrimPrefix(c.want, "index.json: ")) {
+				t.Errorf("load: want %q in %v", c.want, errs)
+			}
+			if _, errs := r.Verify(k.trust); !containsErr(errs, strings.TrimPrefix(c.want, "index.json: ")) {
+				t.Errorf("verify: want %q in %v", c.want, errs)
+			}
+		})
+	}
+	// Without trusted keys an emptied index is still refused, and unlisted files are named.
+	k := newKey(t)
+	r := seedRegistry(t, k)
+	if err := os.WriteFile(filepath.Join(r.Dir, IndexFile), []byte(`{"format":"`+Format+`","tools":{}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs := r.Load(nil); !containsErr(errs, "lists no tools") || !containsErr(errs, "not listed in index.json") {
+		t.Fatalf("unsigned emptied index: %v", errs)
+	}
+}

@@ -40,7 +40,7 @@ const lockFile = ".lock"
 // update runs fn on the current index under the registry's exclusive lock; fn writes version
 // files with writeVersion and the index is then replaced atomically. Version files are written
 // before the index that lists them, so a reader never sees a listed version without its file.
-func (r *Registry) update(fn func(idx *Index) error) error {
+func (r *Registry) update(o WriteOptions, fn func(idx *Index) error) error {
 	if err := os.MkdirAll(r.Dir, 0o755); err != nil {
 		return err
 	}
@@ -49,11 +49,14 @@ func (r *Registry) update(fn func(idx *Index) error) error {
 		return fmt.Errorf("locking %s: %w", r.Dir, err)
 	}
 	defer lock.Unlock()
-	idx, err := r.readIndex()
+	idx, err := r.readIndex(true)
 	if err != nil {
 		return err
 	}
 	if err := fn(idx); err != nil {
+		return err
+	}
+	if err := idx.sign(o.Signer); err != nil {
 		return err
 	}
 	data, err := json.MarshalIndent(idx, "", "  ")
@@ -132,7 +135,7 @@ func (r *Registry) Publish(ms []*manifest.Manifest, status manifest.Status, o Wr
 		return nil, fmt.Errorf("publish --status must be draft or approved, not %s", status)
 	}
 	var out []Published
-	err := r.update(func(idx *Index) error {
+	err := r.update(o, func(idx *Index) error {
 		if err := r.checkSet(idx, ms); err != nil {
 			return err
 		}
@@ -226,7 +229,7 @@ func (r *Registry) latest(idx *Index, tool string, version int, statuses ...mani
 // kept exactly as published.
 func (r *Registry) Approve(tool string, version int, fourEyes bool, o WriteOptions) (Published, error) {
 	var out Published
-	err := r.update(func(idx *Index) error {
+	err := r.update(o, func(idx *Index) error {
 		// Without --version only a draft that is the newest version is pending; an older
 		// draft was superseded and is approved only when named.
 		if es := idx.Tools[tool]; version == 0 && len(es) > 0 && es[len(es)-1].Status != manifest.Draft {
@@ -253,7 +256,7 @@ func (r *Registry) Approve(tool string, version int, fourEyes bool, o WriteOptio
 // (which must be in the registry with a non-draft version) when given.
 func (r *Registry) Deprecate(tool, replacedBy string, o WriteOptions) (Published, error) {
 	var out Published
-	err := r.update(func(idx *Index) error {
+	err := r.update(o, func(idx *Index) error {
 		v, err := r.latest(idx, tool, 0, manifest.Approved)
 		if err != nil {
 			return fmt.Errorf("deprecate needs an approved version: %w", err)
@@ -282,7 +285,7 @@ func (r *Registry) Deprecate(tool, replacedBy string, o WriteOptions) (Published
 // the history intact.
 func (r *Registry) Rollback(tool string, version int, o WriteOptions) (Published, error) {
 	var out Published
-	err := r.update(func(idx *Index) error {
+	err := r.update(o, func(idx *Index) error {
 		if version < 1 {
 			return errors.New("rollback needs --version N")
 		}
@@ -302,7 +305,7 @@ func (r *Registry) Rollback(tool string, version int, o WriteOptions) (Published
 
 // ReadVersion reads one version with its checks (no signature check).
 func (r *Registry) ReadVersion(tool string, version int) (*Version, error) {
-	idx, err := r.readIndex()
+	idx, err := r.readIndex(false)
 	if err != nil {
 		return nil, err
 	}
