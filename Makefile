@@ -15,11 +15,14 @@ build:
 
 ## test: formatting, vet, and every test (unit, fuzz seed corpora, CLI end to end, envtest).
 ## The envtest control plane (kube-apiserver, etcd, kubectl) comes from hack/setup-envtest.sh,
-## which builds it once into a cache outside the repository.
+## which builds it once into a cache outside the repository. The real MCP servers (npm, pinned in
+## test/upstreams/package-lock.json) come from hack/upstreams.sh (npm ci into test/upstreams/node_modules).
 test: fmt-check vet
 	@assets=$$(hack/setup-envtest.sh) && \
 	echo "KUBEBUILDER_ASSETS=$$assets" && \
-	KUBEBUILDER_ASSETS="$$assets" $(GO) test -count=1 ./...
+	upstreams=$$(hack/upstreams.sh) && \
+	echo "REVERSI_UPSTREAMS=$$upstreams" && \
+	KUBEBUILDER_ASSETS="$$assets" REVERSI_UPSTREAMS="$$upstreams" $(GO) test -count=1 ./...
 
 ## generate: the deepcopy methods of api/v1alpha1 (zz_generated.deepcopy.go).
 generate:
