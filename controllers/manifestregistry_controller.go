@@ -151,6 +151,8 @@ func (r *ManifestRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	if reg.Spec.Suspend {
 		setCondition(reg, v1alpha1.ConditionReady, readyStatus(reg), v1alpha1.ReasonSuspended, "reconciliation is suspended: set spec.suspend to false to resume")
 		removeCondition(reg, v1alpha1.ConditionReconciling)
+		removeCondition(reg, v1alpha1.ConditionStalled) // nothing is being attempted
+		reg.Status.ObservedGeneration = reg.Generation
 		return ctrl.Result{}, r.patchStatus(ctx, reg, base)
 	}
 

@@ -421,3 +421,34 @@ func TestBranchResetToAnOldCommitIsRefused(t *testing.T) {
 	}
 	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "sha1:"+old)
 }
+
+// Options that cannot work until the spec changes stall the registry (no retries); suspending
+// it then says so and clears Stalled, since nothing is attempted.
+func TestStalledThenSuspended(t *testing.T) {
+	ns := namespace(t)
+	k := newKey(t)
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	createSecret(t, ns, "ssh", map[string][]byte{"identity": newSSHIdentity(t)})
+	create(t, newRegistry(ns, "reg", "ssh://git@127.0.0.1:1/repo.git", func(r *v1alpha1.ManifestRegistry) {
+		withKeys("manifest-keys")(r)
+		r.Spec.SecretRef = &v1alpha1.LocalObjectReference{Name: "ssh"} // no known_hosts: refused
+	}))
+	reg := waitReady(t, ns, "reg", metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, "")
+	if c := condition(reg.Status.Conditions, v1alpha1.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "known_hosts") {
+		t.Fatalf("Stalled %+v", c)
+	}
+	patch := client.MergeFrom(reg.DeepCopy())
+	reg.Spec.Suspend = true
+	if err := k8s.Patch(t.Context(), reg, patch); err != nil {
+		t.Fatal(err)
+	}
+	reg = waitReady(t, ns, "reg", metav1.ConditionFalse, v1alpha1.ReasonSuspended, "")
+	if condition(reg.Status.Conditions, v1alpha1.ConditionStalled) != nil {
+		t.Fatalf("Stalled left while suspended: %+v", reg.Status.Conditions)
+	}
+}
+
+func newSSHIdentity(t *testing.T) []byte {
+	t.Helper()
+	return sourcetest.NewSSHKey(t).PrivateKey
+}

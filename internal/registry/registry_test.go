@@ -174,7 +174,7 @@ func TestDeprecateAndRollback(t *testing.T) {
 		t.Fatalf("deprecated manifest %+v", m)
 	}
 	p, err = r.Rollback("stripe.refund", 1, WriteOptions{By: "carol"})
-	if err != nil || p.Version != 3 || p.Status != manifest.Approved || p.Note != "rollback to v1" {
+	if err != nil || p.Version != 3 || p.Status != manifest.Approved || p.Note != "rollback to v1" || p.Approver != "carol" {
 		t.Fatalf("rollback %+v %v", p, err)
 	}
 	v1, _ := r.ReadVersion("stripe.refund", 1)

@@ -296,7 +296,12 @@ func (r *Registry) Rollback(tool string, version int, o WriteOptions) (Published
 		if o.Note == "" {
 			o.Note = fmt.Sprintf("rollback to v%d", version)
 		}
-		e, err := r.appendVersion(idx, v.Manifest, v.Status, o.By, v.Approver, o)
+		// The new version is approved by whoever published it again, not by vN's approver.
+		approver := ""
+		if v.Status != manifest.Draft {
+			approver = o.By
+		}
+		e, err := r.appendVersion(idx, v.Manifest, v.Status, o.By, approver, o)
 		out = Published{tool, e}
 		return err
 	})

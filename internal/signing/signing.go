@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 
@@ -42,10 +43,13 @@ func KeyID(pub ed25519.PublicKey) (string, error) {
 }
 
 // GenerateKeyFiles writes a new Ed25519 key pair: PREFIX.key (PKCS#8 PEM, mode 0600) and
-// PREFIX.pub (PKIX PEM, mode 0644), and returns the key id. Existing files are never
-// overwritten (an error names them).
+// PREFIX.pub (PKIX PEM, mode 0644), creating PREFIX's folder, and returns the key id.
+// Existing files are never overwritten (an error names them).
 func GenerateKeyFiles(prefix string) (string, error) {
 	keyPath, pubPath := prefix+".key", prefix+".pub"
+	if err := os.MkdirAll(filepath.Dir(keyPath), 0o700); err != nil {
+		return "", err
+	}
 	for _, p := range []string{keyPath, pubPath} {
 		if _, err := os.Lstat(p); err == nil {
 			return "", fmt.Errorf("%s already exists: keygen never overwrites a key; choose another prefix", p)

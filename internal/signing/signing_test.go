@@ -20,7 +20,7 @@ func newKey(t *testing.T, dir, name string) (prefix, id string) {
 
 func TestKeygenFilesAndSignVerify(t *testing.T) {
 	dir := t.TempDir()
-	prefix, id := newKey(t, dir, "mf")
+	prefix, id := newKey(t, dir, "keys/mf") // keygen creates the folder
 	if len(id) != 16 {
 		t.Fatalf("key id %q", id)
 	}
