@@ -487,6 +487,9 @@ func isSignatureProblem(err error) bool {
 // loadPlain reads plain manifest files. Links that leave the checkout are refused: a
 // repository must not make the controller read its own files.
 func loadPlain(art *source.Artifact, dir string) (bundle.Bundle, *stepError) {
+	if registry.IsRegistry(dir) {
+		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "the folder holds a signed registry (%s) at revision %s: set format: Registry", registry.IndexFile, art.Revision)
+	}
 	root, err := filepath.EvalSymlinks(art.Dir)
 	if err != nil {
 		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "%v", err)

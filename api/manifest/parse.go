@@ -50,6 +50,10 @@ func (d *Document) Line(path string) int {
 	}
 }
 
+// MaxFileBytes is the largest manifest file read (16 MiB): a bigger one is refused unread, so
+// a repository cannot make a reader hold an arbitrarily large file.
+const MaxFileBytes = 16 << 20
+
 // ManifestExtensions are the file name suffixes read from a folder.
 var ManifestExtensions = []string{".json", ".yaml", ".yml"}
 
@@ -75,6 +79,10 @@ func ReadPaths(paths ...string) ([]Document, []error) {
 				continue
 			}
 			seen[key] = true
+			if fi, err := os.Stat(f); err == nil && fi.Size() > MaxFileBytes {
+				errs = append(errs, &FieldError{File: f, Message: fmt.Sprintf("%d bytes, more than %d: split it into several files", fi.Size(), MaxFileBytes)})
+				continue
+			}
 			data, err := os.ReadFile(f)
 			if err != nil {
 				errs = append(errs, &FieldError{File: f, Message: err.Error()})

@@ -274,3 +274,20 @@ func TestErrorsQuoteControlCharacters(t *testing.T) {
 		t.Fatalf("errs %v", errs)
 	}
 }
+
+func TestReadPathsRefusesHugeFiles(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "huge.yaml")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(MaxFileBytes + 1); err != nil { // sparse: no disk used
+		t.Fatal(err)
+	}
+	f.Close()
+	docs, errs := ReadPaths(dir)
+	if len(docs) != 0 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "split it into several files") {
+		t.Fatalf("docs %d errs %v", len(docs), errs)
+	}
+}
