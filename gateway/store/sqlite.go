@@ -1,0 +1,701 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go, no cgo)
+)
+
+// SQLiteFile is the name of the database file OpenSQLite uses inside the data folder. SQLite
+// keeps SQLiteFile+"-wal" and SQLiteFile+"-shm" beside it while the store is open.
+const SQLiteFile = "reversi-gateway.db"
+
+// SQLite is a Store in one SQLite file (modernc.org/sqlite, no cgo).
+//
+// Durability: the database is in WAL mode with synchronous=FULL, so every committed write
+// transaction is fsynced to the WAL before the call that made it returns: an intent survives
+// a crash of the process and a power loss alike. (synchronous=NORMAL with WAL would survive a
+// crashed process but could lose the last commits on power loss, which would break "the intent
+// is on disk before the upstream sees the call".) Writes go through a single connection, so
+// they are serialised in the process and never meet SQLITE_BUSY from each other; reads use a
+// separate pool of read-only connections and do not wait for writers (WAL readers see the last
+// committed state).
+type SQLite struct {
+	w, r   *sql.DB
+	path   string
+	now    Clock
+	closed atomic.Bool
+}
+
+var _ Store = (*SQLite)(nil)
+
+const sqliteSchema = `
+CREATE TABLE IF NOT EXISTS runs (
+	id            TEXT PRIMARY KEY,
+	actor         TEXT NOT NULL,
+	gateway       TEXT NOT NULL,
+	started       INTEGER NOT NULL,
+	last_activity INTEGER NOT NULL,
+	status        TEXT NOT NULL,
+	next_seq      INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS runs_started ON runs (started DESC, id);
+CREATE TABLE IF NOT EXISTS records (
+	run               TEXT NOT NULL REFERENCES runs (id),
+	seq               INTEGER NOT NULL,
+	kind              TEXT NOT NULL,
+	time              INTEGER NOT NULL,
+	step              INTEGER NOT NULL,
+	tool              TEXT NOT NULL DEFAULT '',
+	args_digest       TEXT NOT NULL DEFAULT '',
+	reason            TEXT NOT NULL DEFAULT '',
+	idempotency_key   TEXT NOT NULL DEFAULT '',
+	manifest_version  TEXT NOT NULL DEFAULT '',
+	manifest_checksum TEXT NOT NULL DEFAULT '',
+	mode              TEXT NOT NULL DEFAULT '',
+	decision          TEXT NOT NULL DEFAULT '',
+	status            TEXT NOT NULL DEFAULT '',
+	compensation_tool TEXT NOT NULL DEFAULT '',
+	handle            TEXT NOT NULL DEFAULT '',
+	note              TEXT NOT NULL DEFAULT '',
+	PRIMARY KEY (run, seq)
+) WITHOUT ROWID;
+-- a step is completed at most once, whatever the code above does
+CREATE UNIQUE INDEX IF NOT EXISTS records_one_outcome ON records (run, step) WHERE kind = 'outcome';
+-- intents without an outcome: inserted with the intent, deleted with the outcome
+CREATE TABLE IF NOT EXISTS pending (
+	run  TEXT NOT NULL,
+	step INTEGER NOT NULL,
+	tool TEXT NOT NULL,
+	PRIMARY KEY (run, step)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dup_keys (
+	key     TEXT PRIMARY KEY,
+	run     TEXT NOT NULL,
+	step    INTEGER NOT NULL,
+	claimed INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS approvals (
+	id          TEXT PRIMARY KEY,
+	run         TEXT NOT NULL,
+	tool        TEXT NOT NULL,
+	args_digest TEXT NOT NULL,
+	actor       TEXT NOT NULL,
+	roles       TEXT NOT NULL,
+	quorum      INTEGER NOT NULL,
+	created     INTEGER NOT NULL,
+	expires     INTEGER NOT NULL,
+	on_timeout  TEXT NOT NULL,
+	escalate_to TEXT NOT NULL,
+	reason      TEXT NOT NULL,
+	state       TEXT NOT NULL,
+	decisions   TEXT NOT NULL,
+	escalated   INTEGER NOT NULL,
+	decided     INTEGER NOT NULL,
+	consumed    INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS approvals_run ON approvals (run, created);
+CREATE INDEX IF NOT EXISTS approvals_created ON approvals (created, id);
+INSERT OR IGNORE INTO runs (id, actor, gateway, started, last_activity, status) VALUES ('', '', '', 0, 0, 'active');
+PRAGMA user_version = 1;
+`
+
+// OpenSQLite opens (creating if needed) the store in dir/SQLiteFile. dir is created with mode
+// 0700 if missing. A nil clock means time.Now. Call Recover after opening to complete the steps
+// a previous process left without an outcome.
+func OpenSQLite(dir string, clock Clock) (*SQLite, error) {
+	if clock == nil {
+		clock = time.Now
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: data folder: %w", err)
+	}
+	path := filepath.Join(dir, SQLiteFile)
+	base := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)"
+	w, err := sql.Open("sqlite", base+"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	var mode string
+	if err := w.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || !strings.EqualFold(mode, "wal") {
+		w.Close()
+		return nil, fmt.Errorf("store: %s: cannot use WAL (journal_mode %q): %v", path, mode, err)
+	}
+	if _, err := w.Exec(sqliteSchema); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: %s: schema: %w", path, err)
+	}
+	r, err := sql.Open("sqlite", base+"&_pragma=query_only(1)")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(4)
+	r.SetMaxIdleConns(4)
+	return &SQLite{w: w, r: r, path: path, now: clock}, nil
+}
+
+// Path returns the database file's path.
+func (s *SQLite) Path() string { return s.path }
+
+// Close implements Store. It checkpoints nothing by hand: SQLite folds the WAL into the
+// database on the last connection's close.
+func (s *SQLite) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+func (s *SQLite) check() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// write runs fn in one IMMEDIATE transaction on the writer connection and commits it.
+func (s *SQLite) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	return nil
+}
+
+func tn(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func nt(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func (s *SQLite) stamp() time.Time {
+	// nanosecond UTC, as read back from the database
+	return nt(s.now().UnixNano())
+}
+
+const runCols = `id, actor, gateway, started, last_activity, status`
+
+func scanRun(sc interface{ Scan(...any) error }) (Run, error) {
+	var r Run
+	var started, last int64
+	var status string
+	if err := sc.Scan(&r.ID, &r.Actor, &r.Gateway, &started, &last, &status); err != nil {
+		return Run{}, err
+	}
+	r.Started, r.LastActivity, r.Status = nt(started), nt(last), RunStatus(status)
+	return r, nil
+}
+
+// CreateRun implements Store.
+func (s *SQLite) CreateRun(ctx context.Context, r Run) (Run, error) {
+	if r.Actor == "" {
+		return Run{}, fmt.Errorf("%w: a run needs an actor", ErrInvalid)
+	}
+	if r.ID == "" {
+		r.ID = newID("run-")
+	}
+	now := s.stamp()
+	r.Started, r.LastActivity, r.Status = now, now, RunActive
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+			r.ID, r.Actor, r.Gateway, tn(now), tn(now), string(r.Status))
+		if err != nil {
+			return fmt.Errorf("store: create run: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w: run %s", ErrExists, r.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return Run{}, err
+	}
+	return r, nil
+}
+
+// GetRun implements Store.
+func (s *SQLite) GetRun(ctx context.Context, id string) (Run, error) {
+	if err := s.check(); err != nil {
+		return Run{}, err
+	}
+	if id == GatewayJournal {
+		return Run{}, fmt.Errorf("%w: run %q", ErrNotFound, id)
+	}
+	r, err := scanRun(s.r.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Run{}, fmt.Errorf("%w: run %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("store: get run: %w", err)
+	}
+	return r, nil
+}
+
+// ListRuns implements Store.
+func (s *SQLite) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	q := `SELECT ` + runCols + ` FROM runs WHERE id != '' AND (? = '' OR actor = ?) AND (? = '' OR gateway = ?) AND (? = '' OR status = ?) ORDER BY started DESC, id`
+	args := []any{f.Actor, f.Actor, f.Gateway, f.Gateway, string(f.Status), string(f.Status)}
+	if f.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, f.Limit)
+	}
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: list runs: %w", err)
+	}
+	defer rows.Close()
+	var out []Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: list runs: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ContinueRun implements Store.
+func (s *SQLite) ContinueRun(ctx context.Context, id, actor string) (Run, error) {
+	var r Run
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		r, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ? AND id != ''`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: run %q", ErrNotFound, id)
+		}
+		if err != nil {
+			return fmt.Errorf("store: continue run: %w", err)
+		}
+		if r.Actor != actor {
+			return fmt.Errorf("%w: run %s was opened by another principal", ErrNotOwner, id)
+		}
+		r.LastActivity, r.Status = s.stamp(), RunActive
+		_, err = tx.ExecContext(ctx, `UPDATE runs SET last_activity = ?, status = ? WHERE id = ?`, tn(r.LastActivity), string(r.Status), id)
+		return err
+	})
+	return r, err
+}
+
+// SetRunStatus implements Store.
+func (s *SQLite) SetRunStatus(ctx context.Context, id string, status RunStatus) error {
+	if !validRunStatus(status) {
+		return fmt.Errorf("%w: run status %q", ErrInvalid, status)
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE runs SET status = ? WHERE id = ? AND id != ''`, string(status), id)
+		if err != nil {
+			return fmt.Errorf("store: set run status: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w: run %q", ErrNotFound, id)
+		}
+		return nil
+	})
+}
+
+// appendTx numbers rec in its run (touching the run's last activity) and inserts it.
+func (s *SQLite) appendTx(ctx context.Context, tx *sql.Tx, rec *Record, handle string) error {
+	rec.Time = s.stamp()
+	err := tx.QueryRowContext(ctx, `UPDATE runs SET next_seq = next_seq + 1,
+		last_activity = CASE WHEN id = '' THEN last_activity ELSE ? END WHERE id = ? RETURNING next_seq`,
+		tn(rec.Time), rec.Run).Scan(&rec.Seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: run %q", ErrNotFound, rec.Run)
+	}
+	if err != nil {
+		return fmt.Errorf("store: append: %w", err)
+	}
+	if rec.Kind == KindIntent {
+		rec.Step = rec.Seq
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO records (run, seq, kind, time, step, tool, args_digest, reason,
+		idempotency_key, manifest_version, manifest_checksum, mode, decision, status, compensation_tool, handle, note)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		rec.Run, rec.Seq, string(rec.Kind), tn(rec.Time), rec.Step, rec.Tool, rec.ArgsDigest, rec.Reason,
+		rec.IdempotencyKey, rec.ManifestVersion, rec.ManifestChecksum, rec.Mode, rec.Decision,
+		string(rec.Status), rec.CompensationTool, handle, rec.Note)
+	if err != nil {
+		return fmt.Errorf("store: append: %w", err)
+	}
+	return nil
+}
+
+// RecordIntent implements Store.
+func (s *SQLite) RecordIntent(ctx context.Context, in Intent) (int64, error) {
+	if err := validIntent(in); err != nil {
+		return 0, err
+	}
+	rec := Record{Run: in.Run, Kind: KindIntent, Tool: in.Tool, ArgsDigest: in.ArgsDigest,
+		Reason: in.Reason, IdempotencyKey: in.IdempotencyKey, ManifestVersion: in.ManifestVersion,
+		ManifestChecksum: in.ManifestChecksum, Mode: in.Mode, Decision: in.Decision}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := s.appendTx(ctx, tx, &rec, ""); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO pending (run, step, tool) VALUES (?, ?, ?)`, rec.Run, rec.Step, rec.Tool)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return rec.Step, nil
+}
+
+// outcomeTx completes step: it removes the pending row and appends the outcome record.
+func (s *SQLite) outcomeTx(ctx context.Context, tx *sql.Tx, run string, step int64, o StepOutcome, handle string) (Record, error) {
+	rec := Record{Run: run, Kind: KindOutcome, Step: step, Status: o.Status, CompensationTool: o.CompensationTool, Note: o.Note}
+	err := tx.QueryRowContext(ctx, `DELETE FROM pending WHERE run = ? AND step = ? RETURNING tool`, run, step).Scan(&rec.Tool)
+	if errors.Is(err, sql.ErrNoRows) {
+		var kind string
+		err := tx.QueryRowContext(ctx, `SELECT kind FROM records WHERE run = ? AND seq = ?`, run, step).Scan(&kind)
+		if err == nil && kind == string(KindIntent) {
+			return Record{}, fmt.Errorf("%w: step %d in run %s", ErrCompleted, step, run)
+		}
+		return Record{}, fmt.Errorf("%w: step %d in run %q", ErrNotFound, step, run)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("store: outcome: %w", err)
+	}
+	if err := s.appendTx(ctx, tx, &rec, handle); err != nil {
+		return Record{}, err
+	}
+	rec.Handle, _ = decodeHandle(handle)
+	return rec, nil
+}
+
+// RecordOutcome implements Store.
+func (s *SQLite) RecordOutcome(ctx context.Context, run string, step int64, o StepOutcome) (int64, error) {
+	enc, err := encodeHandle(o)
+	if err != nil {
+		return 0, err
+	}
+	var rec Record
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		rec, err = s.outcomeTx(ctx, tx, run, step, o, enc)
+		return err
+	})
+	return rec.Seq, err
+}
+
+// AppendEvent implements Store.
+func (s *SQLite) AppendEvent(ctx context.Context, e Event) (int64, error) {
+	if e.Kind != KindReloaded && e.Kind != KindReloadFailed && e.Kind != KindNote {
+		return 0, fmt.Errorf("%w: event kind %q", ErrInvalid, e.Kind)
+	}
+	rec := Record{Run: e.Run, Kind: e.Kind, Note: e.Note, ManifestVersion: e.ManifestVersion, ManifestChecksum: e.ManifestChecksum}
+	err := s.write(ctx, func(tx *sql.Tx) error { return s.appendTx(ctx, tx, &rec, "") })
+	return rec.Seq, err
+}
+
+const recordCols = `run, seq, kind, time, step, tool, args_digest, reason, idempotency_key, manifest_version,
+	manifest_checksum, mode, decision, status, compensation_tool, handle, note`
+
+func scanRecords(rows *sql.Rows) ([]Record, error) {
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		var r Record
+		var kind, status, handle string
+		var t int64
+		if err := rows.Scan(&r.Run, &r.Seq, &kind, &t, &r.Step, &r.Tool, &r.ArgsDigest, &r.Reason, &r.IdempotencyKey,
+			&r.ManifestVersion, &r.ManifestChecksum, &r.Mode, &r.Decision, &status, &r.CompensationTool, &handle, &r.Note); err != nil {
+			return nil, fmt.Errorf("store: read records: %w", err)
+		}
+		r.Kind, r.Status, r.Time = Kind(kind), Status(status), nt(t)
+		h, err := decodeHandle(handle)
+		if err != nil {
+			return nil, err
+		}
+		r.Handle = h
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: read records: %w", err)
+	}
+	return out, nil
+}
+
+// Records implements Store.
+func (s *SQLite) Records(ctx context.Context, run string, after int64, limit int) ([]Record, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+recordCols+` FROM records WHERE run = ? AND seq > ? ORDER BY seq LIMIT ?`, run, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: read records: %w", err)
+	}
+	return scanRecords(rows)
+}
+
+// PendingSteps implements Store.
+func (s *SQLite) PendingSteps(ctx context.Context, run string) ([]Record, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+recordCols+` FROM records WHERE run = ? AND seq IN
+		(SELECT step FROM pending WHERE run = ?) ORDER BY seq`, run, run)
+	if err != nil {
+		return nil, fmt.Errorf("store: pending steps: %w", err)
+	}
+	return scanRecords(rows)
+}
+
+// Recover implements Store.
+func (s *SQLite) Recover(ctx context.Context) ([]Record, error) {
+	var out []Record
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		out = nil
+		rows, err := tx.QueryContext(ctx, `SELECT run, step FROM pending ORDER BY run, step`)
+		if err != nil {
+			return fmt.Errorf("store: recover: %w", err)
+		}
+		type key struct {
+			run  string
+			step int64
+		}
+		var todo []key
+		for rows.Next() {
+			var k key
+			if err := rows.Scan(&k.run, &k.step); err != nil {
+				rows.Close()
+				return fmt.Errorf("store: recover: %w", err)
+			}
+			todo = append(todo, k)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("store: recover: %w", err)
+		}
+		for _, k := range todo {
+			rec, err := s.outcomeTx(ctx, tx, k.run, k.step, StepOutcome{Status: Uncertain, Note: RecoveryNote}, "")
+			if err != nil {
+				return err
+			}
+			out = append(out, rec)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ClaimKey implements Store. The claim is one INSERT against the key's PRIMARY KEY.
+func (s *SQLite) ClaimKey(ctx context.Context, key, run string, step int64) (bool, KeyHolder, error) {
+	if key == "" {
+		return false, KeyHolder{}, fmt.Errorf("%w: empty duplicate-call key", ErrInvalid)
+	}
+	var ok bool
+	var h KeyHolder
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		now := s.stamp()
+		res, err := tx.ExecContext(ctx, `INSERT INTO dup_keys (key, run, step, claimed) VALUES (?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
+			key, run, step, tn(now))
+		if err != nil {
+			return fmt.Errorf("store: claim key: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			ok, h = true, KeyHolder{Key: key, Run: run, Step: step, Claimed: now}
+			return nil
+		}
+		var claimed int64
+		h.Key = key
+		if err := tx.QueryRowContext(ctx, `SELECT run, step, claimed FROM dup_keys WHERE key = ?`, key).Scan(&h.Run, &h.Step, &claimed); err != nil {
+			return fmt.Errorf("store: claim key: %w", err)
+		}
+		h.Claimed = nt(claimed)
+		return nil
+	})
+	if err != nil {
+		return false, KeyHolder{}, err
+	}
+	return ok, h, nil
+}
+
+// ReleaseKey implements Store.
+func (s *SQLite) ReleaseKey(ctx context.Context, key string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM dup_keys WHERE key = ?`, key); err != nil {
+			return fmt.Errorf("store: release key: %w", err)
+		}
+		return nil
+	})
+}
+
+const approvalCols = `id, run, tool, args_digest, actor, roles, quorum, created, expires, on_timeout, escalate_to,
+	reason, state, decisions, escalated, decided, consumed`
+
+func scanApproval(sc interface{ Scan(...any) error }) (Approval, error) {
+	var a Approval
+	var roles, escalate, decisions, state string
+	var created, expires, decided, consumed int64
+	if err := sc.Scan(&a.ID, &a.Run, &a.Tool, &a.ArgsDigest, &a.Actor, &roles, &a.Quorum, &created, &expires,
+		&a.OnTimeout, &escalate, &a.Reason, &state, &decisions, &a.Escalated, &decided, &consumed); err != nil {
+		return Approval{}, err
+	}
+	a.State = ApprovalState(state)
+	a.Created, a.Expires, a.Decided, a.Consumed = nt(created), nt(expires), nt(decided), nt(consumed)
+	for _, f := range []struct {
+		s string
+		v any
+	}{{roles, &a.Roles}, {escalate, &a.EscalateTo}, {decisions, &a.Decisions}} {
+		if err := json.Unmarshal([]byte(f.s), f.v); err != nil {
+			return Approval{}, fmt.Errorf("store: approval %s: %w", a.ID, err)
+		}
+	}
+	return a, nil
+}
+
+func approvalArgs(a *Approval) []any {
+	j := func(v any) string {
+		b, _ := json.Marshal(v) // slices of strings and Decisions always encode
+		return string(b)
+	}
+	return []any{a.ID, a.Run, a.Tool, a.ArgsDigest, a.Actor, j(a.Roles), a.Quorum, tn(a.Created), tn(a.Expires),
+		a.OnTimeout, j(a.EscalateTo), a.Reason, string(a.State), j(a.Decisions), a.Escalated, tn(a.Decided), tn(a.Consumed)}
+}
+
+// CreateApproval implements Store.
+func (s *SQLite) CreateApproval(ctx context.Context, req ApprovalRequest) (Approval, error) {
+	a, err := prepareApproval(req, s.stamp())
+	if err != nil {
+		return Approval{}, err
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO approvals (`+approvalCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT DO NOTHING`, approvalArgs(&a)...)
+		if err != nil {
+			return fmt.Errorf("store: create approval: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w: approval %s", ErrExists, a.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return Approval{}, err
+	}
+	return a, nil
+}
+
+// GetApproval implements Store.
+func (s *SQLite) GetApproval(ctx context.Context, id string) (Approval, error) {
+	if err := s.check(); err != nil {
+		return Approval{}, err
+	}
+	a, err := scanApproval(s.r.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Approval{}, fmt.Errorf("%w: approval %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Approval{}, fmt.Errorf("store: get approval: %w", err)
+	}
+	a.settle(s.now())
+	return a, nil
+}
+
+// ListApprovals implements Store. The state filter applies after expiry, so it is evaluated
+// in Go over the run's (or all) requests.
+func (s *SQLite) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE (? = '' OR run = ?) ORDER BY created, id`, f.Run, f.Run)
+	if err != nil {
+		return nil, fmt.Errorf("store: list approvals: %w", err)
+	}
+	defer rows.Close()
+	now := s.now()
+	var out []Approval
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: list approvals: %w", err)
+		}
+		a.settle(now)
+		if !f.match(&a) {
+			continue
+		}
+		out = append(out, a)
+		if f.Limit > 0 && len(out) == f.Limit {
+			break
+		}
+	}
+	return out, rows.Err()
+}
+
+// updateApproval loads id in tx, applies fn and writes the request back if fn succeeded.
+func (s *SQLite) updateApproval(ctx context.Context, id string, fn func(a *Approval) error) (Approval, error) {
+	var out Approval
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: approval %s", ErrNotFound, id)
+		}
+		if err != nil {
+			return fmt.Errorf("store: approval %s: %w", id, err)
+		}
+		if err := fn(&a); err != nil {
+			return err
+		}
+		args := approvalArgs(&a)
+		if _, err := tx.ExecContext(ctx, `UPDATE approvals SET roles = ?, expires = ?, state = ?, decisions = ?,
+			escalated = ?, decided = ?, consumed = ? WHERE id = ?`,
+			args[5], args[8], args[12], args[13], args[14], args[15], args[16], id); err != nil {
+			return fmt.Errorf("store: approval %s: %w", id, err)
+		}
+		out = a
+		return nil
+	})
+	return out, err
+}
+
+// Decide implements Store.
+func (s *SQLite) Decide(ctx context.Context, id string, d Decision) (Approval, error) {
+	return s.updateApproval(ctx, id, func(a *Approval) error { return a.decide(d, s.stamp()) })
+}
+
+// Consume implements Store.
+func (s *SQLite) Consume(ctx context.Context, id, run, tool, argsDigest string) error {
+	_, err := s.updateApproval(ctx, id, func(a *Approval) error { return a.consume(run, tool, argsDigest, s.stamp()) })
+	return err
+}

@@ -1,0 +1,187 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// crashEnv, when set to a data folder, makes TestCrashHelper write one intent there and exit
+// the process with os.Exit, without closing the store.
+const crashEnv = "REVERSI_STORE_CRASH_DIR"
+
+// TestCrashHelper is the child process of TestCrashRecovery; it does nothing otherwise.
+func TestCrashHelper(t *testing.T) {
+	dir := os.Getenv(crashEnv)
+	if dir == "" {
+		t.Skip("only runs as the child of TestCrashRecovery")
+	}
+	ctx := context.Background()
+	s, err := OpenSQLite(dir, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if _, err := s.CreateRun(ctx, Run{ID: "crash-run", Actor: "alice"}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	done, err := s.RecordIntent(ctx, Intent{Run: "crash-run", Tool: "notes.write", ArgsDigest: "sha256:1"})
+	if err == nil {
+		_, err = s.RecordOutcome(ctx, "crash-run", done, StepOutcome{Status: Succeeded})
+	}
+	var step int64
+	if err == nil {
+		step, err = s.RecordIntent(ctx, Intent{Run: "crash-run", Tool: "notes.delete", ArgsDigest: "sha256:2"})
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fmt.Printf("STEP %d\n", step)
+	os.Exit(0) // no Close, no outcome: as if the gateway died while the call was upstream
+}
+
+func TestCrashRecovery(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelper$", "-test.count=1")
+	cmd.Env = append(os.Environ(), crashEnv+"="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	_, after, ok := strings.Cut(string(out), "STEP ")
+	if !ok {
+		t.Fatalf("child printed no step:\n%s", out)
+	}
+	step, err := strconv.ParseInt(strings.Fields(after)[0], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, SQLiteFile+"-wal")); err != nil {
+		t.Fatalf("the child should have left its WAL behind: %v", err)
+	}
+
+	s, err := OpenSQLite(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	pend := must[[]Record](t)(s.PendingSteps(ctx, "crash-run"))
+	if len(pend) != 1 || pend[0].Step != step || pend[0].Tool != "notes.delete" || pend[0].ArgsDigest != "sha256:2" {
+		t.Fatalf("pending after the crash: %+v (step %d)", pend, step)
+	}
+	rec := must[[]Record](t)(s.Recover(ctx))
+	if len(rec) != 1 || rec[0].Step != step || rec[0].Status != Uncertain || rec[0].Note != RecoveryNote {
+		t.Fatalf("recovered %+v", rec)
+	}
+	all := must[[]Record](t)(s.Records(ctx, "crash-run", 0, 0))
+	kinds := []string{}
+	for _, r := range all {
+		kinds = append(kinds, fmt.Sprintf("%d:%s/%d%s", r.Seq, r.Kind, r.Step, r.Status))
+	}
+	if got := strings.Join(kinds, " "); got != "1:intent/1 2:outcome/1succeeded 3:intent/3 4:outcome/3uncertain" {
+		t.Fatalf("ledger after recovery: %s", got)
+	}
+	if r := must[Run](t)(s.GetRun(ctx, "crash-run")); r.Actor != "alice" {
+		t.Fatalf("run after the crash: %+v", r)
+	}
+}
+
+// TestReopen: everything written before a clean Close is there after OpenSQLite.
+func TestReopen(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	clock := newFakeClock()
+	s, err := OpenSQLite(dir, clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must[Run](t)(s.CreateRun(ctx, Run{ID: "r", Actor: "a", Gateway: "g"}))
+	step := must[int64](t)(s.RecordIntent(ctx, Intent{Run: "r", Tool: "t"}))
+	must[int64](t)(s.RecordOutcome(ctx, "r", step, StepOutcome{Status: Succeeded, Handle: map[string]any{"id": "x"}}))
+	if ok, _, err := s.ClaimKey(ctx, "k", "r", step); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	req := newRequest("apr-1")
+	req.Quorum = 1
+	must[Approval](t)(s.CreateApproval(ctx, req))
+	must[Approval](t)(s.Decide(ctx, "apr-1", Decision{By: "carol", Roles: []string{"finance"}, Approve: true}))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = OpenSQLite(dir, clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs := must[[]Record](t)(s.Records(ctx, "r", 0, 0))
+	if len(recs) != 2 || recs[1].Handle["id"] != "x" {
+		t.Fatalf("records after reopen %+v", recs)
+	}
+	if ok, h, _ := s.ClaimKey(ctx, "k", "r2", 1); ok || h.Run != "r" || h.Step != step {
+		t.Fatalf("key after reopen: %v %+v", ok, h)
+	}
+	if a := must[Approval](t)(s.GetApproval(ctx, "apr-1")); a.State != ApprovalApproved || len(a.Decisions) != 1 || a.Decisions[0].By != "carol" {
+		t.Fatalf("approval after reopen %+v", a)
+	}
+	if next := must[int64](t)(s.RecordIntent(ctx, Intent{Run: "r", Tool: "t"})); next != 3 {
+		t.Fatalf("sequence continues after reopen: %d", next)
+	}
+}
+
+// BenchmarkSQLiteCall measures journaled calls per second: one RecordIntent (durable) and one
+// RecordOutcome per call, with 1 and 16 concurrent sessions, each in its own run.
+func BenchmarkSQLiteCall(b *testing.B) {
+	for _, sessions := range []int{1, 16} {
+		b.Run(fmt.Sprintf("sessions=%d", sessions), func(b *testing.B) {
+			s, err := OpenSQLite(b.TempDir(), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			runs := make([]string, sessions)
+			for i := range runs {
+				r, err := s.CreateRun(ctx, Run{Actor: "bench"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				runs[i] = r.ID
+			}
+			handle := map[string]any{"id": "ch_123", "amount": 42}
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for i, run := range runs {
+				n := b.N / sessions
+				if i < b.N%sessions {
+					n++
+				}
+				wg.Go(func() {
+					for range n {
+						step, err := s.RecordIntent(ctx, Intent{Run: run, Tool: "crm.create", ArgsDigest: "sha256:abc",
+							Reason: "MCP tools/call crm.create", Mode: "enforce", Decision: "allow"})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if _, err := s.RecordOutcome(ctx, run, step, StepOutcome{Status: Succeeded, CompensationTool: "crm.delete", Handle: handle}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+		})
+	}
+}

@@ -1,0 +1,263 @@
+// Package store is the gateway's durable state: runs, the ledger (intent and outcome of every
+// forwarded call, plus reload and note records), duplicate-call keys and the standalone approval
+// queue. Two implementations share one interface: NewMemory (for tests and throwaway gateways)
+// and OpenSQLite (the default: one SQLite file under the data folder, WAL, synchronous=FULL).
+//
+// Source: DESIGN.md "The call path", seed "MCP gateway" (What happens to a call, Storage,
+// Hot reload), issue 5 (ledger and approval queue in a store, crash safety, duplicate keys).
+//
+// The gateway's order of calls for one forwarded tool call is:
+//
+//	ok, holder, _ := s.ClaimKey(ctx, key, run, 0) // when the manifest declares idempotency
+//	step, _ := s.RecordIntent(ctx, intent)          // durable before the upstream sees the call
+//	... forward ...
+//	s.RecordOutcome(ctx, run, step, outcome)      // completes the step
+//
+// and on start-up s.Recover(ctx) marks every intent that never got an outcome as uncertain.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+)
+
+// Errors. Implementations wrap them (test with errors.Is).
+var (
+	// ErrNotFound: no run, step or approval with that id.
+	ErrNotFound = errors.New("store: not found")
+	// ErrNotOwner: a run may only be continued by the principal that opened it.
+	ErrNotOwner = errors.New("store: the run belongs to another principal")
+	// ErrExists: a run or approval with that id already exists.
+	ErrExists = errors.New("store: already exists")
+	// ErrInvalid: a required field is empty or a value is not one of the allowed ones.
+	ErrInvalid = errors.New("store: invalid value")
+	// ErrCompleted: the step already has an outcome (a step is completed exactly once).
+	ErrCompleted = errors.New("store: the step already has an outcome")
+	// ErrNotPending: the approval request was already decided or has expired.
+	ErrNotPending = errors.New("store: the approval request is not pending")
+	// ErrNotAllowed: the principal may not decide this request (the run's own actor approving,
+	// missing role, or a second decision by the same principal).
+	ErrNotAllowed = errors.New("store: not allowed to decide this request")
+	// ErrNotApproved: Consume on a request that is pending, denied or expired.
+	ErrNotApproved = errors.New("store: the approval request is not approved")
+	// ErrConsumed: Consume on an approval that already let its one retry through.
+	ErrConsumed = errors.New("store: the approval was already used")
+	// ErrMismatch: Consume for a different run, tool or arguments digest than the request's.
+	ErrMismatch = errors.New("store: the call does not match the approval request")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("store: closed")
+)
+
+// GatewayJournal is the Run id of the gateway-level journal: records that belong to no agent
+// session (reloaded, reload_failed, gateway notes) are appended under it. It always exists and
+// is not listed by ListRuns.
+const GatewayJournal = ""
+
+// RunStatus is a run's coarse state as the gateway sees it.
+type RunStatus string
+
+const (
+	RunActive RunStatus = "active" // a session is attached or was recently
+	RunIdle   RunStatus = "idle"   // no session attached
+	RunClosed RunStatus = "closed" // will not be continued
+)
+
+// Run is one agent session (ReversiRun). Times are UTC with nanosecond precision.
+type Run struct {
+	ID           string
+	Actor        string // the principal that opened the run; only it may continue the run
+	Gateway      string // the gateway's name
+	Started      time.Time
+	LastActivity time.Time // updated by ContinueRun and by every record appended to the run
+	Status       RunStatus
+}
+
+// RunFilter selects runs for ListRuns. Empty fields match everything; Limit <= 0 means no limit.
+type RunFilter struct {
+	Actor   string
+	Gateway string
+	Status  RunStatus
+	Limit   int
+}
+
+// Kind is the kind of a ledger record.
+type Kind string
+
+const (
+	KindIntent       Kind = "intent"        // written before forwarding; Step == Seq
+	KindOutcome      Kind = "outcome"       // completes the step Step
+	KindReloaded     Kind = "reloaded"      // a configuration change was loaded
+	KindReloadFailed Kind = "reload_failed" // a configuration failed to load; Note holds the reason
+	KindNote         Kind = "note"          // free text
+)
+
+// Status is the outcome of a step.
+type Status string
+
+const (
+	Succeeded  Status = "succeeded"   // the upstream answered without isError
+	Failed     Status = "failed"      // the upstream answered isError
+	Uncertain  Status = "uncertain"   // transport error, timeout, or no outcome before a crash
+	Blocked    Status = "blocked"     // the gateway refused the call (enforce)
+	WouldBlock Status = "would_block" // a rule was broken in advise/observe; the call ran
+)
+
+// Statuses lists every Status.
+var Statuses = []Status{Succeeded, Failed, Uncertain, Blocked, WouldBlock}
+
+func validStatus(s Status) bool {
+	for _, v := range Statuses {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Intent is what the gateway journals before it forwards a call. The arguments themselves are
+// never stored: ArgsDigest is their digest (e.g. "sha256:<hex>" of the canonical JSON).
+type Intent struct {
+	Run              string // required; GatewayJournal is not accepted
+	Tool             string // required
+	ArgsDigest       string
+	Reason           string // _meta["reversi/reason"] or "MCP tools/call <tool>"
+	IdempotencyKey   string // manifest.DuplicateKey's result, "" when none
+	ManifestVersion  string
+	ManifestChecksum string
+	Mode             string // enforce | advise | observe
+	Decision         string // the engine's decision, e.g. "allow", "block", "would_block"
+}
+
+// StepOutcome completes a step.
+type StepOutcome struct {
+	Status Status // required, one of Statuses
+	Note   string // e.g. "result does not match the tool's output schema: ..."
+	// CompensationTool and Handle come from manifest.PlanStep (Step.Tool, Step.Handle): only
+	// the values the manifest's argument_map names, never the whole arguments or result.
+	// Handle must be JSON-encodable.
+	CompensationTool string
+	Handle           map[string]any
+}
+
+// Event is a record that is not part of a step: KindReloaded, KindReloadFailed or KindNote.
+type Event struct {
+	Run              string // GatewayJournal for gateway-level records
+	Kind             Kind
+	Note             string
+	ManifestVersion  string // for reloaded: the revision now served
+	ManifestChecksum string
+}
+
+// Record is one ledger entry. Seq numbers the records of one run from 1 without gaps. Fields
+// that do not apply to a Kind are empty. An outcome record repeats its intent's Tool.
+type Record struct {
+	Run  string
+	Seq  int64
+	Kind Kind
+	Time time.Time
+	Step int64 // intent: its own Seq; outcome: the intent's Seq; otherwise 0
+
+	Tool             string
+	ArgsDigest       string
+	Reason           string
+	IdempotencyKey   string
+	ManifestVersion  string
+	ManifestChecksum string
+	Mode             string
+	Decision         string
+
+	Status           Status
+	CompensationTool string
+	Handle           map[string]any
+	Note             string
+}
+
+// KeyHolder says which step holds a duplicate-call key. Step is 0 when the key was claimed
+// before the step's intent was written.
+type KeyHolder struct {
+	Key     string
+	Run     string
+	Step    int64
+	Claimed time.Time
+}
+
+// RecoveryNote is the Note of the uncertain outcomes written by Recover.
+const RecoveryNote = "no outcome was journaled before the gateway stopped: the upstream may have acted"
+
+// Store is the gateway's durable state. All methods are safe for concurrent use. Methods that
+// write return only after the write is committed (for SQLite: in the WAL, fsynced).
+type Store interface {
+	// CreateRun opens a run. An empty ID is replaced by a random "run-<hex>" id; Started and
+	// LastActivity are set to now, Status to RunActive. Errors: ErrInvalid (empty Actor),
+	// ErrExists.
+	CreateRun(ctx context.Context, r Run) (Run, error)
+	// GetRun returns one run, ErrNotFound if there is none.
+	GetRun(ctx context.Context, id string) (Run, error)
+	// ListRuns returns runs, newest Started first.
+	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
+	// ContinueRun re-attaches a session to run id: LastActivity becomes now and Status
+	// RunActive. Errors: ErrNotFound, ErrNotOwner when actor is not the run's Actor.
+	ContinueRun(ctx context.Context, id, actor string) (Run, error)
+	// SetRunStatus changes a run's Status. Errors: ErrNotFound, ErrInvalid.
+	SetRunStatus(ctx context.Context, id string, status RunStatus) error
+
+	// RecordIntent appends an intent record and returns its Seq, which is the step number.
+	// It returns only once the record is durable. Errors: ErrInvalid, ErrNotFound (no run).
+	RecordIntent(ctx context.Context, in Intent) (step int64, err error)
+	// RecordOutcome appends the outcome of step and returns the outcome record's Seq.
+	// Errors: ErrInvalid (unknown status or a Handle that is not JSON), ErrNotFound (no such
+	// intent in the run), ErrCompleted (the step already has an outcome).
+	RecordOutcome(ctx context.Context, run string, step int64, o StepOutcome) (seq int64, err error)
+	// AppendEvent appends a reloaded, reload_failed or note record and returns its Seq.
+	// Errors: ErrInvalid (other kinds), ErrNotFound (no run).
+	AppendEvent(ctx context.Context, e Event) (seq int64, err error)
+	// Records returns a run's records with Seq > after, in Seq order, at most limit
+	// (limit <= 0: all).
+	Records(ctx context.Context, run string, after int64, limit int) ([]Record, error)
+	// PendingSteps returns the run's intent records that have no outcome, in Seq order.
+	PendingSteps(ctx context.Context, run string) ([]Record, error)
+	// Recover completes every intent without an outcome, in every run, as Uncertain with
+	// RecoveryNote, and returns the outcome records it wrote. The gateway calls it on start.
+	Recover(ctx context.Context) ([]Record, error)
+
+	// ClaimKey claims a duplicate-call key for (run, step). ok is true when this call took the
+	// key; otherwise holder is the current holder. The claim is atomic (a unique constraint,
+	// not a read then a write): of concurrent claims of one key exactly one wins.
+	ClaimKey(ctx context.Context, key, run string, step int64) (ok bool, holder KeyHolder, err error)
+	// ReleaseKey frees a key (the first call failed or was undone). Releasing a key that is
+	// not held is not an error.
+	ReleaseKey(ctx context.Context, key string) error
+
+	// CreateApproval queues a request. An empty ID is replaced by "apr-<hex>"; Created is set
+	// to now; Quorum < 1 becomes 1. Errors: ErrInvalid (no Tool, Run or Actor; Expires not
+	// after Created; OnTimeout not "", "deny" or "escalate"), ErrExists.
+	CreateApproval(ctx context.Context, req ApprovalRequest) (Approval, error)
+	// GetApproval returns a request with its state as of now (expiry applied). ErrNotFound.
+	GetApproval(ctx context.Context, id string) (Approval, error)
+	// ListApprovals returns requests, oldest first, with expiry applied.
+	ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval, error)
+	// Decide records one principal's decision and returns the request's new state. See
+	// Approval for the rules. Errors: ErrNotFound, ErrNotPending, ErrNotAllowed, ErrInvalid.
+	Decide(ctx context.Context, id string, d Decision) (Approval, error)
+	// Consume lets the one retry of an approved call through: it succeeds once for an
+	// approved request whose Run, Tool and ArgsDigest match. Errors: ErrNotFound,
+	// ErrMismatch, ErrNotApproved, ErrConsumed.
+	Consume(ctx context.Context, id, run, tool, argsDigest string) error
+
+	// Close releases the store. Later calls return ErrClosed.
+	Close() error
+}
+
+// Clock returns the current time; tests replace it.
+type Clock func() time.Time
+
+func newID(prefix string) string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return prefix + hex.EncodeToString(b[:])
+}
