@@ -13,7 +13,8 @@ import (
 //
 // File and Line are empty/zero when the manifest did not come from a file (Validate on a
 // decoded object). Tool is the manifest's `tool` value, or a label such as
-// "manifest #3" when the name itself is missing. Path is the field path inside the
+// "manifest #3" when the name itself is missing (other readers of the same files, such as
+// contract tests, put their object's label there: `case "name"`). Path is the field path inside the
 // manifest ("compensation.argument_map.charge_id", "requires[1]"); empty for the whole
 // manifest.
 type FieldError struct {

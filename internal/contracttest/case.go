@@ -48,35 +48,6 @@ var Fields = []string{"name", "tool", "args", "result", "fail", "after", "expect
 var expectations = []string{"expect_plan", "expect_handle", "expect_verification", "verify_with",
 	"expect_verified", "expect_duplicate"}
 
-// Error is one problem in a case file, with where it is and which case it belongs to.
-type Error struct {
-	File    string
-	Line    int
-	Case    string // `case "<name>"`, or `case #N` (1-based in its file) when the name is unusable
-	Field   string
-	Message string
-}
-
-// Error renders "file:line: case: field: message", leaving out the parts that are unknown.
-func (e *Error) Error() string {
-	var b strings.Builder
-	if e.File != "" {
-		b.WriteString(e.File)
-		if e.Line > 0 {
-			fmt.Fprintf(&b, ":%d", e.Line)
-		}
-		b.WriteString(": ")
-	}
-	for _, s := range []string{e.Case, e.Field} {
-		if s != "" {
-			b.WriteString(s)
-			b.WriteString(": ")
-		}
-	}
-	b.WriteString(e.Message)
-	return b.String()
-}
-
 // Read reads the case files and folders given (folders recursively: *.json, *.yaml, *.yml, in
 // lexical order) strictly, and returns the cases in file order with every problem found.
 // Cases come back only when there are no errors.
@@ -102,7 +73,7 @@ func Decode(docs []manifest.Document) ([]Case, []error) {
 		if c.Name != "" {
 			// Output lines name the case, so two cases with one name could not be told apart.
 			if first, dup := firstByName[c.Name]; dup {
-				errs = append(errs, &Error{File: c.File, Line: docs[i].Line("name"), Case: label(c.Name, c.Index), Field: "name",
+				errs = append(errs, &manifest.FieldError{File: c.File, Line: docs[i].Line("name"), Tool: label(c.Name, c.Index), Path: "name",
 					Message: fmt.Sprintf("duplicate case name: also at %s:%d; give each case its own name", first.File, first.Line)})
 			} else {
 				firstByName[c.Name] = &c
@@ -129,7 +100,7 @@ type caseDecoder struct {
 }
 
 func (d *caseDecoder) add(field, format string, args ...any) {
-	d.errs = append(d.errs, &Error{File: d.doc.File, Line: d.doc.Line(field), Case: d.lbl, Field: field, Message: fmt.Sprintf(format, args...)})
+	d.errs = append(d.errs, &manifest.FieldError{File: d.doc.File, Line: d.doc.Line(field), Tool: d.lbl, Path: field, Message: fmt.Sprintf(format, args...)})
 }
 
 func (d *caseDecoder) has(field string) bool {
