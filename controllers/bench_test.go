@@ -33,12 +33,12 @@ func BenchmarkReconcile5000(b *testing.B) {
 		m.Tool = fmt.Sprintf("svc%04d.create", i)
 		ms = append(ms, &m)
 	}
-	if _, err := registry.New(filepath.Join(repo.Dir, "reg")).Publish(ms, manifest.Approved, registry.WriteOptions{By: "bench", Signer: k.signer}); err != nil {
+	if _, err := registry.New(filepath.Join(repo.Dir, "reg")).Publish(ms, manifest.Approved, registry.WriteOptions{By: "bench", Signer: k.Signer}); err != nil {
 		b.Fatal(err)
 	}
 	repo.Commit("5,000 tools")
 	ns := namespace(b)
-	createSecret(b, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	createSecret(b, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	var peak atomic.Uint64
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {

@@ -71,7 +71,7 @@ func TestRegistryRendersAndFollowsNewCommits(t *testing.T) {
 	ns := namespace(t)
 	k := newKey(t)
 	repo := signedRegistryRepo(t, k)
-	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	create(t, newRegistry(ns, "payments", repo.FileURL(), withKeys("manifest-keys")))
 
 	rev := "main@sha1:" + repo.Rev("HEAD")
@@ -89,7 +89,7 @@ func TestRegistryRendersAndFollowsNewCommits(t *testing.T) {
 	if cm == nil || cm.Annotations[AnnotationRevision] != rev || !metav1.IsControlledBy(cm, reg) {
 		t.Fatalf("ConfigMap %+v", cm)
 	}
-	b, ms := renderedBundle(t, ns, "payments", k.trust)
+	b, ms := renderedBundle(t, ns, "payments", k.Trust)
 	if b.Revision != rev || len(ms) != 3 || reg.Status.Artifact.Digest != b.Digest() {
 		t.Fatalf("rendered %s with %d manifests", b.Revision, len(ms))
 	}
@@ -121,7 +121,7 @@ func TestRegistryRendersAndFollowsNewCommits(t *testing.T) {
 		return ""
 	})
 	t.Logf("new commit rendered %s after requestedAt", time.Since(began).Round(time.Millisecond))
-	_, ms = renderedBundle(t, ns, "payments", k.trust)
+	_, ms = renderedBundle(t, ns, "payments", k.Trust)
 	if ms[2].Tool != "stripe.refund" || ms[2].Owner != "payments-team@example.com" || ms[2].Version != 2 {
 		t.Fatalf("refund %+v", ms[2])
 	}
@@ -178,7 +178,7 @@ func TestBadRevisionsLeaveTheLastGoodRendering(t *testing.T) {
 				publish(t, filepath.Join(repo.Dir, "reg"), k, fixtures(t)...)
 			}
 			repo.CommitSigned("good", sshKey)
-			createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+			createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 			createSecret(t, ns, "commit-keys", map[string][]byte{"ci.sshpub": sshKey.AuthorizedKey})
 			create(t, newRegistry(ns, "reg", repo.FileURL(), func(r *v1alpha1.ManifestRegistry) {
 				mutate(r)
@@ -248,7 +248,7 @@ func TestSourceFailuresAndRetries(t *testing.T) {
 	url := srv.RepoURL(t, repo.Dir)
 	createSecret(t, ns, "wrong", map[string][]byte{"username": []byte("git"), "password": []byte("nope")})
 
-	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	create(t, newRegistry(ns, "wrong-password", url, func(r *v1alpha1.ManifestRegistry) {
 		withKeys("manifest-keys")(r)
 		r.Spec.SecretRef = &v1alpha1.LocalObjectReference{Name: "wrong"}
@@ -289,7 +289,7 @@ func TestUnchangedRevisionSkipsCloneAndKeyRemovalReverifies(t *testing.T) {
 	k := newKey(t)
 	repo := signedRegistryRepo(t, k)
 	srv := sourcetest.ServeHTTP(t, filepath.Dir(repo.Dir), sourcetest.HTTPAuth{})
-	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	create(t, newRegistry(ns, "reg", srv.RepoURL(t, repo.Dir), withKeys("manifest-keys")))
 	rev := "main@sha1:" + repo.Rev("HEAD")
 	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, rev)
@@ -312,7 +312,7 @@ func TestUnchangedRevisionSkipsCloneAndKeyRemovalReverifies(t *testing.T) {
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "manifest-keys"}, &s); err != nil {
 		t.Fatal(err)
 	}
-	s.Data = map[string][]byte{"rotated.pub": other.pub}
+	s.Data = map[string][]byte{"rotated.PublicPEM": other.PublicPEM}
 	if err := k8s.Update(t.Context(), &s); err != nil {
 		t.Fatal(err)
 	}
@@ -340,14 +340,14 @@ func TestShardingAndDeletion(t *testing.T) {
 	}
 	publish(t, filepath.Join(repo.Dir, "reg"), k, ms...)
 	repo.Commit("many tools")
-	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	create(t, newRegistry(ns, "big", repo.FileURL(), withKeys("manifest-keys")))
 	reg := waitReady(t, ns, "big", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
 	shards := reg.Status.Artifact.ConfigMaps
 	if len(shards) < 3 {
 		t.Fatalf("%d shards for ~200 KiB at %d bytes each", len(shards), testShardBytes)
 	}
-	if _, got := renderedBundle(t, ns, "big", k.trust); len(got) != 403 {
+	if _, got := renderedBundle(t, ns, "big", k.Trust); len(got) != 403 {
 		t.Fatalf("%d manifests rendered", len(got))
 	}
 
@@ -399,7 +399,7 @@ func TestBranchResetToAnOldCommitIsRefused(t *testing.T) {
 	refund.Owner = "payments-team@example.com"
 	publish(t, filepath.Join(repo.Dir, "reg"), k, &refund)
 	repo.Commit("refund v2")
-	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	create(t, newRegistry(ns, "reg", repo.FileURL(), withKeys("manifest-keys")))
 	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
 	before := configMap(t, ns, "reg-manifests")
@@ -427,7 +427,7 @@ func TestBranchResetToAnOldCommitIsRefused(t *testing.T) {
 func TestStalledThenSuspended(t *testing.T) {
 	ns := namespace(t)
 	k := newKey(t)
-	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.pub": k.pub})
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	createSecret(t, ns, "ssh", map[string][]byte{"identity": newSSHIdentity(t)})
 	create(t, newRegistry(ns, "reg", "ssh://git@127.0.0.1:1/repo.git", func(r *v1alpha1.ManifestRegistry) {
 		withKeys("manifest-keys")(r)

@@ -22,11 +22,17 @@ import (
 	"github.com/reversi-gitops/reversi/internal/bundle"
 	"github.com/reversi-gitops/reversi/internal/registry"
 	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/internal/signing/signingtest"
 	"github.com/reversi-gitops/reversi/internal/testenv"
 )
 
 // testShardBytes keeps shards small so a few hundred tools span several ConfigMaps.
 const testShardBytes = 64 * 1024
+
+// keyPair is a test signing key.
+type keyPair = signingtest.Key
+
+var newKey = signingtest.NewKey
 
 var (
 	k8s     client.Client
@@ -171,31 +177,6 @@ func renderedBundle(t *testing.T, ns, reg string, trust *signing.TrustSet) (bund
 	return b, ms
 }
 
-// keyPair is a manifest signing key and its trust set and PEM.
-type keyPair struct {
-	signer *signing.Signer
-	trust  *signing.TrustSet
-	pub    []byte
-}
-
-func newKey(t testing.TB) keyPair {
-	t.Helper()
-	prefix := filepath.Join(t.TempDir(), "mf")
-	if _, err := signing.GenerateKeyFiles(prefix); err != nil {
-		t.Fatal(err)
-	}
-	s, _, err := signing.LoadSigner(prefix + ".key")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := os.ReadFile(prefix + ".pub")
-	ts, err := signing.ParseTrustSet(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return keyPair{s, ts, pub}
-}
-
 // fixtures are the seed's three manifests.
 func fixtures(t testing.TB) []*manifest.Manifest {
 	t.Helper()
@@ -210,7 +191,7 @@ func fixtures(t testing.TB) []*manifest.Manifest {
 // publish writes approved versions of ms into the registry folder dir, signed by k.
 func publish(t testing.TB, dir string, k keyPair, ms ...*manifest.Manifest) {
 	t.Helper()
-	if _, err := registry.New(dir).Publish(ms, manifest.Approved, registry.WriteOptions{By: "alice", Signer: k.signer}); err != nil {
+	if _, err := registry.New(dir).Publish(ms, manifest.Approved, registry.WriteOptions{By: "alice", Signer: k.Signer}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -24,7 +24,7 @@ func exportedManifests(t *testing.T, ns string, k keyPair) []*v1alpha1.ToolManif
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "reg")
 	publish(t, dir, k, fixtures(t)...)
-	snap, errs := registry.New(dir).Load(k.trust)
+	snap, errs := registry.New(dir).Load(k.Trust)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -72,7 +72,7 @@ func conditionIs(tm *v1alpha1.ToolManifest, typ string, status metav1.ConditionS
 func TestToolManifestSignatures(t *testing.T) {
 	ns := namespace(t)
 	k := newKey(t)
-	createSecret(t, ns, TrustedKeysSecret, map[string][]byte{"mf.pub": k.pub})
+	createSecret(t, ns, TrustedKeysSecret, map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	tms := exportedManifests(t, ns, k)
 	for _, tm := range tms {
 		create(t, tm)
@@ -126,7 +126,7 @@ func TestToolManifestSignatures(t *testing.T) {
 		t.Fatalf("conditions %+v", got.Status.Conditions)
 	}
 	// Adding the keys Secret later re-verifies at once.
-	createSecret(t, ns2, TrustedKeysSecret, map[string][]byte{"mf.pub": k.pub})
+	createSecret(t, ns2, TrustedKeysSecret, map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	waitToolManifest(t, ns2, plain.Name, func(tm *v1alpha1.ToolManifest) string {
 		return conditionIs(tm, v1alpha1.ConditionSignatureVerified, metav1.ConditionTrue, v1alpha1.ReasonVerified)
 	})
@@ -148,7 +148,7 @@ func TestToolManifestSignatures(t *testing.T) {
 func TestExportAppliesWithKubectl(t *testing.T) {
 	ns := namespace(t)
 	k := newKey(t)
-	createSecret(t, ns, TrustedKeysSecret, map[string][]byte{"mf.pub": k.pub})
+	createSecret(t, ns, TrustedKeysSecret, map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	var yaml bytes.Buffer
 	for _, tm := range exportedManifests(t, "", k) {
 		if err := export.WriteYAML(&yaml, tm); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/internal/registry"
 	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/internal/signing/signingtest"
 )
 
 // signedSnapshot publishes n copies of the seed's read tool (plus the seed's three) as
@@ -17,17 +18,8 @@ import (
 func signedSnapshot(t testing.TB, n int) (*registry.Snapshot, *signing.TrustSet) {
 	t.Helper()
 	dir := t.TempDir()
-	if _, err := signing.GenerateKeyFiles(filepath.Join(dir, "k")); err != nil {
-		t.Fatal(err)
-	}
-	s, _, err := signing.LoadSigner(filepath.Join(dir, "k.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	trust, err := signing.LoadTrustSet(filepath.Join(dir, "k.pub"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := signingtest.NewKey(t)
+	s, trust := k.Signer, k.Trust
 	docs, errs := manifest.ReadPaths("../../test/fixtures/manifests")
 	ms, verrs := manifest.ValidateDocuments(docs)
 	if len(errs)+len(verrs) > 0 {
@@ -134,11 +126,7 @@ func TestVerifyRefusesForgedEntries(t *testing.T) {
 	if _, errs := unsigned.Verify(nil); len(errs) != 0 {
 		t.Fatalf("without trust an unsigned entry is accepted: %v", errs)
 	}
-	otherDir := t.TempDir()
-	if _, err := signing.GenerateKeyFiles(filepath.Join(otherDir, "o")); err != nil {
-		t.Fatal(err)
-	}
-	otherTrust, _ := signing.LoadTrustSet(filepath.Join(otherDir, "o.pub"))
+	otherTrust := signingtest.NewKey(t).Trust
 	if _, errs := b.Verify(otherTrust); len(errs) != 3 {
 		t.Fatalf("untrusted key: %v", errs)
 	}

@@ -27,7 +27,7 @@ func benchRegistry(b *testing.B, n int) (*Registry, keyPair) {
 		comp.Verification, m.Compensation = &ver, &comp
 		ms = append(ms, &m)
 	}
-	o := WriteOptions{By: "alice", Signer: k.signer}
+	o := WriteOptions{By: "alice", Signer: k.Signer}
 	for _, status := range []manifest.Status{manifest.Draft, manifest.Approved, manifest.Approved} {
 		if _, err := r.Publish(ms, status, o); err != nil {
 			b.Fatal(err)
@@ -43,7 +43,7 @@ func BenchmarkLoad5000x3(b *testing.B) {
 	r, k := benchRegistry(b, 5000)
 	b.ResetTimer()
 	for b.Loop() {
-		snap, errs := r.Load(k.trust)
+		snap, errs := r.Load(k.Trust)
 		if len(errs) > 0 || len(snap.Manifests) != 5000 {
 			b.Fatal(len(snap.Manifests), errs)
 		}
@@ -55,7 +55,7 @@ func BenchmarkVerify5000x3(b *testing.B) {
 	r, k := benchRegistry(b, 5000)
 	b.ResetTimer()
 	for b.Loop() {
-		rep, errs := r.Verify(k.trust)
+		rep, errs := r.Verify(k.Trust)
 		if len(errs) > 0 || rep.Versions != 15000 {
 			b.Fatal(rep, errs)
 		}

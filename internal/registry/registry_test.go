@@ -14,33 +14,15 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/internal/signing/signingtest"
 )
 
+// keyPair is a test signing key.
+type keyPair = signingtest.Key
+
+var newKey = signingtest.NewKey
+
 const payments = "../../test/fixtures/manifests"
-
-type keyPair struct {
-	signer *signing.Signer
-	trust  *signing.TrustSet
-	pub    []byte
-}
-
-func newKey(t testing.TB) keyPair {
-	t.Helper()
-	prefix := filepath.Join(t.TempDir(), "k")
-	if _, err := signing.GenerateKeyFiles(prefix); err != nil {
-		t.Fatal(err)
-	}
-	s, _, err := signing.LoadSigner(prefix + ".key")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := os.ReadFile(prefix + ".pub")
-	ts, err := signing.ParseTrustSet(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return keyPair{s, ts, pub}
-}
 
 func loadFixtures(t testing.TB) []*manifest.Manifest {
 	t.Helper()
@@ -57,7 +39,7 @@ func loadFixtures(t testing.TB) []*manifest.Manifest {
 func seedRegistry(t *testing.T, k keyPair) *Registry {
 	t.Helper()
 	r := New(filepath.Join(t.TempDir(), "reg"))
-	alice := WriteOptions{By: "alice", Note: "first draft", Signer: k.signer}
+	alice := WriteOptions{By: "alice", Note: "first draft", Signer: k.Signer}
 	pub, err := r.Publish(loadFixtures(t), "", alice)
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +47,7 @@ func seedRegistry(t *testing.T, k keyPair) *Registry {
 	if len(pub) != 3 || pub[1].Tool != "stripe.create_charge" || pub[1].Version != 1 || pub[1].Status != manifest.Draft {
 		t.Fatalf("published %+v", pub)
 	}
-	bob := WriteOptions{By: "bob", Signer: k.signer}
+	bob := WriteOptions{By: "bob", Signer: k.Signer}
 	for _, tool := range []string{"stripe.create_charge", "stripe.get_charge", "stripe.refund"} {
 		p, err := r.Approve(tool, 0, true, bob)
 		if err != nil {
@@ -81,7 +63,7 @@ func seedRegistry(t *testing.T, k keyPair) *Registry {
 func TestWalkthroughLoadsSignedApprovedVersions(t *testing.T) {
 	k := newKey(t)
 	r := seedRegistry(t, k)
-	snap, errs := r.Load(k.trust)
+	snap, errs := r.Load(k.Trust)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -97,7 +79,7 @@ func TestWalkthroughLoadsSignedApprovedVersions(t *testing.T) {
 	if a == nil || a.Quorum != 2 || a.Roles[0] != "finance" || *a.TimeoutMs != 900000 || a.OnTimeout != "escalate" || a.EscalateTo[0] != "cfo" {
 		t.Fatalf("approval rules lost: %+v", cc.Approval)
 	}
-	rep, errs := r.Verify(k.trust)
+	rep, errs := r.Verify(k.Trust)
 	if len(errs) > 0 || rep.Tools != 3 || rep.Versions != 6 || rep.Signed != 6 {
 		t.Fatalf("verify %+v %v", rep, errs)
 	}
@@ -239,10 +221,10 @@ func indexEntry(m map[string]any, tool string, v int) map[string]any {
 func TestTamperingIsRefusedAndTheLastGoodLoadStays(t *testing.T) {
 	other := newKey(t)
 	cases := []struct {
-		name   string
-		trust  func(k keyPair) *signing.TrustSet
-		tamper func(t *testing.T, r *Registry, k keyPair)
-		want   string
+		name    string
+		trustFn func(k keyPair) *signing.TrustSet
+		tamper  func(t *testing.T, r *Registry, k keyPair)
+		want    string
 	}{
 		{"version file edited after publishing", nil, func(t *testing.T, r *Registry, k keyPair) {
 			editJSON(t, versionFile(t, r, "stripe.create_charge", 2), func(m map[string]any) {
@@ -259,7 +241,7 @@ func TestTamperingIsRefusedAndTheLastGoodLoadStays(t *testing.T) {
 				indexEntry(m, "stripe.refund", 2)["status"] = "deprecated"
 			})
 		}, "index.json disagrees with tools/stripe.refund/v2.json ([status] differ)"},
-		{"signature by an untrusted key", func(keyPair) *signing.TrustSet { return other.trust }, func(*testing.T, *Registry, keyPair) {}, "which is not trusted"},
+		{"signature by an untrusted key", func(keyPair) *signing.TrustSet { return other.Trust }, func(*testing.T, *Registry, keyPair) {}, "which is not trusted"},
 		{"missing signature with a trusted key", nil, func(t *testing.T, r *Registry, k keyPair) {
 			for _, p := range []string{versionFile(t, r, "stripe.refund", 2)} {
 				editJSON(t, p, func(m map[string]any) { delete(m, "signature"); delete(m, "key_id") })
@@ -277,13 +259,13 @@ func TestTamperingIsRefusedAndTheLastGoodLoadStays(t *testing.T) {
 			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { indexEntry(m, "stripe.refund", 2)["signature"] = sig })
 		}, "the signature does not verify with key"},
 		{"key id that does not match the signing key", func(k keyPair) *signing.TrustSet {
-			ts, _ := signing.ParseTrustSet(append(append([]byte{}, k.pub...), other.pub...))
+			ts, _ := signing.ParseTrustSet(append(append([]byte{}, k.PublicPEM...), other.PublicPEM...))
 			return ts
 		}, func(t *testing.T, r *Registry, k keyPair) {
-			set := func(m map[string]any) { m["key_id"] = other.signer.KeyID }
+			set := func(m map[string]any) { m["key_id"] = other.Signer.KeyID }
 			editJSON(t, versionFile(t, r, "stripe.refund", 2), set)
 			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { set(indexEntry(m, "stripe.refund", 2)) })
-		}, "does not verify with key " + other.signer.KeyID},
+		}, "does not verify with key " + other.Signer.KeyID},
 		{"truncated version file", nil, func(t *testing.T, r *Registry, k keyPair) {
 			p := versionFile(t, r, "stripe.get_charge", 2)
 			data, _ := os.ReadFile(p)
@@ -318,14 +300,14 @@ func TestTamperingIsRefusedAndTheLastGoodLoadStays(t *testing.T) {
 			k := newKey(t)
 			r := seedRegistry(t, k)
 			l := &Loader{Registry: r}
-			good, errs := l.Reload(k.trust)
+			good, errs := l.Reload(k.Trust)
 			if len(errs) > 0 || good == nil {
 				t.Fatal(errs)
 			}
 			c.tamper(t, r, k)
-			trust := k.trust
-			if c.trust != nil {
-				trust = c.trust(k)
+			trust := k.Trust
+			if c.trustFn != nil {
+				trust = c.trustFn(k)
 			}
 			if _, errs := r.Verify(trust); !containsErr(errs, c.want) {
 				t.Errorf("verify: want %q in %v", c.want, errs)
@@ -357,7 +339,7 @@ func TestVerifyReportsStrayFiles(t *testing.T) {
 	if err := os.WriteFile(stray, []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, errs := r.Verify(k.trust); !containsErr(errs, "tools/stripe.refund/v9.json: not listed in index.json") {
+	if _, errs := r.Verify(k.Trust); !containsErr(errs, "tools/stripe.refund/v9.json: not listed in index.json") {
 		t.Fatalf("errs %v", errs)
 	}
 	// The writer refuses to overwrite a file it did not list either.
@@ -375,13 +357,13 @@ func TestKeyRotation(t *testing.T) {
 	oldK, newK := newKey(t), newKey(t)
 	r := New(t.TempDir())
 	ms := loadFixtures(t)
-	if _, err := r.Publish(ms, manifest.Approved, WriteOptions{By: "alice", Signer: oldK.signer}); err != nil {
+	if _, err := r.Publish(ms, manifest.Approved, WriteOptions{By: "alice", Signer: oldK.Signer}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Publish(ms[2:], manifest.Approved, WriteOptions{By: "alice", Signer: newK.signer}); err != nil {
+	if _, err := r.Publish(ms[2:], manifest.Approved, WriteOptions{By: "alice", Signer: newK.Signer}); err != nil {
 		t.Fatal(err)
 	}
-	both, err := signing.ParseTrustSet(append(append([]byte{}, oldK.pub...), newK.pub...))
+	both, err := signing.ParseTrustSet(append(append([]byte{}, oldK.PublicPEM...), newK.PublicPEM...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,16 +371,16 @@ func TestKeyRotation(t *testing.T) {
 	if _, errs := l.Reload(both); len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	if _, errs := l.Reload(newK.trust); !containsErr(errs, "signed by key "+oldK.signer.KeyID+", which is not trusted") {
+	if _, errs := l.Reload(newK.Trust); !containsErr(errs, "signed by key "+oldK.Signer.KeyID+", which is not trusted") {
 		t.Fatalf("old key still trusted: %v", errs)
 	}
 	// Re-sign what the old key signed (a rollback publishes it again) and the new key alone suffices.
 	for _, tool := range []string{"stripe.create_charge", "stripe.get_charge"} {
-		if _, err := r.Rollback(tool, 1, WriteOptions{By: "alice", Signer: newK.signer}); err != nil {
+		if _, err := r.Rollback(tool, 1, WriteOptions{By: "alice", Signer: newK.Signer}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, errs := l.Reload(newK.trust); len(errs) > 0 {
+	if _, errs := l.Reload(newK.Trust); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 }
@@ -408,7 +390,7 @@ func TestConcurrentWriters(t *testing.T) {
 	k := newKey(t)
 	r := New(t.TempDir())
 	ms := loadFixtures(t)
-	if _, err := r.Publish(ms, manifest.Approved, WriteOptions{By: "seed", Signer: k.signer}); err != nil {
+	if _, err := r.Publish(ms, manifest.Approved, WriteOptions{By: "seed", Signer: k.Signer}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -418,7 +400,7 @@ func TestConcurrentWriters(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 5; i++ {
-				o := WriteOptions{By: fmt.Sprintf("w%d", w), Note: fmt.Sprintf("w%d-%d", w, i), Signer: k.signer}
+				o := WriteOptions{By: fmt.Sprintf("w%d", w), Note: fmt.Sprintf("w%d-%d", w, i), Signer: k.Signer}
 				if w%2 == 0 {
 					_, err := r.Publish(ms[2:], "", o)
 					errs <- err
@@ -455,7 +437,7 @@ func TestConcurrentWriters(t *testing.T) {
 			}
 		}
 	}
-	rep, verrs := r.Verify(k.trust)
+	rep, verrs := r.Verify(k.Trust)
 	if len(verrs) > 0 || rep.Versions != len(es)+2 {
 		t.Fatalf("verify %+v %v", rep, verrs)
 	}
@@ -466,10 +448,10 @@ func TestSignatureIsBase64OfEd25519(t *testing.T) {
 	r := seedRegistry(t, k)
 	es, _ := r.History("stripe.create_charge")
 	sig, err := base64.StdEncoding.DecodeString(es[1].Signature)
-	if err != nil || len(sig) != 64 || es[1].KeyID != k.signer.KeyID {
+	if err != nil || len(sig) != 64 || es[1].KeyID != k.Signer.KeyID {
 		t.Fatalf("signature %q key %q", es[1].Signature, es[1].KeyID)
 	}
-	if err := k.trust.Verify(es[1].KeyID, sig, signing.Message("stripe.create_charge", 2, es[1].Checksum)); err != nil {
+	if err := k.Trust.Verify(es[1].KeyID, sig, signing.Message("stripe.create_charge", 2, es[1].Checksum)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -477,17 +459,17 @@ func TestSignatureIsBase64OfEd25519(t *testing.T) {
 func TestLoadPath(t *testing.T) {
 	k := newKey(t)
 	r := seedRegistry(t, k)
-	if ms, errs := LoadPath(r.Dir, k.trust); len(errs) > 0 || len(ms) != 3 {
+	if ms, errs := LoadPath(r.Dir, k.Trust); len(errs) > 0 || len(ms) != 3 {
 		t.Fatalf("registry: %d %v", len(ms), errs)
 	}
 	if ms, errs := LoadPath(payments, nil); len(errs) > 0 || len(ms) != 3 {
 		t.Fatalf("plain: %d %v", len(ms), errs)
 	}
-	if _, errs := LoadPath(payments, k.trust); !containsErr(errs, "is not a registry, but a trusted manifest key is set") {
+	if _, errs := LoadPath(payments, k.Trust); !containsErr(errs, "is not a registry, but a trusted manifest key is set") {
 		t.Fatalf("trust on plain files: %v", errs)
 	}
 	editJSON(t, versionFile(t, r, "stripe.refund", 2), func(m map[string]any) { m["note"] = "changed" })
-	if ms, errs := LoadPath(r.Dir, k.trust); ms != nil || !containsErr(errs, "[note] differ") {
+	if ms, errs := LoadPath(r.Dir, k.Trust); ms != nil || !containsErr(errs, "[note] differ") {
 		t.Fatalf("tampered registry: %d %v", len(ms), errs)
 	}
 }
@@ -501,14 +483,14 @@ func TestSpecialCharactersRoundTrip(t *testing.T) {
 	}
 	k := newKey(t)
 	r := New(t.TempDir())
-	if _, err := r.Publish([]*manifest.Manifest{m}, manifest.Approved, WriteOptions{By: "a", Signer: k.signer}); err != nil {
+	if _, err := r.Publish([]*manifest.Manifest{m}, manifest.Approved, WriteOptions{By: "a", Signer: k.Signer}); err != nil {
 		t.Fatal(err)
 	}
-	snap, errs := r.Load(k.trust)
+	snap, errs := r.Load(k.Trust)
 	if len(errs) > 0 || snap.Manifests[0].Description != m.Description {
 		t.Fatalf("%v %+v", errs, snap)
 	}
-	if _, errs := r.Verify(k.trust); len(errs) > 0 {
+	if _, errs := r.Verify(k.Trust); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 }
@@ -584,10 +566,10 @@ func TestIndexEditsAreRefused(t *testing.T) {
 			k := newKey(t)
 			r := seedRegistry(t, k)
 			c.tamper(t, r)
-			if _, errs := r.Load(k.trust); !containsErr(errs, strings.TrimPrefix(c.want, "index.json: ")) {
+			if _, errs := r.Load(k.Trust); !containsErr(errs, strings.TrimPrefix(c.want, "index.json: ")) {
 				t.Errorf("load: want %q in %v", c.want, errs)
 			}
-			if _, errs := r.Verify(k.trust); !containsErr(errs, strings.TrimPrefix(c.want, "index.json: ")) {
+			if _, errs := r.Verify(k.Trust); !containsErr(errs, strings.TrimPrefix(c.want, "index.json: ")) {
 				t.Errorf("verify: want %q in %v", c.want, errs)
 			}
 		})
