@@ -4,11 +4,13 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -25,6 +27,9 @@ type Config struct {
 	// ManifestPublicKey is a PEM bundle of public keys (inline, or a path to a file); every
 	// loaded registry version must be signed by one of them.
 	ManifestPublicKey string `json:"manifest_public_key,omitempty"`
+	// Reload is the hot-reload trigger for manifests, the policy and the manifest public key:
+	// `reload: { watch: false, interval: 10s }`. Absent means watch every 2 s.
+	Reload Reload `json:"reload,omitempty"`
 
 	// Dir is the folder holding the config file; empty when no config was found.
 	Dir string `json:"-"`
@@ -131,3 +136,59 @@ func (c *Config) TrustedKeys() (*signing.TrustSet, error) {
 	}
 	return t, nil
 }
+
+// Reload is `reload:` in reversi.config.yaml: the file watch that re-reads manifests, the policy
+// and the manifest public key while the gateway runs. Source: seed "MCP gateway", Hot reload
+// ("File watch | On by default, polling every 2 s. `reload: { watch: false, interval: 10s }`").
+// Unknown fields are refused with the rest of the file. The zero value means the defaults, so
+// read it through Watching and Every.
+type Reload struct {
+	// Watch turns the polling file watch on or off; nil (absent) means on.
+	Watch *bool `json:"watch,omitempty"`
+	// Interval is how often the watch polls, a Go duration string such as "10s"; zero (absent)
+	// means DefaultReloadInterval. It must be at least MinReloadInterval.
+	Interval Duration `json:"interval,omitempty"`
+}
+
+// DefaultReloadInterval is the polling interval when `reload.interval` is absent (seed: 2 s).
+const DefaultReloadInterval = 2 * time.Second
+
+// MinReloadInterval is the shortest interval accepted: a shorter one would busy-poll the disk.
+// The seed names no minimum; this is the project's choice.
+const MinReloadInterval = 100 * time.Millisecond
+
+// Watching reports whether the file watch is on: `reload.watch`, default true.
+func (r Reload) Watching() bool { return r.Watch == nil || *r.Watch }
+
+// Every returns the polling interval: `reload.interval`, default DefaultReloadInterval.
+func (r Reload) Every() time.Duration {
+	if r.Interval == 0 {
+		return DefaultReloadInterval
+	}
+	return time.Duration(r.Interval)
+}
+
+// Duration is a time.Duration written as a Go duration string ("2s", "1m30s"). Unmarshalling
+// refuses anything else (numbers included, since their unit would be a guess) and intervals
+// shorter than MinReloadInterval.
+type Duration time.Duration
+
+// UnmarshalJSON reads a duration string; the error names the value and the accepted form.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("invalid duration %s: write a duration such as 2s or 1m", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q: write a duration such as 2s or 1m", s)
+	}
+	if v < MinReloadInterval {
+		return fmt.Errorf("invalid duration %q: must be at least %s", s, MinReloadInterval)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration string back.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reversi-gitops/reversi/internal/signing"
 )
@@ -78,5 +79,54 @@ func TestTrustedKeysFromPathInlineAndEnv(t *testing.T) {
 	t.Setenv(TrustedKeysEnv, filepath.Join(dir, "missing.pub"))
 	if _, err := c.TrustedKeys(); err == nil || !strings.Contains(err.Error(), TrustedKeysEnv) {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestReloadDefaultsAndOverrides(t *testing.T) {
+	var zero Config
+	if !zero.Reload.Watching() || zero.Reload.Every() != DefaultReloadInterval || DefaultReloadInterval != 2*time.Second {
+		t.Fatalf("defaults: watch %v every %v", zero.Reload.Watching(), zero.Reload.Every())
+	}
+	for body, want := range map[string]struct {
+		watch bool
+		every time.Duration
+	}{
+		"manifests: m\n": {true, 2 * time.Second},
+		"reload: { watch: false, interval: 10s }\n":  {false, 10 * time.Second},
+		"reload:\n  interval: 1m30s\n":               {true, 90 * time.Second},
+		"reload: { watch: true }\n":                  {true, 2 * time.Second},
+		"manifests: m\nreload:\n  interval: 100ms\n": {true, 100 * time.Millisecond},
+	} {
+		p := filepath.Join(t.TempDir(), FileName)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(p)
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if c.Reload.Watching() != want.watch || c.Reload.Every() != want.every {
+			t.Errorf("%q: watch %v every %v, want %v %v", body, c.Reload.Watching(), c.Reload.Every(), want.watch, want.every)
+		}
+	}
+}
+
+func TestReloadIsStrict(t *testing.T) {
+	for body, want := range map[string]string{
+		"reload: { watch: false, every: 3s }\n":   `unknown field "every"`,
+		"reload: { interval: 10 }\n":              `invalid duration 10`,
+		"reload: { interval: soon }\n":            `invalid duration "soon"`,
+		"reload: { interval: 10ms }\n":            `must be at least 100ms`,
+		"reload: { interval: -1s }\n":             `must be at least 100ms`,
+		"reload: { watch: yes please }\n":         `reload.watch`,
+		"reload: { watch: true, watch: false }\n": `"watch" already set`,
+	} {
+		p := filepath.Join(t.TempDir(), FileName)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(p); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%q: err %v, want %q naming the file", body, err, want)
+		}
 	}
 }

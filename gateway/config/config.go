@@ -1,0 +1,216 @@
+// Package config reads the MCP gateway's own config file, gateway.yaml, and the one-upstream
+// command-line form that replaces it. Source: seed "MCP gateway", Config (the example file, the
+// field table and the notes under it), Endpoints (listen, allowed_hosts, allowed_origins,
+// resource_url, "refuses to listen beyond loopback without authentication"), Console on the
+// gateway's port, and Observe first (modes).
+//
+// Reading is strict: unknown fields are refused at every level, duplicate keys are refused, and
+// every problem is reported at once as a *manifest.FieldError naming the file, the line and the
+// field path ("upstreams[1].headers.Authorization"). The file is parsed with manifest.ParseFile,
+// so YAML and JSON are read exactly as manifests are.
+//
+// The file is read at start only; the seed has it restart to change (Hot reload). Hot reload of
+// manifests is configured in reversi.config.yaml (internal/config, `reload:`).
+package config
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Mode is how the gateway treats a call that breaks a rule. Source: seed "MCP gateway", Modes.
+type Mode string
+
+// The modes. ModeAuto (no `mode:` and no `--mode`) is decided at start by EffectiveMode.
+const (
+	ModeAuto    Mode = ""
+	ModeEnforce Mode = "enforce"
+	ModeAdvise  Mode = "advise"
+	ModeObserve Mode = "observe"
+)
+
+// EffectiveMode resolves ModeAuto: an explicit mode always wins; without one the gateway runs in
+// observe when no manifests loaded and enforce otherwise. Source: seed "MCP gateway", Observe
+// first.
+func (g *Gateway) EffectiveMode(manifestsLoaded bool) Mode {
+	switch {
+	case g.Mode != ModeAuto:
+		return g.Mode
+	case manifestsLoaded:
+		return ModeEnforce
+	}
+	return ModeObserve
+}
+
+// Values of `unclassified_reads`. Source: seed "MCP gateway", Modes.
+const (
+	UnclassifiedBlock   = "block"
+	UnclassifiedObserve = "observe"
+)
+
+// Console modes. Source: seed "MCP gateway", Console on the gateway's port.
+const (
+	ConsoleOff   = "off"
+	ConsoleOpen  = "open"
+	ConsoleLogin = "login"
+)
+
+// Defaults from the seed's field table.
+const (
+	DefaultActor       = "mcp-client"
+	DefaultListenHost  = "127.0.0.1"
+	DefaultConsoleRole = "operator"
+)
+
+// Gateway is gateway.yaml. Every field of the seed's table is here; the comments give each
+// default as Load fills it in.
+type Gateway struct {
+	// File is the path the config was read from (empty for FromFlags); Dir is its folder.
+	File string
+	// Dir is the folder relative paths (auth.keys, an upstream's cwd) are resolved against by
+	// Resolve; empty when the config did not come from a file.
+	Dir string
+
+	// Mode is enforce, advise or observe; ModeAuto ("") when absent (see EffectiveMode).
+	Mode Mode
+	// UnclassifiedReads is block (default) or observe.
+	UnclassifiedReads string
+	// ValidateSchemas checks calls against the upstream's schemas; default true.
+	ValidateSchemas bool
+	// Console is the console on the gateway's port; default mode off.
+	Console Console
+	// Actor is the principal of unauthenticated sessions; default mcp-client.
+	Actor string
+	// Permissions is the scope of every session; nil means every permission in the manifests.
+	Permissions []string
+	// Upstreams are the MCP servers fronted; at least one.
+	Upstreams []Upstream
+	// Allow and Deny are tool-name globs in path.Match syntax; empty means no rule.
+	Allow, Deny []string
+	// Listen is the HTTP address; nil means MCP over stdio.
+	Listen *Listen
+	// ResourceURL is the public URL for OAuth protected-resource metadata; empty means derived.
+	ResourceURL string
+	// Auth holds the API key file and OIDC settings; zero means no authentication.
+	Auth Auth
+	// AllowedHosts are the Host header values accepted; nil means derived (loopback only when
+	// bound to loopback).
+	AllowedHosts []string
+	// AllowedOrigins are the Origin header values accepted; nil means none.
+	AllowedOrigins []string
+}
+
+// Console is `console:`. Mode is off (default), open or login; Role applies to open mode only
+// and defaults to operator there (auditor, approver or operator; never admin).
+type Console struct {
+	Mode string
+	Role string
+}
+
+// Upstream is one entry of `upstreams:`. Exactly one of Command (stdio) or URL (Streamable
+// HTTP) is set. Args, Env and Headers hold the values after ${NAME} expansion.
+//
+// A stdio upstream does not inherit the gateway's environment: Env is all the process gets
+// (seed: "A stdio upstream does not inherit the gateway's environment, only what you list").
+type Upstream struct {
+	// Name matches ^[A-Za-z0-9_-]+$ and is unique; it prefixes tool names when Namespace is set.
+	Name string
+	// Command, Args, Env and Cwd describe a stdio upstream. Cwd is as written; see Resolve.
+	Command string
+	Args    []string
+	Env     map[string]string
+	Cwd     string
+	// URL (http or https) and Headers describe a Streamable HTTP upstream.
+	URL     string
+	Headers map[string]string
+	// Namespace exposes tools as <name>.<tool>; default true.
+	Namespace bool
+}
+
+// Stdio reports whether the upstream is a command rather than a URL.
+func (u *Upstream) Stdio() bool { return u.Command != "" }
+
+// Listen is `listen:`: host (default 127.0.0.1) and port (1 to 65535, required).
+type Listen struct {
+	Host string
+	Port int
+}
+
+// Address is host:port for net.Listen.
+func (l *Listen) Address() string {
+	return net.JoinHostPort(l.Host, strconv.Itoa(l.Port))
+}
+
+// Loopback reports whether the listen host is a loopback address or "localhost".
+func (l *Listen) Loopback() bool { return IsLoopbackHost(l.Host) }
+
+// IsLoopbackHost reports whether host is "localhost" (any case, optionally with a trailing dot)
+// or a loopback IP address such as 127.0.0.1 or ::1. Any other name counts as non-loopback,
+// since it could resolve anywhere.
+func IsLoopbackHost(host string) bool {
+	h := strings.TrimSuffix(strings.ToLower(host), ".")
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// Auth is `auth:`. Keys is the API key file (as written; see Resolve); OIDC is nil when absent.
+type Auth struct {
+	Keys string
+	OIDC *OIDC
+}
+
+// Enabled reports whether any authentication is configured.
+func (a Auth) Enabled() bool { return a.Keys != "" || a.OIDC != nil }
+
+// OIDC is `auth.oidc:`. Issuer and Audience are required; RoleMap maps a token's role claim
+// values to Reversi roles; RoleClaim, ActorClaim and JWKSURI are optional (empty means the
+// gateway's default).
+type OIDC struct {
+	Issuer     string
+	Audience   string
+	RoleMap    map[string]string
+	RoleClaim  string
+	ActorClaim string
+	JWKSURI    string
+}
+
+// Resolve makes a path from the config relative to the config file's folder; absolute paths,
+// empty paths and configs not read from a file are returned unchanged.
+func (g *Gateway) Resolve(p string) string {
+	if p == "" || filepath.IsAbs(p) || g.Dir == "" {
+		return p
+	}
+	return filepath.Join(g.Dir, p)
+}
+
+// defaults returns a Gateway with the seed's defaults filled in.
+func defaults() *Gateway {
+	return &Gateway{
+		UnclassifiedReads: UnclassifiedBlock,
+		ValidateSchemas:   true,
+		Console:           Console{Mode: ConsoleOff},
+		Actor:             DefaultActor,
+	}
+}
+
+// LookupFunc looks up an environment variable, as os.LookupEnv does.
+type LookupFunc func(name string) (string, bool)
+
+// Load reads gateway.yaml at path with the process environment for ${NAME} expansion. See
+// LoadEnv.
+func Load(path string) (*Gateway, []error) { return LoadEnv(path, os.LookupEnv) }
+
+// LoadEnv reads the file at path and calls Parse. A file that cannot be read is one error.
+func LoadEnv(path string, lookup LookupFunc) (*Gateway, []error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, []error{err}
+	}
+	return Parse(path, data, lookup)
+}
