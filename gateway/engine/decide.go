@@ -1,0 +1,345 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/gateway/store"
+)
+
+// Action is what the gateway does with a call.
+type Action string
+
+const (
+	Allow         Action = "allow"          // forward it (possibly with violations, in advise/observe)
+	Block         Action = "block"          // return isError with BlockedText()
+	NeedsApproval Action = "needs_approval" // blocked until an approver decides ApprovalID
+)
+
+// Call is one `tools/call` as the engine sees it.
+type Call struct {
+	Run   string
+	Actor string
+	Tool  string
+	Args  map[string]any // nil is treated as {}
+	// Permissions overrides the engine's session scope for this session (e.g. capped by an
+	// API key's max_permissions); nil uses the engine's.
+	Permissions []string
+}
+
+// Decision is the engine's verdict on one call. Source: seed "MCP gateway", Modes and What
+// happens to a call.
+type Decision struct {
+	Action Action
+	// Mode is the mode the call was decided in: the engine's, or Observe for a shadow run.
+	Mode Mode
+	// Run is the run to journal under: the call's, or `<run>-reads` for an unclassified read
+	// let through by unclassified_reads: observe (Shadow true).
+	Run    string
+	Shadow bool
+	// Unclassified: the tool has no manifest.
+	Unclassified bool
+	Manifest     *manifest.Manifest // nil when unclassified
+	// Violations are the broken rules, in the order checked. In enforce mode checking stops
+	// at the first one; in advise and observe every check runs.
+	Violations []string
+	// Reason is the violations joined with "; " (the text after "Blocked by Reversi: " or
+	// the advisory prefix); for NeedsApproval, the approval text.
+	Reason string
+	// WouldBlock: the call runs although it broke a rule (advise, observe); journal it as
+	// would_block.
+	WouldBlock bool
+	// Advisory is the extra text block of advise mode, "" otherwise.
+	Advisory string
+	// Notes are journaled with the call (deprecation, unclassified, unchecked schema).
+	Notes []string
+	// ApprovalRequired: the manifest requires approval; Approval holds its rules (nil for
+	// `always`). ApprovalID is the request the call waits for (NeedsApproval) or the one it
+	// consumed (Allow).
+	ApprovalRequired bool
+	Approval         *manifest.ApprovalRules
+	ApprovalID       string
+	// ArgsDigest is "sha256:<hex>" of the arguments' canonical JSON (ledger and approvals).
+	ArgsDigest string
+	// Timeout is the manifest's timeout_ms (0: none). Retry is the manifest's retry, only for
+	// read_only and idempotent tools (seed: Timeout and retry).
+	Timeout time.Duration
+	Retry   *manifest.Retry
+	// Key is the rendered duplicate-call key ("" when the manifest declares none). KeyClaimed
+	// says this call holds it: release it with Store.ReleaseKey when the call fails.
+	Key        string
+	KeyClaimed bool
+}
+
+// BlockedText is the text of the isError result: `Blocked by Reversi: <reason>`.
+func (d Decision) BlockedText() string { return BlockedPrefix + d.Reason }
+
+// JournalDecision is the Intent.Decision word: allow, block, needs_approval or would_block.
+func (d Decision) JournalDecision() string {
+	if d.Action == Allow && d.WouldBlock {
+		return string(store.WouldBlock)
+	}
+	return string(d.Action)
+}
+
+// ArgsDigest is "sha256:" and the hex SHA-256 of the arguments' canonical JSON (nil is {}).
+func ArgsDigest(args map[string]any) (string, error) {
+	if args == nil {
+		args = map[string]any{}
+	}
+	b, err := CanonicalSchemaJSON(args)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// NoManifestText is the violation of a tool without a manifest in enforce mode.
+func NoManifestText(tool string) string {
+	return "there is no manifest for " + tool + ": a tool without a manifest is blocked in enforce mode"
+}
+
+// ScopeText is the violation of a permission outside the session's scope.
+func ScopeText(tool, permission string) string {
+	return fmt.Sprintf("%s needs the permission %s, which is outside this session's scope", tool, permission)
+}
+
+// DuplicateText is the violation of a held duplicate-call key (seed "Tool manifests",
+// Duplicate calls: "the second is refused while the first still stands").
+func DuplicateText(tool string, h store.KeyHolder) string {
+	return fmt.Sprintf("duplicate call: an earlier call of %s with the same key still stands (run %s, step %d)", tool, h.Run, h.Step)
+}
+
+// decider accumulates one decision.
+type decider struct {
+	e *Engine
+	d Decision
+}
+
+// violate records a broken rule and reports whether checking stops (enforce mode).
+func (x *decider) violate(text string) (stop bool) {
+	x.d.Violations = append(x.d.Violations, text)
+	return x.d.Mode == Enforce
+}
+
+// Decide decides one call, in the seed's order: manifest, draft, deprecation note, scope,
+// requires, input schema, schema drift, allow/deny, approval, duplicate-call key. It writes to
+// the Store only for the approval (consume or queue a request, enforce mode) and to claim the
+// duplicate-call key (only when the call will run).
+func (e *Engine) Decide(ctx context.Context, c Call) Decision {
+	x := &decider{e: e, d: Decision{Mode: e.mode, Run: c.Run}}
+	x.decide(ctx, c)
+	return x.finish()
+}
+
+func (x *decider) decide(ctx context.Context, c Call) {
+	e, d := x.e, &x.d
+	args := c.Args
+	if args == nil {
+		args = map[string]any{}
+	}
+	if digest, err := ArgsDigest(args); err == nil {
+		d.ArgsDigest = digest
+	} else if x.violate("the arguments are not JSON: " + err.Error()) {
+		return
+	}
+	up := e.tools[c.Tool]
+
+	// 1. Manifest and lifecycle.
+	m := e.manifests[c.Tool]
+	d.Manifest = m
+	if m == nil {
+		d.Unclassified = true
+		switch {
+		case e.mode != Enforce:
+			d.Notes = append(d.Notes, UnclassifiedNote)
+		case e.reads == ReadsObserve && up != nil && up.ReadOnlyHint:
+			d.Mode, d.Shadow, d.Run = Observe, true, c.Run+ShadowRunSuffix
+			d.Notes = append(d.Notes, UnclassifiedReadNote)
+		default:
+			if x.violate(NoManifestText(c.Tool)) {
+				return
+			}
+		}
+	} else {
+		if err := manifest.CheckStatus(m); err != nil && x.violate(err.Error()) {
+			return
+		}
+		if n := manifest.Note(m); n != "" {
+			d.Notes = append(d.Notes, n)
+		}
+		if m.TimeoutMs != nil {
+			d.Timeout = time.Duration(*m.TimeoutMs) * time.Millisecond
+		}
+		if m.Retry != nil && m.Effect.Retryable() {
+			r := *m.Retry
+			d.Retry = &r
+		}
+		// 2. Scope.
+		inScope := e.scope[m.Permission]
+		if c.Permissions != nil {
+			inScope = slices.Contains(c.Permissions, m.Permission)
+		}
+		if !inScope && x.violate(ScopeText(c.Tool, m.Permission)) {
+			return
+		}
+		// 3. Requires.
+		succeeded := func(tool string) bool { return e.succeeded != nil && e.succeeded(ctx, c.Run, tool) }
+		if err := manifest.CheckRequires(m, succeeded); err != nil && x.violate(err.Error()) {
+			return
+		}
+	}
+
+	// 4. Input schema.
+	if e.validate && up != nil && up.InputSchema != nil {
+		if up.inputErr != nil {
+			d.Notes = append(d.Notes, "the tool's input schema could not be compiled, so the arguments were not checked: "+up.inputErr.Error())
+		} else if p := checkValue(up.input, args); p != "" && x.violate(InputSchemaPrefix+p) {
+			return
+		}
+	}
+	// 5. Schema drift.
+	if m != nil && m.SchemaHash != "" && up != nil && up.inputHash != "" && !hashMatches(m.SchemaHash, up.inputHash) {
+		if x.violate(SchemaDriftText) {
+			return
+		}
+	}
+	// 6. Allow and deny.
+	if text, ok := e.allowDeny(c.Tool); !ok && x.violate(text) {
+		return
+	}
+	if m == nil {
+		return
+	}
+	// 7. Approval.
+	if m.Approval.Required {
+		d.ApprovalRequired, d.Approval = true, m.Approval.Rules
+		if d.Mode != Enforce {
+			x.violate("approval required: " + c.Tool + " needs a person's approval")
+		} else if len(d.Violations) == 0 {
+			if !x.approval(ctx, c, m) {
+				return
+			}
+		}
+	}
+	// 8. Duplicate-call key.
+	key, err := manifest.DuplicateKey(m, args, c.Run, c.Actor)
+	if err != nil {
+		x.violate(err.Error())
+		return
+	}
+	if key == "" {
+		return
+	}
+	d.Key = key
+	if d.Mode == Enforce && len(d.Violations) > 0 {
+		return // the call will not run: claim nothing
+	}
+	ok, holder, err := e.store.ClaimKey(ctx, key, c.Run, 0)
+	switch {
+	case err != nil:
+		x.violate("the duplicate-call key could not be checked: " + err.Error())
+	case !ok:
+		x.violate(DuplicateText(c.Tool, holder))
+	default:
+		d.KeyClaimed = true
+	}
+}
+
+// approval handles a call that needs approval in enforce mode: an approved, unused request
+// for the same run, tool and arguments lets it through (consumed); a pending one keeps it
+// waiting; a denied or expired one blocks it; otherwise a request is queued. It reports
+// whether checking continues.
+func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bool {
+	e, d := x.e, &x.d
+	list, err := e.store.ListApprovals(ctx, store.ApprovalFilter{Run: c.Run})
+	if err != nil {
+		x.violate("the approval queue could not be read: " + err.Error())
+		return false
+	}
+	var latest *store.Approval
+	for i := range list { // oldest first: prefer an approved, unused request
+		a := &list[i]
+		if a.Tool != c.Tool || a.ArgsDigest != d.ArgsDigest {
+			continue
+		}
+		if a.State == store.ApprovalApproved && a.Consumed.IsZero() {
+			err := e.store.Consume(ctx, a.ID, c.Run, c.Tool, d.ArgsDigest)
+			if err == nil {
+				d.ApprovalID = a.ID
+				return true
+			}
+			if !errors.Is(err, store.ErrConsumed) {
+				x.violate("the approval could not be used: " + err.Error())
+				return false
+			}
+			continue
+		}
+		latest = a
+	}
+	if latest != nil {
+		switch latest.State {
+		case store.ApprovalPending:
+			d.Action, d.ApprovalID = NeedsApproval, latest.ID
+			d.Reason = PendingApprovalText(c.Tool, latest.ID)
+			return false
+		case store.ApprovalDenied, store.ApprovalExpired:
+			x.violate(fmt.Sprintf("approval %s for this call was %s", latest.ID, latest.State))
+			return false
+		}
+	}
+	req := store.ApprovalRequest{Tool: c.Tool, ArgsDigest: d.ArgsDigest, Run: c.Run, Actor: c.Actor,
+		Reason: c.Tool + " requires approval (manifest)"}
+	timeout := DefaultApprovalTimeout
+	if r := m.Approval.Rules; r != nil {
+		req.Roles, req.Quorum, req.OnTimeout = r.Roles, r.Quorum, r.OnTimeout
+		req.EscalateTo = r.EscalateTo
+		if r.TimeoutMs != nil && *r.TimeoutMs > 0 {
+			timeout = time.Duration(*r.TimeoutMs) * time.Millisecond
+		}
+	}
+	req.Expires = e.now().Add(timeout)
+	a, err := e.store.CreateApproval(ctx, req)
+	if err != nil {
+		x.violate("the approval request could not be queued: " + err.Error())
+		return false
+	}
+	d.Action, d.ApprovalID = NeedsApproval, a.ID
+	d.Reason = PendingApprovalText(c.Tool, a.ID)
+	return false
+}
+
+// PendingApprovalText is the reason of a NeedsApproval decision.
+func PendingApprovalText(tool, id string) string {
+	return fmt.Sprintf("%s requires approval: request %s is waiting for an approver; retry the same call once it is approved", tool, id)
+}
+
+// finish applies the mode to the violations.
+func (x *decider) finish() Decision {
+	d := x.d
+	if d.Action == NeedsApproval {
+		return d
+	}
+	if len(d.Violations) == 0 {
+		d.Action = Allow
+		return d
+	}
+	d.Reason = strings.Join(d.Violations, "; ")
+	if d.Mode == Enforce {
+		d.Action = Block
+		return d
+	}
+	d.Action, d.WouldBlock = Allow, true
+	if d.Mode == Advise {
+		d.Advisory = AdvisoryPrefix + d.Reason
+	}
+	return d
+}
