@@ -521,3 +521,46 @@ func yamlErrorLine(err error) int {
 	}
 	return line
 }
+
+// ReadFS reads every *.json, *.yaml and *.yml file under dir in fsys (recursively, in
+// lexical order; hidden entries skipped), as ReadPaths does for a folder on disk. Files are
+// named prefix + their path in messages. A symbolic link is an error, never followed: fsys may
+// hold another party's files (a git commit).
+func ReadFS(fsys fs.FS, dir, prefix string) ([]Document, []error) {
+	var docs []Document
+	var errs []error
+	_ = fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
+		shown := prefix + p
+		if err != nil {
+			errs = append(errs, &FieldError{File: shown, Message: err.Error()})
+			return nil
+		}
+		if p != dir && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() || !hasManifestExtension(p) {
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			errs = append(errs, &FieldError{File: shown, Message: "a link is not read: replace it with the file"})
+			return nil
+		}
+		if info, err := d.Info(); err == nil && info.Size() > MaxFileBytes {
+			errs = append(errs, &FieldError{File: shown, Message: fmt.Sprintf("%d bytes, more than %d: split it into several files", info.Size(), MaxFileBytes)})
+			return nil
+		}
+		data, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			errs = append(errs, &FieldError{File: shown, Message: err.Error()})
+			return nil
+		}
+		d2, perrs := ParseFile(shown, data)
+		docs = append(docs, d2...)
+		errs = append(errs, perrs...)
+		return nil
+	})
+	return docs, errs
+}

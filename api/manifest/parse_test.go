@@ -2,11 +2,13 @@ package manifest
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"testing/fstest"
 )
 
 func writeFile(t *testing.T, dir, name, body string) string {
@@ -289,5 +291,23 @@ func TestReadPathsRefusesHugeFiles(t *testing.T) {
 	docs, errs := ReadPaths(dir)
 	if len(docs) != 0 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "split it into several files") {
 		t.Fatalf("docs %d errs %v", len(docs), errs)
+	}
+}
+
+func TestReadFS(t *testing.T) {
+	fsys := fstest.MapFS{
+		"reg/a.yaml":         {Data: []byte("{tool: a, effect: read_only, permission: p}\n")},
+		"reg/sub/b.json":     {Data: []byte(`{"tool": "b", "effect": "read_only", "permission": "p"}`)},
+		"reg/.hidden/c.yaml": {Data: []byte("not: read\n")},
+		"reg/link.yaml":      {Data: []byte("a.yaml"), Mode: fs.ModeSymlink},
+		"reg/bad.yaml":       {Data: []byte("tool: x\ntool: y\n")},
+		"other/d.yaml":       {Data: []byte("{tool: d}\n")},
+	}
+	docs, errs := ReadFS(fsys, "reg", "repo/")
+	if len(docs) != 3 || docs[0].File != "repo/reg/a.yaml" || docs[2].File != "repo/reg/sub/b.json" {
+		t.Fatalf("docs %+v", docs)
+	}
+	if len(errs) != 2 || !strings.Contains(errs[0].Error(), "repo/reg/bad.yaml:2:") || errs[1].Error() != "repo/reg/link.yaml: a link is not read: replace it with the file" {
+		t.Fatalf("errs %v", errs)
 	}
 }

@@ -68,7 +68,7 @@ type Snapshot struct {
 //
 // full also checks that the stored manifest is in canonical form (Verify's audit); loads skip
 // it, since the checksum already binds the bytes that are interpreted.
-func (r *Registry) readVersion(root *os.Root, tool string, want Entry, trust *signing.TrustSet, full bool) (*Version, error) {
+func (r *Registry) readVersion(fsys fs.FS, tool string, want Entry, trust *signing.TrustSet, full bool) (*Version, error) {
 	rel, err := versionPath(tool, want.Version)
 	if err != nil {
 		return nil, &Problem{File: IndexFile, Tool: tool, Message: err.Error() + ": index.json was edited; restore it"}
@@ -76,7 +76,7 @@ func (r *Registry) readVersion(root *os.Root, tool string, want Entry, trust *si
 	bad := func(format string, args ...any) error {
 		return &Problem{File: rel, Tool: tool, Version: want.Version, Message: fmt.Sprintf(format, args...)}
 	}
-	data, err := root.ReadFile(rel)
+	data, err := fs.ReadFile(fsys, rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, bad("the version file is missing: restore it from version control")
 	}
@@ -210,11 +210,11 @@ func checkEntries(tool string, es []Entry) error {
 // has only a draft reports no manifest"). It returns the snapshot of the tools that passed and
 // every problem; callers that enforce must treat any problem as a failed load (see Loader).
 func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
-	idx, root, errs := r.open(trust)
+	idx, fsys, closeFS, errs := r.open(trust)
 	if idx == nil {
 		return nil, errs
 	}
-	defer root.Close()
+	defer closeFS()
 
 	type job struct {
 		tool      string
@@ -244,7 +244,7 @@ func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
 		if jobs[i].draftOnly {
 			t = nil // a draft is not loaded, so its signature does not gate the load
 		}
-		versions[i], verrs[i] = r.readVersion(root, jobs[i].tool, jobs[i].entry, t, false)
+		versions[i], verrs[i] = r.readVersion(fsys, jobs[i].tool, jobs[i].entry, t, false)
 	})
 	snap := &Snapshot{Entries: map[string]Entry{}, Canonical: map[string][]byte{}}
 	set := make([]*manifest.Manifest, 0, len(jobs))
@@ -294,11 +294,11 @@ type VerifyReport struct {
 // agreement with index.json and, with trust, the signature. It returns every problem.
 func (r *Registry) Verify(trust *signing.TrustSet) (VerifyReport, []error) {
 	var rep VerifyReport
-	idx, root, errs := r.open(trust)
+	idx, fsys, closeFS, errs := r.open(trust)
 	if idx == nil {
 		return rep, errs
 	}
-	defer root.Close()
+	defer closeFS()
 	type job struct {
 		tool  string
 		entry Entry
@@ -317,7 +317,7 @@ func (r *Registry) Verify(trust *signing.TrustSet) (VerifyReport, []error) {
 	}
 	verrs := make([]error, len(jobs))
 	parallel(len(jobs), func(i int) {
-		_, verrs[i] = r.readVersion(root, jobs[i].tool, jobs[i].entry, trust, true)
+		_, verrs[i] = r.readVersion(fsys, jobs[i].tool, jobs[i].entry, trust, true)
 	})
 	for i, j := range jobs {
 		rep.Versions++
@@ -335,13 +335,13 @@ func (r *Registry) Verify(trust *signing.TrustSet) (VerifyReport, []error) {
 // audits alike (fail closed): with trust the index's signature; that it lists at least one
 // tool; that every version file is listed (a version dropped from the index is not silently
 // skipped). idx is nil when nothing more can be read; the caller closes root.
-func (r *Registry) open(trust *signing.TrustSet) (idx *Index, root *os.Root, errs []error) {
+func (r *Registry) open(trust *signing.TrustSet) (idx *Index, fsys fs.FS, closeFS func(), errs []error) {
 	idx, err := r.readIndex(false)
 	if err != nil {
-		return nil, nil, []error{err}
+		return nil, nil, nil, []error{err}
 	}
-	if root, err = os.OpenRoot(r.Dir); err != nil {
-		return nil, nil, []error{err}
+	if fsys, closeFS, err = r.files(); err != nil {
+		return nil, nil, nil, []error{err}
 	}
 	if err := idx.verify(trust); err != nil {
 		errs = append(errs, &Problem{File: IndexFile, Message: err.Error()})
@@ -349,12 +349,25 @@ func (r *Registry) open(trust *signing.TrustSet) (idx *Index, root *os.Root, err
 	if len(idx.Tools) == 0 {
 		errs = append(errs, &Problem{File: IndexFile, Message: "lists no tools: a registry that enforces nothing is refused; restore index.json or publish manifests"})
 	}
-	return idx, root, append(errs, r.strayFiles(root, idx)...)
+	return idx, fsys, closeFS, append(errs, r.strayFiles(fsys, idx)...)
+}
+
+// files is the registry's files for reading: the FS given to NewFS, or the folder opened as
+// an os.Root, so that no path or link inside can lead a read out of it.
+func (r *Registry) files() (fs.FS, func(), error) {
+	if r.fsys != nil {
+		return r.fsys, func() {}, nil
+	}
+	root, err := os.OpenRoot(r.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return root.FS(), func() { root.Close() }, nil
 }
 
 // strayFiles reports version files that index.json does not list (written outside the
 // workflow, or left by an index edit).
-func (r *Registry) strayFiles(root *os.Root, idx *Index) []error {
+func (r *Registry) strayFiles(fsys fs.FS, idx *Index) []error {
 	listed := map[string]bool{}
 	for tool, es := range idx.Tools {
 		for _, e := range es {
@@ -364,7 +377,7 @@ func (r *Registry) strayFiles(root *os.Root, idx *Index) []error {
 		}
 	}
 	var errs []error
-	_ = fs.WalkDir(root.FS(), "tools", func(p string, d fs.DirEntry, err error) error {
+	_ = fs.WalkDir(fsys, "tools", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || filepath.Ext(p) != ".json" {
 			return nil
 		}

@@ -136,16 +136,28 @@ type VersionFile struct {
 
 // Registry is a registry folder.
 type Registry struct {
-	// Dir is the registry folder.
+	// Dir is the registry folder (for NewFS, the name used in messages).
 	Dir string
+	// fsys, when set, is where the registry is read from (read-only).
+	fsys fs.FS
 }
 
 // New returns the registry at dir. The folder need not exist yet (publish creates it).
 func New(dir string) *Registry { return &Registry{Dir: dir} }
 
+// NewFS returns a read-only registry held in fsys (e.g. a git commit's files, read from the
+// objects); name is what messages call it. Writers refuse it.
+func NewFS(name string, fsys fs.FS) *Registry { return &Registry{Dir: name, fsys: fsys} }
+
 // IsRegistry reports whether dir holds a registry (an index.json).
 func IsRegistry(dir string) bool {
 	fi, err := os.Stat(filepath.Join(dir, IndexFile))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// IsRegistryFS reports whether fsys holds a registry at its root.
+func IsRegistryFS(fsys fs.FS) bool {
+	fi, err := fs.Stat(fsys, IndexFile)
 	return err == nil && fi.Mode().IsRegular()
 }
 
@@ -176,7 +188,13 @@ func versionPath(tool string, version int) (string, error) {
 // writer about to create it; readers get an error (a registry never loads as empty by
 // accident).
 func (r *Registry) readIndex(creating bool) (*Index, error) {
-	data, err := os.ReadFile(filepath.Join(r.Dir, IndexFile))
+	var data []byte
+	var err error
+	if r.fsys != nil {
+		data, err = fs.ReadFile(r.fsys, IndexFile)
+	} else {
+		data, err = os.ReadFile(filepath.Join(r.Dir, IndexFile))
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		if creating {
 			return &Index{Format: Format, Tools: map[string][]Entry{}}, nil

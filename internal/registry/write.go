@@ -41,6 +41,9 @@ const lockFile = ".lock"
 // files with writeVersion and the index is then replaced atomically. Version files are written
 // before the index that lists them, so a reader never sees a listed version without its file.
 func (r *Registry) update(o WriteOptions, fn func(idx *Index) error) error {
+	if r.fsys != nil {
+		return errors.New("this registry is read-only (opened with NewFS)")
+	}
 	if err := os.MkdirAll(r.Dir, 0o755); err != nil {
 		return err
 	}
@@ -163,17 +166,17 @@ func (r *Registry) checkSet(idx *Index, ms []*manifest.Manifest) error {
 	for _, m := range ms {
 		incoming[m.Tool] = true
 	}
-	root, err := os.OpenRoot(r.Dir)
+	fsys, closeFS, err := r.files()
 	if err != nil {
 		return err
 	}
-	defer root.Close()
+	defer closeFS()
 	for _, tool := range idx.tools() {
 		es := idx.Tools[tool]
 		if incoming[tool] || len(es) == 0 {
 			continue
 		}
-		v, err := r.readVersion(root, tool, es[len(es)-1], nil, false)
+		v, err := r.readVersion(fsys, tool, es[len(es)-1], nil, false)
 		if err != nil {
 			return err
 		}
@@ -215,12 +218,12 @@ func (r *Registry) latest(idx *Index, tool string, version int, statuses ...mani
 		}
 		return nil, fmt.Errorf("%s has no %v version", tool, statuses)
 	}
-	root, err := os.OpenRoot(r.Dir)
+	fsys, closeFS, err := r.files()
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
-	return r.readVersion(root, tool, *pick, nil, false)
+	defer closeFS()
+	return r.readVersion(fsys, tool, *pick, nil, false)
 }
 
 // Approve promotes a draft (the newest version when it is a draft, or version) to a new
