@@ -1,0 +1,539 @@
+// Package proxy is the MCP gateway's proxy: it connects to the upstream MCP servers (stdio or
+// Streamable HTTP), offers their tools under the exposed names, and runs every `tools/call`
+// through the call path: session = run, engine decision, durable intent, forward, outcome
+// with the compensation handle. Both sides use modelcontextprotocol/go-sdk.
+//
+// Source: DESIGN.md "The call path (gateway)"; seed "MCP gateway"
+// (../shared/seeds/003_0ebd38203277749f.txt): Observe first, Modes, What happens to a call,
+// Config (upstreams, namespacing, allow/deny), Timeout and retry; issue 5.
+//
+// Not here yet (see issue 5): hot reload, the reversi.* tools, the tools/list cache and
+// list_changed refresh, /readyz and /metrics, authentication.
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/gateway/config"
+	"github.com/reversi-gitops/reversi/gateway/engine"
+	"github.com/reversi-gitops/reversi/gateway/store"
+)
+
+// Version is the gateway's MCP implementation version.
+const Version = "0.1.0"
+
+// Name is the gateway's name in runs and in the MCP handshake.
+const Name = "reversi-gateway"
+
+// ReasonMeta is the `_meta` key a client may send the reason of a call in (seed: What happens
+// to a call). RunIDHeader continues a run over HTTP.
+const (
+	ReasonMeta  = "reversi/reason"
+	RunIDHeader = "Reversi-Run-Id"
+)
+
+// Options are what a Gateway is built from.
+type Options struct {
+	// Config is the gateway config (config.Load, or config.FromFlags). Required.
+	Config *config.Gateway
+	// Manifests are the loaded manifests (none: the automatic observe mode applies).
+	Manifests []*manifest.Manifest
+	// Store holds runs, the ledger and the approval queue. Required; the Gateway does not
+	// close it.
+	Store store.Store
+	// RunID continues (or opens, with that id) a run for the stdio session: --run-id.
+	RunID string
+	// Stdin and Stdout carry MCP in stdio mode; nil means the process's own.
+	Stdin  io.Reader
+	Stdout io.Writer
+	// Stderr receives the banner, the auto-observe message and the upstreams' stderr; nil
+	// discards them.
+	Stderr io.Writer
+}
+
+// Gateway fronts the upstreams. Build it with New; Close it when done.
+type Gateway struct {
+	cfg       *config.Gateway
+	store     store.Store
+	engine    *engine.Holder
+	upstreams []*upstream
+	routes    map[string]*route
+	server    *mcp.Server
+	stderr    io.Writer
+	stdin     io.Reader
+	stdout    io.Writer
+	runID     string
+
+	mu   sync.Mutex
+	runs map[*mcp.ServerSession]string
+
+	sums sync.Map // *manifest.Manifest -> checksum string
+}
+
+// New connects to every upstream, lists and names their tools, builds the engine, prints the
+// auto-observe message (when it applies) and the classification banner on Stderr, and builds
+// the MCP server. Two upstreams exposing one name is an error.
+func New(ctx context.Context, o Options) (*Gateway, error) {
+	if o.Config == nil || o.Store == nil {
+		return nil, errors.New("proxy: a config and a store are required")
+	}
+	if len(o.Config.Upstreams) == 0 {
+		return nil, errors.New("proxy: no upstreams")
+	}
+	stderr := o.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	// The upstreams' stderr copiers and the gateway write to it concurrently.
+	stderr = &lockedWriter{w: stderr}
+	g := &Gateway{cfg: o.Config, store: o.Store, routes: map[string]*route{}, stderr: stderr,
+		stdin: o.Stdin, stdout: o.Stdout, runID: o.RunID, runs: map[*mcp.ServerSession]string{}}
+	var etools []engine.Tool
+	for _, u := range o.Config.Upstreams {
+		up, tools, err := connect(ctx, o.Config, u, stderr)
+		if err != nil {
+			_ = g.Close()
+			return nil, err
+		}
+		g.upstreams = append(g.upstreams, up)
+		for _, t := range tools {
+			name := exposedName(u, t.Name)
+			if prev, dup := g.routes[name]; dup {
+				_ = g.Close()
+				return nil, fmt.Errorf("tool name clash: %s is exposed by upstreams %s and %s; set namespace: true on one of them", name, prev.up.name, u.Name)
+			}
+			if err := objectSchema(t.InputSchema); err != nil {
+				_ = g.Close()
+				return nil, fmt.Errorf("upstream %s: tool %s: %w", u.Name, t.Name, err)
+			}
+			exposed := *t
+			exposed.Name = name
+			g.routes[name] = &route{up: up, name: t.Name, tool: &exposed}
+			et := engine.Tool{Name: name, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema}
+			if a := t.Annotations; a != nil {
+				et.ReadOnlyHint = a.ReadOnlyHint
+				et.DestructiveHint = a.DestructiveHint != nil && *a.DestructiveHint
+			}
+			etools = append(etools, et)
+		}
+	}
+	validate := o.Config.ValidateSchemas
+	e, err := engine.New(engine.Config{
+		Manifests:         o.Manifests,
+		Mode:              engine.Mode(o.Config.Mode),
+		UnclassifiedReads: engine.UnclassifiedReads(o.Config.UnclassifiedReads),
+		Permissions:       o.Config.Permissions,
+		Allow:             o.Config.Allow,
+		Deny:              o.Config.Deny,
+		ValidateSchemas:   &validate,
+		Tools:             etools,
+		Store:             o.Store,
+		Succeeded:         g.succeeded,
+	})
+	if err != nil {
+		_ = g.Close()
+		return nil, err
+	}
+	g.engine = engine.NewHolder(e)
+	if e.AutoObserve() {
+		fmt.Fprintln(stderr, engine.AutoObserveMessage)
+	}
+	fmt.Fprintln(stderr, e.Banner())
+
+	g.server = mcp.NewServer(&mcp.Implementation{Name: Name, Version: Version}, nil)
+	for _, r := range g.routes {
+		// Server.AddTool (not the generic mcp.AddTool): the raw handler gets the arguments
+		// unvalidated, so the engine is the only one to judge them.
+		g.server.AddTool(r.tool, g.handle)
+	}
+	g.server.AddReceivingMiddleware(g.filterList)
+	return g, nil
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// objectSchema checks that an upstream input schema is a JSON object of type "object", which
+// the MCP server side requires.
+func objectSchema(s any) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("input schema is not JSON: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m["type"] != "object" {
+		return errors.New(`input schema is not an object schema of type "object"`)
+	}
+	return nil
+}
+
+// Server is the MCP server the agent talks to (for in-process transports and tests).
+func (g *Gateway) Server() *mcp.Server { return g.server }
+
+// Engine is the engine currently deciding calls.
+func (g *Gateway) Engine() *engine.Engine { return g.engine.Load() }
+
+// Close disconnects every upstream (stopping stdio upstreams).
+func (g *Gateway) Close() error {
+	var errs []error
+	for _, u := range g.upstreams {
+		if err := u.session.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("upstream %s: %w", u.name, err))
+		}
+	}
+	g.upstreams = nil
+	return errors.Join(errs...)
+}
+
+// filterList drops the tools allow/deny refuse from tools/list (calls to them are still
+// decided, and journaled as blocked).
+func (g *Gateway) filterList(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		if method != "tools/list" || err != nil {
+			return res, err
+		}
+		lr, ok := res.(*mcp.ListToolsResult)
+		if !ok {
+			return res, err
+		}
+		e := g.engine.Load()
+		kept := make([]*mcp.Tool, 0, len(lr.Tools))
+		for _, t := range lr.Tools {
+			if e.Listed(t.Name) {
+				kept = append(kept, t)
+			}
+		}
+		out := *lr
+		out.Tools = kept
+		return &out, nil
+	}
+}
+
+// succeeded reports whether tool succeeded earlier in run (manifest `requires`).
+func (g *Gateway) succeeded(ctx context.Context, run, tool string) bool {
+	recs, err := g.store.Records(ctx, run, 0, 0)
+	if err != nil {
+		return false
+	}
+	for _, r := range recs {
+		if r.Kind == store.KindOutcome && r.Tool == tool && r.Status == store.Succeeded {
+			return true
+		}
+	}
+	return false
+}
+
+// runFor returns the run of a session: one session is one run. The first call of a session
+// opens it, or continues the run named by --run-id (stdio) or the Reversi-Run-Id header
+// (HTTP); only the run's actor may continue it.
+func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string, error) {
+	ss := req.Session
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if id, ok := g.runs[ss]; ok {
+		return id, nil
+	}
+	id := g.runID
+	if req.Extra != nil && req.Extra.Header != nil {
+		if h := req.Extra.Header.Get(RunIDHeader); h != "" {
+			id = h
+		}
+	}
+	actor := g.cfg.Actor
+	var run store.Run
+	var err error
+	if id != "" {
+		run, err = g.store.ContinueRun(ctx, id, actor)
+		if errors.Is(err, store.ErrNotFound) {
+			run, err = g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: Name})
+		}
+	} else {
+		run, err = g.store.CreateRun(ctx, store.Run{Actor: actor, Gateway: Name})
+	}
+	if err != nil {
+		return "", err
+	}
+	g.runs[ss] = run.ID
+	if ss != nil {
+		go func() {
+			_ = ss.Wait()
+			g.mu.Lock()
+			delete(g.runs, ss)
+			g.mu.Unlock()
+			_ = g.store.SetRunStatus(context.Background(), run.ID, store.RunIdle)
+		}()
+	}
+	return run.ID, nil
+}
+
+// ensureRun opens a shadow run (`<run>-reads`) the first time it is used.
+func (g *Gateway) ensureRun(ctx context.Context, id string) error {
+	if _, err := g.store.GetRun(ctx, id); err == nil {
+		return nil
+	}
+	_, err := g.store.CreateRun(ctx, store.Run{ID: id, Actor: g.cfg.Actor, Gateway: Name})
+	if errors.Is(err, store.ErrExists) {
+		return nil
+	}
+	return err
+}
+
+// checksum is the manifest's checksum, computed once per manifest.
+func (g *Gateway) checksum(m *manifest.Manifest) string {
+	if v, ok := g.sums.Load(m); ok {
+		return v.(string)
+	}
+	sum, err := manifest.Checksum(m)
+	if err != nil {
+		return ""
+	}
+	g.sums.Store(m, sum)
+	return sum
+}
+
+// textResult is an isError result with one text block.
+func textResult(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// warn writes a journaling problem on stderr.
+func (g *Gateway) warn(format string, args ...any) {
+	fmt.Fprintf(g.stderr, "reversi-gateway: "+format+"\n", args...)
+}
+
+// handle is the call path of one tools/call.
+func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name := req.Params.Name
+	r := g.routes[name]
+	reason := "MCP tools/call " + name
+	if s, ok := req.Params.Meta[ReasonMeta].(string); ok && strings.TrimSpace(s) != "" {
+		reason = s
+	}
+	run, err := g.runFor(ctx, req)
+	if err != nil {
+		return textResult(engine.BlockedPrefix + "the run could not be opened: " + err.Error()), nil
+	}
+	var args map[string]any
+	if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &args); err != nil {
+			text := "the arguments are not a JSON object: " + err.Error()
+			g.journalBlocked(ctx, store.Intent{Run: run, Tool: name, Reason: reason, Decision: string(engine.Block),
+				Mode: string(g.engine.Load().Mode())}, text)
+			return textResult(engine.BlockedPrefix + text), nil
+		}
+	}
+	e := g.engine.Load()
+	d := e.Decide(ctx, engine.Call{Run: run, Actor: g.cfg.Actor, Tool: name, Args: args})
+	if d.Shadow {
+		if err := g.ensureRun(ctx, d.Run); err != nil {
+			g.releaseKey(ctx, d)
+			return textResult(engine.BlockedPrefix + "the shadow run could not be opened: " + err.Error()), nil
+		}
+	}
+	in := store.Intent{Run: d.Run, Tool: name, ArgsDigest: d.ArgsDigest, Reason: reason, IdempotencyKey: d.Key,
+		Mode: string(d.Mode), Decision: d.JournalDecision()}
+	if m := d.Manifest; m != nil {
+		in.ManifestVersion = fmt.Sprint(m.Version)
+		in.ManifestChecksum = g.checksum(m)
+	}
+	if d.Action != engine.Allow {
+		g.journalBlocked(ctx, in, d.Reason)
+		return textResult(d.BlockedText()), nil
+	}
+	// Write-ahead: the intent is durable before the upstream sees the call.
+	step, err := g.store.RecordIntent(ctx, in)
+	if err != nil {
+		g.releaseKey(ctx, d)
+		return textResult(engine.BlockedPrefix + "the call could not be journaled, so it was not forwarded: " + err.Error()), nil
+	}
+	if r == nil { // cannot happen: the server only dispatches registered tools
+		g.releaseKey(ctx, d)
+		g.outcome(ctx, d.Run, step, store.StepOutcome{Status: store.Failed, Note: "no upstream exposes " + name})
+		return textResult("no upstream exposes " + name), nil
+	}
+	res, ferr := g.forward(ctx, r, req.Params.Arguments, d)
+
+	out := store.StepOutcome{}
+	notes := append([]string(nil), d.Notes...)
+	if d.WouldBlock {
+		notes = append(notes, "would_block: "+d.Reason)
+	}
+	var result any
+	switch {
+	case ferr != nil:
+		out.Status = store.Uncertain
+		notes = append(notes, "the upstream did not answer: "+ferr.Error())
+	case res.IsError:
+		out.Status = store.Failed
+	default:
+		out.Status = store.Succeeded
+		note, ok := e.CheckResult(name, res.StructuredContent)
+		if note != "" {
+			notes = append(notes, note)
+		}
+		if ok {
+			result = resultValue(res)
+		} else {
+			// Clients that validate would discard the whole result: drop only the part that
+			// breaks the advertised schema.
+			c := *res
+			c.StructuredContent = nil
+			res = &c
+		}
+	}
+	if m := d.Manifest; m != nil {
+		ps := manifest.PlanStep(m, manifest.Outcome(out.Status), anyArgs(args), result)
+		switch ps.Action {
+		case manifest.PlanCompensate:
+			out.CompensationTool, out.Handle = ps.Tool, ps.Handle
+		case manifest.PlanUnrecoverable:
+			out.CompensationTool = ps.Tool
+			notes = append(notes, "unrecoverable: no value for "+strings.Join(ps.Missing, ", "))
+		}
+	}
+	out.Note = strings.Join(notes, "; ")
+	if out.Status == store.Failed { // uncertain keeps the key: the upstream may have acted
+		g.releaseKey(ctx, d)
+	}
+	g.outcome(ctx, d.Run, step, out)
+
+	if ferr != nil {
+		return textResult(fmt.Sprintf("Reversi: the call to %s did not complete (%v); its outcome is uncertain: the upstream may have acted", name, ferr)), nil
+	}
+	if d.Advisory != "" {
+		c := *res
+		c.Content = append(append([]mcp.Content(nil), res.Content...), &mcp.TextContent{Text: d.Advisory})
+		res = &c
+	}
+	return res, nil
+}
+
+// anyArgs is the arguments for $args references: a call without arguments resolves against {}.
+func anyArgs(args map[string]any) any {
+	if args == nil {
+		return map[string]any{}
+	}
+	return args
+}
+
+// resultValue is the result compensation arguments resolve `$result` against:
+// structuredContent, or a single text block holding JSON; nil otherwise.
+func resultValue(res *mcp.CallToolResult) any {
+	if res.StructuredContent != nil {
+		b, err := json.Marshal(res.StructuredContent)
+		if err == nil {
+			var v any
+			if json.Unmarshal(b, &v) == nil {
+				return v
+			}
+		}
+		return nil
+	}
+	if len(res.Content) != 1 {
+		return nil
+	}
+	t, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		return nil
+	}
+	var v any
+	if json.Unmarshal([]byte(t.Text), &v) != nil {
+		return nil
+	}
+	return v
+}
+
+// forward sends the call to its upstream with the decision's timeout, retrying (read_only and
+// idempotent tools only, as the engine decided) with exponential backoff.
+func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d engine.Decision) (*mcp.CallToolResult, error) {
+	attempts, base, max := 1, 200*time.Millisecond, 5*time.Second
+	if d.Retry != nil {
+		attempts = 3
+		if d.Retry.Attempts > 0 {
+			attempts = d.Retry.Attempts
+		}
+		if d.Retry.BaseMs > 0 {
+			base = time.Duration(d.Retry.BaseMs) * time.Millisecond
+		}
+		if d.Retry.MaxMs > 0 {
+			max = time.Duration(d.Retry.MaxMs) * time.Millisecond
+		}
+	}
+	params := &mcp.CallToolParams{Name: r.name}
+	if len(raw) > 0 {
+		params.Arguments = raw
+	}
+	var res *mcp.CallToolResult
+	var err error
+	wait := base
+	for i := 0; i < attempts; i++ {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, max)
+		}
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if d.Timeout > 0 {
+			cctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		}
+		res, err = r.up.session.CallTool(cctx, params)
+		if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("timed out after %s: %w", d.Timeout, err)
+		}
+		cancel()
+		if err == nil && !res.IsError {
+			return res, nil
+		}
+	}
+	return res, err
+}
+
+// journalBlocked writes the intent of a call the gateway refused and its blocked outcome.
+func (g *Gateway) journalBlocked(ctx context.Context, in store.Intent, reason string) {
+	step, err := g.store.RecordIntent(ctx, in)
+	if err != nil {
+		g.warn("journal %s (blocked): %v", in.Tool, err)
+		return
+	}
+	g.outcome(ctx, in.Run, step, store.StepOutcome{Status: store.Blocked, Note: reason})
+}
+
+func (g *Gateway) outcome(ctx context.Context, run string, step int64, o store.StepOutcome) {
+	// The outcome is journaled even if the client went away mid-call.
+	if _, err := g.store.RecordOutcome(context.WithoutCancel(ctx), run, step, o); err != nil {
+		g.warn("journal outcome of step %d in run %s: %v", step, run, err)
+	}
+}
+
+// releaseKey frees the duplicate-call key a call holds when it did not succeed.
+func (g *Gateway) releaseKey(ctx context.Context, d engine.Decision) {
+	if !d.KeyClaimed {
+		return
+	}
+	if err := g.store.ReleaseKey(context.WithoutCancel(ctx), d.Key); err != nil {
+		g.warn("release duplicate-call key %s: %v", d.Key, err)
+	}
+}

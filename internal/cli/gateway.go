@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/gateway/config"
+	"github.com/reversi-gitops/reversi/gateway/proxy"
+	"github.com/reversi-gitops/reversi/gateway/store"
+	projconfig "github.com/reversi-gitops/reversi/internal/config"
+)
+
+func init() { register(newGatewayCmd) }
+
+// ManifestsEnv names the environment variable that names the gateway's manifests (seed "MCP
+// gateway", Observe first).
+const ManifestsEnv = "REVERSI_MANIFESTS"
+
+// DefaultDataDir is the gateway's data folder when --data is not given.
+const DefaultDataDir = ".reversi"
+
+func newGatewayCmd() *cobra.Command {
+	var (
+		cfgFile, manifests, data, storeKind, runID string
+		flags                                      config.Flags
+	)
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the MCP gateway (also installed as reversi-gateway)",
+		Long: "Fronts one or more upstream MCP servers: every tools/call is decided by the manifests\n" +
+			"and journaled (intent before forwarding, then the outcome). Speaks MCP on stdio, or\n" +
+			"Streamable HTTP on loopback when gateway.yaml sets listen. The same program runs as\n" +
+			"reversi-gateway.\n\n" +
+			"  reversi gateway --upstream-cmd npx --upstream-arg -y --upstream-arg my-mcp-server\n" +
+			"  reversi gateway --config gateway.yaml --manifests ./manifests",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var g *config.Gateway
+			if cfgFile != "" {
+				file, errs := config.Load(cfgFile)
+				if len(errs) > 0 {
+					return errors.Join(errs...)
+				}
+				merged, err := config.Merge(file, flags)
+				if err != nil {
+					return err
+				}
+				g = merged
+			} else {
+				fg, err := config.FromFlags(flags)
+				if err != nil {
+					return err
+				}
+				g = fg
+			}
+			ms, err := gatewayManifests(manifests)
+			if err != nil {
+				return err
+			}
+			var st store.Store
+			switch storeKind {
+			case "memory":
+				st = store.NewMemory(nil)
+			case "sqlite":
+				s, err := store.OpenSQLite(data, nil)
+				if err != nil {
+					return err
+				}
+				st = s
+			default:
+				return fmt.Errorf("--store %q: use sqlite or memory", storeKind)
+			}
+			defer st.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if recovered, err := st.Recover(ctx); err != nil {
+				return err
+			} else if len(recovered) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "reversi-gateway: %d call(s) had no outcome journaled before the last stop; marked uncertain\n", len(recovered))
+			}
+			gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: ms, Store: st, RunID: runID,
+				Stdin: stdin(cmd), Stdout: stdout(cmd), Stderr: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			defer gw.Close()
+			err = gw.Serve(ctx)
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfgFile, "config", "", "gateway.yaml (upstreams, mode, allow/deny, listen, ...)")
+	f.StringVar(&manifests, "manifests", "", "manifest file, folder or registry (default: $"+ManifestsEnv+", manifests: in reversi.config.yaml, or ./manifests)")
+	f.StringVar(&data, "data", DefaultDataDir, "data folder of the sqlite store")
+	f.StringVar(&storeKind, "store", "sqlite", "sqlite or memory")
+	f.StringVar(&flags.UpstreamCmd, "upstream-cmd", "", "command of one stdio upstream (without --config)")
+	f.StringArrayVar(&flags.UpstreamArgs, "upstream-arg", nil, "argument of --upstream-cmd (repeatable)")
+	f.StringVar(&flags.UpstreamURL, "upstream-url", "", "Streamable HTTP URL of one upstream (without --config)")
+	f.StringVar(&flags.Mode, "mode", "", "enforce, advise or observe (default: observe without manifests, enforce with)")
+	f.StringVar(&flags.Actor, "actor", "", "principal of the session's run (default mcp-client)")
+	f.StringVar(&runID, "run-id", "", "continue this run (stdio)")
+	return cmd
+}
+
+// gatewayManifests loads the gateway's manifests: --manifests, $REVERSI_MANIFESTS, manifests:
+// in reversi.config.yaml, or ./manifests if that folder exists. None is not an error: the
+// gateway then starts in observe mode unless a mode is set.
+func gatewayManifests(flag string) ([]*manifest.Manifest, error) {
+	p := flag
+	if p == "" {
+		p = os.Getenv(ManifestsEnv)
+	}
+	if p == "" {
+		c, err := projconfig.Find()
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case strings.Contains(c.Manifests, "://"):
+			return nil, fmt.Errorf("manifests: %s: remote registries are not supported yet; clone the registry and name its folder", c.Manifests)
+		case c.Manifests != "":
+			p = c.Resolve(c.Manifests)
+		default:
+			if fi, err := os.Stat("manifests"); err == nil && fi.IsDir() {
+				p = filepath.Clean("manifests")
+			}
+		}
+	}
+	if p == "" {
+		return nil, nil
+	}
+	ms, errs := LoadManifests(p)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return ms, nil
+}
+
+// stdin and stdout are the command's streams for MCP over stdio; nil (the process's own) when
+// they were not replaced, so the SDK's stdio transport is used.
+func stdin(cmd *cobra.Command) io.Reader {
+	if r := cmd.InOrStdin(); r != os.Stdin {
+		return r
+	}
+	return nil
+}
+
+func stdout(cmd *cobra.Command) io.Writer {
+	if w := cmd.OutOrStdout(); w != os.Stdout {
+		return w
+	}
+	return nil
+}
