@@ -30,12 +30,33 @@ const SQLiteFile = "reversi-gateway.db"
 // they are serialised in the process and never meet SQLITE_BUSY from each other; reads use a
 // separate pool of read-only connections and do not wait for writers (WAL readers see the last
 // committed state).
+//
+// Group commit: every write is a request to one writer goroutine, which owns the write
+// connection. It takes the request and every other request already waiting (up to
+// maxWriteBatch), runs each in its own SAVEPOINT inside ONE transaction (a request that fails
+// rolls back only itself and gets its own error), commits once (one fsync for the batch) and
+// only then answers each caller. No call returns success before its write is committed, so the
+// durability above is unchanged; concurrent sessions share the fsync instead of queueing for it.
 type SQLite struct {
 	w, r   *sql.DB
 	path   string
 	now    Clock
 	closed atomic.Bool
+
+	queue     chan *writeReq // unbuffered: a request is handed over only when the writer takes it
+	stop      chan struct{}  // closed by Close
+	writerEnd chan struct{}  // closed when the writer goroutine has returned
 }
+
+// writeReq is one write waiting for the writer goroutine.
+type writeReq struct {
+	ctx  context.Context
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	done chan error // buffered (1): the writer never blocks on an answer
+}
+
+// maxWriteBatch bounds how many requests share one transaction.
+const maxWriteBatch = 256
 
 var _ Store = (*SQLite)(nil)
 
@@ -146,7 +167,10 @@ func OpenSQLite(dir string, clock Clock) (*SQLite, error) {
 	}
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
-	return &SQLite{w: w, r: r, path: path, now: clock}, nil
+	s := &SQLite{w: w, r: r, path: path, now: clock,
+		queue: make(chan *writeReq), stop: make(chan struct{}), writerEnd: make(chan struct{})}
+	go s.writer()
+	return s, nil
 }
 
 // Path returns the database file's path.
@@ -158,6 +182,8 @@ func (s *SQLite) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	close(s.stop)
+	<-s.writerEnd // the batch in hand is committed (or rolled back) and answered
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
@@ -168,23 +194,126 @@ func (s *SQLite) check() error {
 	return nil
 }
 
-// write runs fn in one IMMEDIATE transaction on the writer connection and commits it.
-func (s *SQLite) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+// write hands fn to the writer goroutine and waits for the answer. fn runs in its own
+// SAVEPOINT inside the writer's current transaction; write returns nil only after that
+// transaction is committed. fn gets a context without ctx's cancellation (so a caller giving up
+// cannot interrupt a statement on the shared connection); a request whose ctx is done before
+// the writer reaches it is not run and returns ctx's error. Once the writer has taken a request,
+// write waits for the commit whatever ctx does, so its answer always matches what is on disk.
+func (s *SQLite) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("store: begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: commit: %w", err)
+	req := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case s.queue <- req:
+	case <-s.stop:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return nil
+	return <-req.done
+}
+
+// writer owns the write connection: it runs waiting requests in batches until Close.
+func (s *SQLite) writer() {
+	defer close(s.writerEnd)
+	batch := make([]*writeReq, 0, maxWriteBatch)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case req := <-s.queue:
+			batch = append(batch[:0], req)
+		}
+	gather:
+		for len(batch) < maxWriteBatch {
+			select {
+			case req := <-s.queue:
+				batch = append(batch, req)
+			default:
+				break gather
+			}
+		}
+		s.commitBatch(batch)
+		clear(batch)
+	}
+}
+
+// commitBatch runs batch in one IMMEDIATE transaction, each request in a SAVEPOINT, commits
+// and answers every request. If the transaction itself fails (begin, savepoint bookkeeping or
+// commit), nothing in it is committed and every request that had succeeded gets that error.
+func (s *SQLite) commitBatch(batch []*writeReq) {
+	bg := context.Background()
+	errs := make([]error, len(batch))
+	answer := func() {
+		for i, req := range batch {
+			req.done <- errs[i]
+		}
+	}
+	fail := func(err error) {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		answer()
+	}
+	tx, err := s.w.BeginTx(bg, nil)
+	if err != nil {
+		fail(fmt.Errorf("store: begin: %w", err))
+		return
+	}
+	if len(batch) == 1 {
+		// alone in its transaction: no savepoint needed, a failure rolls back the transaction
+		req := batch[0]
+		if errs[0] = req.ctx.Err(); errs[0] == nil {
+			errs[0] = req.fn(context.WithoutCancel(req.ctx), tx)
+		}
+		if errs[0] != nil {
+			tx.Rollback()
+			answer()
+			return
+		}
+		if err := tx.Commit(); err != nil {
+			errs[0] = fmt.Errorf("store: commit: %w", err)
+		}
+		answer()
+		return
+	}
+	for i, req := range batch {
+		if err := req.ctx.Err(); err != nil {
+			errs[i] = err // not run: nothing of it is written
+			continue
+		}
+		if _, err := tx.ExecContext(bg, `SAVEPOINT req`); err != nil {
+			tx.Rollback()
+			fail(fmt.Errorf("store: savepoint: %w", err))
+			return
+		}
+		if errs[i] = req.fn(context.WithoutCancel(req.ctx), tx); errs[i] != nil {
+			if _, err := tx.ExecContext(bg, `ROLLBACK TO req`); err != nil {
+				// SQLite may have rolled the whole transaction back (e.g. disk full):
+				// nothing of the batch stands.
+				tx.Rollback()
+				fail(fmt.Errorf("store: rollback to savepoint: %w", err))
+				return
+			}
+		}
+		if _, err := tx.ExecContext(bg, `RELEASE req`); err != nil {
+			tx.Rollback()
+			fail(fmt.Errorf("store: release savepoint: %w", err))
+			return
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		fail(fmt.Errorf("store: commit: %w", err))
+		return
+	}
+	answer()
 }
 
 func tn(t time.Time) int64 {
@@ -229,7 +358,7 @@ func (s *SQLite) CreateRun(ctx context.Context, r Run) (Run, error) {
 	}
 	now := s.stamp()
 	r.Started, r.LastActivity, r.Status = now, now, RunActive
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
 			r.ID, r.Actor, r.Gateway, tn(now), tn(now), string(r.Status))
 		if err != nil {
@@ -294,7 +423,7 @@ func (s *SQLite) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 // ContinueRun implements Store.
 func (s *SQLite) ContinueRun(ctx context.Context, id, actor string) (Run, error) {
 	var r Run
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		r, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ? AND id != ''`, id))
 		if errors.Is(err, sql.ErrNoRows) {
@@ -318,7 +447,7 @@ func (s *SQLite) SetRunStatus(ctx context.Context, id string, status RunStatus) 
 	if !validRunStatus(status) {
 		return fmt.Errorf("%w: run status %q", ErrInvalid, status)
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE runs SET status = ? WHERE id = ? AND id != ''`, string(status), id)
 		if err != nil {
 			return fmt.Errorf("store: set run status: %w", err)
@@ -365,7 +494,7 @@ func (s *SQLite) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 	rec := Record{Run: in.Run, Kind: KindIntent, Tool: in.Tool, ArgsDigest: in.ArgsDigest,
 		Reason: in.Reason, IdempotencyKey: in.IdempotencyKey, ManifestVersion: in.ManifestVersion,
 		ManifestChecksum: in.ManifestChecksum, Mode: in.Mode, Decision: in.Decision}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.appendTx(ctx, tx, &rec, ""); err != nil {
 			return err
 		}
@@ -407,7 +536,7 @@ func (s *SQLite) RecordOutcome(ctx context.Context, run string, step int64, o St
 		return 0, err
 	}
 	var rec Record
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		rec, err = s.outcomeTx(ctx, tx, run, step, o, enc)
 		return err
@@ -421,7 +550,7 @@ func (s *SQLite) AppendEvent(ctx context.Context, e Event) (int64, error) {
 		return 0, fmt.Errorf("%w: event kind %q", ErrInvalid, e.Kind)
 	}
 	rec := Record{Run: e.Run, Kind: e.Kind, Note: e.Note, ManifestVersion: e.ManifestVersion, ManifestChecksum: e.ManifestChecksum}
-	err := s.write(ctx, func(tx *sql.Tx) error { return s.appendTx(ctx, tx, &rec, "") })
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error { return s.appendTx(ctx, tx, &rec, "") })
 	return rec.Seq, err
 }
 
@@ -484,7 +613,7 @@ func (s *SQLite) PendingSteps(ctx context.Context, run string) ([]Record, error)
 // Recover implements Store.
 func (s *SQLite) Recover(ctx context.Context) ([]Record, error) {
 	var out []Record
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		out = nil
 		rows, err := tx.QueryContext(ctx, `SELECT run, step FROM pending ORDER BY run, step`)
 		if err != nil {
@@ -526,7 +655,7 @@ func (s *SQLite) ClaimKey(ctx context.Context, key, run string, step int64) (boo
 	}
 	var ok bool
 	var h KeyHolder
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.stamp()
 		res, err := tx.ExecContext(ctx, `INSERT INTO dup_keys (key, run, step, claimed) VALUES (?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
 			key, run, step, tn(now))
@@ -553,7 +682,7 @@ func (s *SQLite) ClaimKey(ctx context.Context, key, run string, step int64) (boo
 
 // ReleaseKey implements Store.
 func (s *SQLite) ReleaseKey(ctx context.Context, key string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM dup_keys WHERE key = ?`, key); err != nil {
 			return fmt.Errorf("store: release key: %w", err)
 		}
@@ -600,7 +729,7 @@ func (s *SQLite) CreateApproval(ctx context.Context, req ApprovalRequest) (Appro
 	if err != nil {
 		return Approval{}, err
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO approvals (`+approvalCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`, approvalArgs(&a)...)
 		if err != nil {
@@ -666,7 +795,7 @@ func (s *SQLite) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approva
 // updateApproval loads id in tx, applies fn and writes the request back if fn succeeded.
 func (s *SQLite) updateApproval(ctx context.Context, id string, fn func(a *Approval) error) (Approval, error) {
 	var out Approval
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w: approval %s", ErrNotFound, id)

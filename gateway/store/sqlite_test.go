@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -183,5 +184,88 @@ func BenchmarkSQLiteCall(b *testing.B) {
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 		})
+	}
+}
+
+// TestGroupCommitIsolation: concurrent writes share transactions, but a request that fails
+// (here the second outcome for a step, ErrCompleted) rolls back only itself; every call that
+// succeeded is in the ledger, every call that failed left nothing behind.
+func TestGroupCommitIsolation(t *testing.T) {
+	s, err := OpenSQLite(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	const sessions, calls = 16, 20
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	completed := 0
+	for i := range sessions {
+		run := must[Run](t)(s.CreateRun(ctx, Run{Actor: "a"})).ID
+		wg.Go(func() {
+			for range calls {
+				step, err := s.RecordIntent(ctx, Intent{Run: run, Tool: "t"})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				// two outcomes for the same step at once: exactly one wins
+				var inner sync.WaitGroup
+				errs := make([]error, 2)
+				for j := range errs {
+					inner.Go(func() {
+						_, errs[j] = s.RecordOutcome(ctx, run, step, StepOutcome{Status: Succeeded, Note: fmt.Sprint(i, j)})
+					})
+				}
+				inner.Wait()
+				ok := 0
+				for _, err := range errs {
+					switch {
+					case err == nil:
+						ok++
+					case !errors.Is(err, ErrCompleted):
+						t.Errorf("second outcome: %v", err)
+					}
+				}
+				if ok != 1 {
+					t.Errorf("step %d: %d outcomes succeeded (%v)", step, ok, errs)
+				}
+				mu.Lock()
+				completed += ok
+				mu.Unlock()
+			}
+			recs, err := s.Records(ctx, run, 0, 0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if len(recs) != 2*calls {
+				t.Errorf("run %s: %d records, want %d", run, len(recs), 2*calls)
+			}
+			for k, r := range recs {
+				if r.Seq != int64(k+1) {
+					t.Errorf("run %s: record %d has seq %d", run, k, r.Seq)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if completed != sessions*calls {
+		t.Fatalf("%d outcomes, want %d", completed, sessions*calls)
+	}
+	for _, r := range must[[]Run](t)(s.ListRuns(ctx, RunFilter{})) {
+		if p := must[[]Record](t)(s.PendingSteps(ctx, r.ID)); len(p) != 0 {
+			t.Fatalf("run %s: pending %+v", r.ID, p)
+		}
+	}
+	// a caller whose context is already done writes nothing
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.CreateRun(cctx, Run{ID: "never", Actor: "a"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled create: %v", err)
+	}
+	if _, err := s.GetRun(ctx, "never"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("cancelled create wrote the run: %v", err)
 	}
 }
