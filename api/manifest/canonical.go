@@ -24,7 +24,13 @@ func (a Approval) MarshalJSON() ([]byte, error) {
 // newline. It is the same for a manifest written in YAML or JSON, in any key order, with
 // defaults written out or left implicit.
 func CanonicalJSON(m *Manifest) ([]byte, error) {
-	b, err := json.Marshal(m)
+	return CanonicalJSONOf(m)
+}
+
+// CanonicalJSONOf writes any JSON-encodable value the same canonical way: compact, object keys
+// sorted at every level, numbers exactly as written, no HTML escaping, no trailing newline.
+func CanonicalJSONOf(value any) ([]byte, error) {
+	b, err := json.Marshal(value)
 	if err != nil {
 		return nil, err
 	}

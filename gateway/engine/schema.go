@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
 )
 
 // Schema checks. Source: seed "MCP gateway" (../shared/seeds/003_0ebd38203277749f.txt), Schema
@@ -31,23 +33,7 @@ const (
 // HTML escaping and numbers exactly as written. schema may be any JSON-encodable value (a
 // decoded map, json.RawMessage, or an SDK schema struct).
 func CanonicalSchemaJSON(schema any) ([]byte, error) {
-	b, err := json.Marshal(schema)
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
+	return manifest.CanonicalJSONOf(schema)
 }
 
 // SchemaHash is the manifest's `schema_hash` of an upstream input schema: the first 12
