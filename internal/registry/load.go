@@ -56,9 +56,6 @@ type Snapshot struct {
 	Entries map[string]Entry
 	// Canonical holds each loaded manifest's canonical JSON, the bytes its checksum covers.
 	Canonical map[string][]byte
-	// Digest is the hex SHA-256 of the sorted `tool@version:checksum` lines: equal digests
-	// mean the same enforced manifests.
-	Digest string
 }
 
 // readVersion reads and checks one version against its index entry: the file exists inside
@@ -272,17 +269,7 @@ func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
 		}
 		errs = append(errs, &Problem{File: IndexFile, Message: e.Error()})
 	}
-	snap.Digest = digest(snap)
 	return snap, errs
-}
-
-func digest(s *Snapshot) string {
-	h := sha256.New()
-	for _, m := range s.Manifests {
-		e := s.Entries[m.Tool]
-		fmt.Fprintf(h, "%s@%d:%s\n", m.Tool, e.Version, e.Checksum)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // VerifyReport counts what Verify checked.
