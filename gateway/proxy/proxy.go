@@ -7,8 +7,9 @@
 // (../shared/seeds/003_0ebd38203277749f.txt): Observe first, Modes, What happens to a call,
 // Config (upstreams, namespacing, allow/deny), Timeout and retry; issue 5.
 //
-// Not here yet (see issue 5): hot reload, the reversi.* tools, the tools/list cache and
-// list_changed refresh, /readyz and /metrics, authentication.
+// The tool set follows the upstreams (toolset.go: tools/list cache and list_changed refresh)
+// and the manifests follow their files (reload.go: file watch, SIGHUP, Reload); both swap the
+// engine atomically.
 package proxy
 
 import (
@@ -19,9 +20,11 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/config"
@@ -48,6 +51,10 @@ type Options struct {
 	Config *config.Gateway
 	// Manifests are the loaded manifests (none: the automatic observe mode applies).
 	Manifests []*manifest.Manifest
+	// Load re-reads the manifests on Reload (file watch, SIGHUP); nil: Reload fails.
+	Load LoadFunc
+	// PageSize is the most tools one tools/list page holds; 0 is the SDK's default (1000).
+	PageSize int
 	// Store holds runs, the ledger and the approval queue. Required; the Gateway does not
 	// close it.
 	Store store.Store
@@ -66,8 +73,10 @@ type Gateway struct {
 	cfg       *config.Gateway
 	store     store.Store
 	engine    *engine.Holder
+	mode      engine.Mode // fixed at start (seed: Hot reload)
+	load      LoadFunc
 	upstreams []*upstream
-	routes    map[string]*route
+	tools     atomic.Pointer[toolSet]
 	server    *mcp.Server
 	stderr    io.Writer
 	stdin     io.Reader
@@ -77,7 +86,14 @@ type Gateway struct {
 	mu   sync.Mutex
 	runs map[*mcp.ServerSession]string
 
-	sums sync.Map // *manifest.Manifest -> checksum string
+	// stateMu serializes engine rebuilds (reload, tool refresh) and guards what they read.
+	stateMu     sync.Mutex
+	manifests   []*manifest.Manifest
+	setChecksum string
+	listedAt    time.Time
+	listing     singleflight.Group // one upstream re-listing at a time for agents' tools/list
+
+	sums atomic.Pointer[sync.Map] // *manifest.Manifest -> checksum string
 }
 
 // New connects to every upstream, lists and names their tools, builds the engine, prints the
@@ -96,68 +112,63 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	// The upstreams' stderr copiers and the gateway write to it concurrently.
 	stderr = &lockedWriter{w: stderr}
-	g := &Gateway{cfg: o.Config, store: o.Store, routes: map[string]*route{}, stderr: stderr,
+	g := &Gateway{cfg: o.Config, store: o.Store, stderr: stderr, load: o.Load,
 		stdin: o.Stdin, stdout: o.Stdout, runID: o.RunID, runs: map[*mcp.ServerSession]string{}}
-	var etools []engine.Tool
+	g.mode = engine.Mode(o.Config.Mode)
+	if g.mode == "" { // the automatic choice, made once (seed: Observe first)
+		g.mode = engine.Enforce
+		if len(o.Manifests) == 0 {
+			g.mode = engine.Observe
+		}
+	}
+	sums, err := checksums(o.Manifests)
+	if err != nil {
+		return nil, err
+	}
+	g.manifests, g.setChecksum = o.Manifests, SetChecksum(sums)
+	g.storeSums(sums)
 	for _, u := range o.Config.Upstreams {
-		up, tools, err := connect(ctx, o.Config, u, stderr)
+		up, err := connect(ctx, o.Config, u, stderr, g.upstreamChanged)
 		if err != nil {
 			_ = g.Close()
 			return nil, err
 		}
 		g.upstreams = append(g.upstreams, up)
-		for _, t := range tools {
-			name := exposedName(u, t.Name)
-			if prev, dup := g.routes[name]; dup {
-				_ = g.Close()
-				return nil, fmt.Errorf("tool name clash: %s is exposed by upstreams %s and %s; set namespace: true on one of them", name, prev.up.name, u.Name)
-			}
-			if err := objectSchema(t.InputSchema); err != nil {
-				_ = g.Close()
-				return nil, fmt.Errorf("upstream %s: tool %s: %w", u.Name, t.Name, err)
-			}
-			exposed := *t
-			exposed.Name = name
-			g.routes[name] = &route{up: up, name: t.Name, tool: &exposed}
-			et := engine.Tool{Name: name, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema}
-			if a := t.Annotations; a != nil {
-				et.ReadOnlyHint = a.ReadOnlyHint
-				et.DestructiveHint = a.DestructiveHint != nil && *a.DestructiveHint
-			}
-			etools = append(etools, et)
-		}
 	}
-	validate := o.Config.ValidateSchemas
-	e, err := engine.New(engine.Config{
-		Manifests:         o.Manifests,
-		Mode:              engine.Mode(o.Config.Mode),
-		UnclassifiedReads: engine.UnclassifiedReads(o.Config.UnclassifiedReads),
-		Permissions:       o.Config.Permissions,
-		Allow:             o.Config.Allow,
-		Deny:              o.Config.Deny,
-		ValidateSchemas:   &validate,
-		Tools:             etools,
-		Store:             o.Store,
-		Succeeded:         g.succeeded,
-	})
+	g.listedAt = time.Now()
+	ts, err := buildTools(g.upstreams)
+	if err != nil {
+		_ = g.Close()
+		return nil, err
+	}
+	e, err := g.newEngine(o.Manifests, ts.tools)
 	if err != nil {
 		_ = g.Close()
 		return nil, err
 	}
 	g.engine = engine.NewHolder(e)
-	if e.AutoObserve() {
+	if o.Config.Mode == "" && len(o.Manifests) == 0 {
 		fmt.Fprintln(stderr, engine.AutoObserveMessage)
 	}
 	fmt.Fprintln(stderr, e.Banner())
 
-	g.server = mcp.NewServer(&mcp.Implementation{Name: Name, Version: Version}, nil)
-	for _, r := range g.routes {
-		// Server.AddTool (not the generic mcp.AddTool): the raw handler gets the arguments
-		// unvalidated, so the engine is the only one to judge them.
-		g.server.AddTool(r.tool, g.handle)
-	}
-	g.server.AddReceivingMiddleware(g.filterList)
+	g.server = mcp.NewServer(&mcp.Implementation{Name: Name, Version: Version}, &mcp.ServerOptions{
+		PageSize: o.PageSize,
+		// Tools come and go with the upstreams: say so even while there are none.
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+	})
+	g.tools.Store(&toolSet{})
+	g.publish(toolSet{}, ts)
+	g.server.AddReceivingMiddleware(g.listMiddleware)
 	return g, nil
+}
+
+// upstreamChanged handles an upstream's notifications/tools/list_changed: its tools are
+// listed again now, not when the cache expires.
+func (g *Gateway) upstreamChanged(up *upstream) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = g.refreshTools(ctx, up) // a failure is journaled; the previous tools keep serving
 }
 
 // lockedWriter serializes writes to w.
@@ -170,20 +181,6 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
-}
-
-// objectSchema checks that an upstream input schema is a JSON object of type "object", which
-// the MCP server side requires.
-func objectSchema(s any) error {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return fmt.Errorf("input schema is not JSON: %w", err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil || m["type"] != "object" {
-		return errors.New(`input schema is not an object schema of type "object"`)
-	}
-	return nil
 }
 
 // Server is the MCP server the agent talks to (for in-process transports and tests).
@@ -202,31 +199,6 @@ func (g *Gateway) Close() error {
 	}
 	g.upstreams = nil
 	return errors.Join(errs...)
-}
-
-// filterList drops the tools allow/deny refuse from tools/list (calls to them are still
-// decided, and journaled as blocked).
-func (g *Gateway) filterList(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		res, err := next(ctx, method, req)
-		if method != "tools/list" || err != nil {
-			return res, err
-		}
-		lr, ok := res.(*mcp.ListToolsResult)
-		if !ok {
-			return res, err
-		}
-		e := g.engine.Load()
-		kept := make([]*mcp.Tool, 0, len(lr.Tools))
-		for _, t := range lr.Tools {
-			if e.Listed(t.Name) {
-				kept = append(kept, t)
-			}
-		}
-		out := *lr
-		out.Tools = kept
-		return &out, nil
-	}
 }
 
 // succeeded reports whether tool succeeded earlier in run (manifest `requires`).
@@ -300,14 +272,14 @@ func (g *Gateway) ensureRun(ctx context.Context, id string) error {
 
 // checksum is the manifest's checksum, computed once per manifest.
 func (g *Gateway) checksum(m *manifest.Manifest) string {
-	if v, ok := g.sums.Load(m); ok {
+	sums := g.sums.Load()
+	if v, ok := sums.Load(m); ok {
 		return v.(string)
 	}
-	sum, err := manifest.Checksum(m)
+	sum, err := manifest.Checksum(m) // a call still deciding with the engine before a reload
 	if err != nil {
 		return ""
 	}
-	g.sums.Store(m, sum)
 	return sum
 }
 
@@ -324,7 +296,7 @@ func (g *Gateway) warn(format string, args ...any) {
 // handle is the call path of one tools/call.
 func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	name := req.Params.Name
-	r := g.routes[name]
+	r := g.route(name)
 	reason := "MCP tools/call " + name
 	if s, ok := req.Params.Meta[ReasonMeta].(string); ok && strings.TrimSpace(s) != "" {
 		reason = s
@@ -366,7 +338,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		g.releaseKey(ctx, d)
 		return textResult(engine.BlockedPrefix + "the call could not be journaled, so it was not forwarded: " + err.Error()), nil
 	}
-	if r == nil { // cannot happen: the server only dispatches registered tools
+	if r == nil { // the upstream dropped the tool since the server dispatched the call
 		g.releaseKey(ctx, d)
 		g.outcome(ctx, d.Run, step, store.StepOutcome{Status: store.Failed, Note: "no upstream exposes " + name})
 		return textResult("no upstream exposes " + name), nil

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os/exec"
 	"sort"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -16,7 +17,35 @@ import (
 // upstream is one connected upstream MCP server.
 type upstream struct {
 	name    string
+	cfg     config.Upstream
 	session *mcp.ClientSession
+
+	ready chan struct{} // closed once session is set and the first list is kept
+
+	mu    sync.Mutex
+	tools []*mcp.Tool // the last complete tools/list (every page)
+}
+
+// listed returns the upstream's last tool list.
+func (u *upstream) listed() []*mcp.Tool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.tools
+}
+
+// list fetches every page of the upstream's tools/list and keeps it.
+func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
+	var tools []*mcp.Tool
+	for t, err := range u.session.Tools(ctx, nil) {
+		if err != nil {
+			return nil, fmt.Errorf("upstream %s: tools/list: %w", u.name, err)
+		}
+		tools = append(tools, t)
+	}
+	u.mu.Lock()
+	u.tools = tools
+	u.mu.Unlock()
+	return tools, nil
 }
 
 // route says which upstream serves an exposed tool and under which name.
@@ -67,22 +96,27 @@ func transport(g *config.Gateway, u config.Upstream, stderr io.Writer) mcp.Trans
 	}
 }
 
-// connect starts or dials one upstream and lists all its tools (every page).
-func connect(ctx context.Context, g *config.Gateway, u config.Upstream, stderr io.Writer) (*upstream, []*mcp.Tool, error) {
-	client := mcp.NewClient(&mcp.Implementation{Name: "reversi-gateway", Version: Version}, nil)
+// connect starts or dials one upstream and lists all its tools (every page). changed is
+// called, on its own goroutine, when the upstream sends notifications/tools/list_changed.
+func connect(ctx context.Context, g *config.Gateway, u config.Upstream, stderr io.Writer, changed func(*upstream)) (*upstream, error) {
+	up := &upstream{name: u.Name, cfg: u, ready: make(chan struct{})}
+	client := mcp.NewClient(&mcp.Implementation{Name: Name, Version: Version}, &mcp.ClientOptions{
+		// Not in the notification's goroutine: re-listing waits for a response on the same session.
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			go func() { <-up.ready; changed(up) }()
+		},
+	})
 	cs, err := client.Connect(ctx, transport(g, u, stderr), nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("upstream %s: connect: %w", u.Name, err)
+		return nil, fmt.Errorf("upstream %s: connect: %w", u.Name, err)
 	}
-	var tools []*mcp.Tool
-	for t, err := range cs.Tools(ctx, nil) {
-		if err != nil {
-			_ = cs.Close()
-			return nil, nil, fmt.Errorf("upstream %s: tools/list: %w", u.Name, err)
-		}
-		tools = append(tools, t)
+	up.session = cs
+	if _, err := up.list(ctx); err != nil {
+		_ = cs.Close()
+		return nil, err
 	}
-	return &upstream{name: u.Name, session: cs}, tools, nil
+	close(up.ready)
+	return up, nil
 }
 
 // exposedName is the name the gateway offers an upstream tool under: `<upstream>.<tool>`

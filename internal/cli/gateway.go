@@ -63,9 +63,17 @@ func newGatewayCmd() *cobra.Command {
 				}
 				g = fg
 			}
-			ms, err := gatewayManifests(manifests)
+			src, pc, err := manifestSource(manifests)
 			if err != nil {
 				return err
+			}
+			var ms []*manifest.Manifest
+			var load proxy.LoadFunc
+			if src != "" {
+				if ms, err = loadGatewayManifests(src); err != nil {
+					return err
+				}
+				load = func(context.Context) ([]*manifest.Manifest, error) { return loadGatewayManifests(src) }
 			}
 			var st store.Store
 			switch storeKind {
@@ -88,12 +96,13 @@ func newGatewayCmd() *cobra.Command {
 			} else if len(recovered) > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "reversi-gateway: %d call(s) had no outcome journaled before the last stop; marked uncertain\n", len(recovered))
 			}
-			gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: ms, Store: st, RunID: runID,
+			gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: ms, Load: load, Store: st, RunID: runID,
 				Stdin: stdin(cmd), Stdout: stdout(cmd), Stderr: cmd.ErrOrStderr()})
 			if err != nil {
 				return err
 			}
 			defer gw.Close()
+			reloadTriggers(ctx, gw, src, pc)
 			err = gw.Serve(ctx)
 			if errors.Is(err, context.Canceled) {
 				return nil
@@ -115,22 +124,23 @@ func newGatewayCmd() *cobra.Command {
 	return cmd
 }
 
-// gatewayManifests loads the gateway's manifests: --manifests, $REVERSI_MANIFESTS, manifests:
-// in reversi.config.yaml, or ./manifests if that folder exists. None is not an error: the
-// gateway then starts in observe mode unless a mode is set.
-func gatewayManifests(flag string) ([]*manifest.Manifest, error) {
+// manifestSource names the gateway's manifests: --manifests, $REVERSI_MANIFESTS, manifests:
+// in reversi.config.yaml, or ./manifests if that folder exists; "" when none applies, which is
+// not an error: the gateway then starts in observe mode unless a mode is set. It also returns
+// the project config (for the reload settings and the files a reload depends on).
+func manifestSource(flag string) (string, *projconfig.Config, error) {
+	c, err := projconfig.Find()
+	if err != nil {
+		return "", nil, err
+	}
 	p := flag
 	if p == "" {
 		p = os.Getenv(ManifestsEnv)
 	}
 	if p == "" {
-		c, err := projconfig.Find()
-		if err != nil {
-			return nil, err
-		}
 		switch {
 		case strings.Contains(c.Manifests, "://"):
-			return nil, fmt.Errorf("manifests: %s: remote registries are not supported yet; clone the registry and name its folder", c.Manifests)
+			return "", nil, fmt.Errorf("manifests: %s: remote registries are not supported yet; clone the registry and name its folder", c.Manifests)
 		case c.Manifests != "":
 			p = c.Resolve(c.Manifests)
 		default:
@@ -139,14 +149,40 @@ func gatewayManifests(flag string) ([]*manifest.Manifest, error) {
 			}
 		}
 	}
-	if p == "" {
-		return nil, nil
-	}
+	return p, c, nil
+}
+
+// loadGatewayManifests reads the manifests at p (a registry is verified against the trusted
+// keys read now, so a reload also picks up a rotated key). Every error at once.
+func loadGatewayManifests(p string) ([]*manifest.Manifest, error) {
 	ms, errs := LoadManifests(p)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return ms, nil
+}
+
+// reloadTriggers reloads gw on SIGHUP and, when there are manifests and the project config's
+// reload.watch is on, when they or the files they depend on change, until ctx ends (seed: Hot
+// reload). SIGHUP is always caught: a gateway started without manifests journals that there is
+// nothing to reload instead of dying.
+func reloadTriggers(ctx context.Context, gw *proxy.Gateway, p string, c *projconfig.Config) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				gw.Reload(ctx)
+			}
+		}
+	}()
+	if p != "" && c.Reload.Watching() {
+		go gw.Watch(ctx, c.Reload.Every(), append([]string{p}, c.WatchedFiles()...)...)
+	}
 }
 
 // stdin and stdout are the command's streams for MCP over stdio; nil (the process's own) when

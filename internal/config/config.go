@@ -33,6 +33,8 @@ type Config struct {
 
 	// Dir is the folder holding the config file; empty when no config was found.
 	Dir string `json:"-"`
+	// File is the config file read; empty when no config was found.
+	File string `json:"-"`
 }
 
 // Find locates and reads the project config: $REVERSI_CONFIG, else reversi.config.yaml in the
@@ -71,8 +73,26 @@ func Load(path string) (*Config, error) {
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	c.Dir = filepath.Dir(path)
+	c.Dir, c.File = filepath.Dir(path), path
 	return &c, nil
+}
+
+// WatchedFiles returns the files a gateway's hot reload depends on besides the manifests: the
+// config file itself and the manifest public key when it is a file (seed: Hot reload,
+// "Manifests, the policy and the manifest public key are re-read"). Empty when none applies.
+func (c *Config) WatchedFiles() []string {
+	var files []string
+	if c.File != "" {
+		files = append(files, c.File)
+	}
+	v := os.Getenv(TrustedKeysEnv)
+	if v == "" {
+		v = c.Resolve(c.ManifestPublicKey)
+	}
+	if v != "" && !strings.HasPrefix(strings.TrimSpace(v), "-----BEGIN") {
+		files = append(files, v)
+	}
+	return files
 }
 
 // Resolve makes a path from the config relative to the config's folder.
