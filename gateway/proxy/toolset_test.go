@@ -182,4 +182,3 @@ func TestToolListClashOnRefreshKeepsTools(t *testing.T) {
 		t.Fatalf("tools after the refused refresh: %v", names)
 	}
 }
-
