@@ -165,3 +165,44 @@ func (w *syncWriter) String() string {
 	defer w.mu.Unlock()
 	return w.b.String()
 }
+
+// TestGatewayReloadRereadsTheTrustedKey: the manifest public key is re-read on reload; when it
+// is rotated to a key that did not sign the registry, the reload is refused and the verified
+// manifests keep serving (fail closed, nothing lost).
+func TestGatewayReloadRereadsTheTrustedKey(t *testing.T) {
+	dir, manifests := reloadFixture(t, "manifest_public_key: keys/a.pub\nreload: { interval: 100ms }\n")
+	t.Chdir(dir)
+	if err := os.WriteFile(filepath.Join(manifests, "search.yaml"), []byte(searchYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"keygen", "keys/a"}, {"keygen", "keys/b"},
+		{"manifests", "publish", "manifests", "--registry", "reg", "--by", "alice", "--key", "keys/a.key", "--status", "approved"},
+	} {
+		if code, out, errs := runCLI(args...); code != 0 {
+			t.Fatalf("%v: %d %s %s", args, code, out, errs)
+		}
+	}
+	cs, stderr := gatewayCmd(t, "--config", "gateway.yaml", "--manifests", "reg", "--store", "memory")
+	waitPasses(t, cs, "mem.search_nodes", 5*time.Second)
+
+	// Rotate the trust to key b, which signed nothing in the registry.
+	b, err := os.ReadFile("keys/b.pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("keys/a.pub", b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), "reload refused, the previous manifests keep serving") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the key rotation was not picked up:\n%s", stderr.String())
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if s := stderr.String(); !strings.Contains(s, "which is not trusted") || strings.Contains(s, "edited after it was signed") {
+		t.Errorf("the refusal does not say the key is not trusted (and only that):\n%s", s)
+	}
+	waitPasses(t, cs, "mem.search_nodes", time.Second)
+}

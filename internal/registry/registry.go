@@ -121,7 +121,10 @@ func (idx *Index) verify(trust *signing.TrustSet) error {
 		return err
 	}
 	if err := trust.Verify(idx.KeyID, sig, msg); err != nil {
-		return fmt.Errorf("index.json: %w: the list of versions (or their authors and approvers) was edited after it was signed; restore it", err)
+		if errors.Is(err, signing.ErrUntrusted) {
+			return err
+		}
+		return fmt.Errorf("%w: the list of versions (or their authors and approvers) was edited after it was signed; restore it", err)
 	}
 	return nil
 }

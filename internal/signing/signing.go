@@ -208,7 +208,7 @@ func (t *TrustSet) KeyIDs() []string {
 func (t *TrustSet) Verify(keyID string, sig, msg []byte) error {
 	v, ok := t.verifiers[keyID]
 	if !ok {
-		return fmt.Errorf("signed by key %s, which is not trusted (trusted: %v)", keyID, t.KeyIDs())
+		return fmt.Errorf("signed by key %s, which is not trusted (trusted: %v): %w", keyID, t.KeyIDs(), ErrUntrusted)
 	}
 	if err := v.VerifySignature(bytes.NewReader(sig), bytes.NewReader(msg)); err != nil {
 		return fmt.Errorf("the signature does not verify with key %s: the manifest, its tool or version was changed after signing, or it was signed by another key", keyID)
@@ -217,3 +217,6 @@ func (t *TrustSet) Verify(keyID string, sig, msg []byte) error {
 }
 
 var _ crypto.PublicKey = ed25519.PublicKey(nil)
+
+// ErrUntrusted is wrapped by Verify when the signing key is not in the trust set.
+var ErrUntrusted = errors.New("add the key to the trusted keys, or sign again with a trusted key")
