@@ -52,6 +52,11 @@ func (s *storeFlags) open() (*store.SQLite, error) {
 	return store.OpenSQLite(s.data, nil)
 }
 
+// newApprovalsCmd is `reversi approvals list|approve|deny`: the approval queue of a standalone
+// gateway, read and decided in the gateway's own store (store.OpenSQLite under --data) while it
+// runs. Decisions go through store.Decide, which holds the rules. Source: issue 5 (Standalone
+// approvals), seed "MCP gateway" (over stdio, "operate it with the CLI against the same data
+// store (`reversi approvals`, ...)").
 func newApprovalsCmd() *cobra.Command {
 	var sf storeFlags
 	cmd := &cobra.Command{
