@@ -227,6 +227,16 @@ func (e *Engine) AutoObserve() bool { return e.autoObserve }
 // Manifest returns the manifest for tool, or nil.
 func (e *Engine) Manifest(tool string) *manifest.Manifest { return e.manifests[tool] }
 
+// Manifests returns the loaded manifests, sorted by tool.
+func (e *Engine) Manifests() []*manifest.Manifest {
+	out := make([]*manifest.Manifest, 0, len(e.manifests))
+	for _, m := range e.manifests {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Tool < out[j].Tool })
+	return out
+}
+
 // Scope returns the session scope (sorted).
 func (e *Engine) Scope() []string { return append([]string(nil), e.scopeList...) }
 
