@@ -8,7 +8,7 @@
 // Config (upstreams, namespacing, allow/deny), Timeout and retry; issue 5.
 //
 // Not here yet (see issue 5): hot reload, the reversi.* tools, the tools/list cache and
-// list_changed refresh, /readyz and /metrics, authentication.
+// list_changed refresh, authentication.
 package proxy
 
 import (
@@ -78,6 +78,9 @@ type Gateway struct {
 	runs map[*mcp.ServerSession]string
 
 	sums sync.Map // *manifest.Manifest -> checksum string
+
+	metrics *metrics // metrics.go
+	health  health   // health.go
 }
 
 // New connects to every upstream, lists and names their tools, builds the engine, prints the
@@ -157,6 +160,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		g.server.AddTool(r.tool, g.handle)
 	}
 	g.server.AddReceivingMiddleware(g.filterList)
+	g.metrics = newMetrics(g)
 	return g, nil
 }
 
@@ -324,6 +328,9 @@ func (g *Gateway) warn(format string, args ...any) {
 // handle is the call path of one tools/call.
 func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	name := req.Params.Name
+	var d engine.Decision     // set once decided
+	var out store.StepOutcome // set once forwarded
+	defer g.metrics.call(name, time.Now(), &d, &out)
 	r := g.routes[name]
 	reason := "MCP tools/call " + name
 	if s, ok := req.Params.Meta[ReasonMeta].(string); ok && strings.TrimSpace(s) != "" {
@@ -343,7 +350,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		}
 	}
 	e := g.engine.Load()
-	d := e.Decide(ctx, engine.Call{Run: run, Actor: g.cfg.Actor, Tool: name, Args: args})
+	d = e.Decide(ctx, engine.Call{Run: run, Actor: g.cfg.Actor, Tool: name, Args: args})
 	if d.Shadow {
 		if err := g.ensureRun(ctx, d.Run); err != nil {
 			g.releaseKey(ctx, d)
@@ -373,7 +380,6 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	}
 	res, ferr := g.forward(ctx, r, req.Params.Arguments, d)
 
-	out := store.StepOutcome{}
 	notes := append([]string(nil), d.Notes...)
 	if d.WouldBlock {
 		notes = append(notes, "would_block: "+d.Reason)
