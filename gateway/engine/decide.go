@@ -50,6 +50,9 @@ type Decision struct {
 	// Violations are the broken rules, in the order checked. In enforce mode checking stops
 	// at the first one; in advise and observe every check runs.
 	Violations []string
+	// Category is the kind of the first violation (CategoryApproval for NeedsApproval); ""
+	// when no rule was broken. The gateway's metrics count blocks by it.
+	Category Category
 	// Reason is the violations joined with "; " (the text after "Blocked by Reversi: " or
 	// the advisory prefix); for NeedsApproval, the approval text.
 	Reason string
@@ -125,8 +128,11 @@ type decider struct {
 }
 
 // violate records a broken rule and reports whether checking stops (enforce mode).
-func (x *decider) violate(text string) (stop bool) {
+func (x *decider) violate(c Category, text string) (stop bool) {
 	x.d.Violations = append(x.d.Violations, text)
+	if x.d.Category == "" {
+		x.d.Category = c
+	}
 	return x.d.Mode == Enforce
 }
 
@@ -148,7 +154,7 @@ func (x *decider) decide(ctx context.Context, c Call) {
 	}
 	if digest, err := ArgsDigest(args); err == nil {
 		d.ArgsDigest = digest
-	} else if x.violate("the arguments are not JSON: " + err.Error()) {
+	} else if x.violate(CategoryOther, "the arguments are not JSON: "+err.Error()) {
 		return
 	}
 	up := e.tools[c.Tool]
@@ -165,12 +171,12 @@ func (x *decider) decide(ctx context.Context, c Call) {
 			d.Mode, d.Shadow, d.Run = Observe, true, c.Run+ShadowRunSuffix
 			d.Notes = append(d.Notes, UnclassifiedReadNote)
 		default:
-			if x.violate(NoManifestText(c.Tool)) {
+			if x.violate(CategoryNoManifest, NoManifestText(c.Tool)) {
 				return
 			}
 		}
 	} else {
-		if err := manifest.CheckStatus(m); err != nil && x.violate(err.Error()) {
+		if err := manifest.CheckStatus(m); err != nil && x.violate(CategoryDraft, err.Error()) {
 			return
 		}
 		if n := manifest.Note(m); n != "" {
@@ -188,12 +194,12 @@ func (x *decider) decide(ctx context.Context, c Call) {
 		if c.Permissions != nil {
 			inScope = slices.Contains(c.Permissions, m.Permission)
 		}
-		if !inScope && x.violate(ScopeText(c.Tool, m.Permission)) {
+		if !inScope && x.violate(CategoryScope, ScopeText(c.Tool, m.Permission)) {
 			return
 		}
 		// 3. Requires.
 		succeeded := func(tool string) bool { return e.succeeded != nil && e.succeeded(ctx, c.Run, tool) }
-		if err := manifest.CheckRequires(m, succeeded); err != nil && x.violate(err.Error()) {
+		if err := manifest.CheckRequires(m, succeeded); err != nil && x.violate(CategoryRequires, err.Error()) {
 			return
 		}
 	}
@@ -202,18 +208,18 @@ func (x *decider) decide(ctx context.Context, c Call) {
 	if e.validate && up != nil && up.InputSchema != nil {
 		if up.inputErr != nil {
 			d.Notes = append(d.Notes, "the tool's input schema could not be compiled, so the arguments were not checked: "+up.inputErr.Error())
-		} else if p := checkValue(up.input, args); p != "" && x.violate(InputSchemaPrefix+p) {
+		} else if p := checkValue(up.input, args); p != "" && x.violate(CategorySchema, InputSchemaPrefix+p) {
 			return
 		}
 	}
 	// 5. Schema drift.
 	if m != nil && m.SchemaHash != "" && up != nil && up.inputHash != "" && !hashMatches(m.SchemaHash, up.inputHash) {
-		if x.violate(SchemaDriftText) {
+		if x.violate(CategoryDrift, SchemaDriftText) {
 			return
 		}
 	}
 	// 6. Allow and deny.
-	if text, ok := e.allowDeny(c.Tool); !ok && x.violate(text) {
+	if text, ok := e.allowDeny(c.Tool); !ok && x.violate(CategoryAllowDeny, text) {
 		return
 	}
 	if m == nil {
@@ -223,7 +229,7 @@ func (x *decider) decide(ctx context.Context, c Call) {
 	if m.Approval.Required {
 		d.ApprovalRequired, d.Approval = true, m.Approval.Rules
 		if d.Mode != Enforce {
-			x.violate("approval required: " + c.Tool + " needs a person's approval")
+			x.violate(CategoryApproval, "approval required: "+c.Tool+" needs a person's approval")
 		} else if len(d.Violations) == 0 {
 			if !x.approval(ctx, c, m) {
 				return
@@ -233,7 +239,7 @@ func (x *decider) decide(ctx context.Context, c Call) {
 	// 8. Duplicate-call key.
 	key, err := manifest.DuplicateKey(m, args, c.Run, c.Actor)
 	if err != nil {
-		x.violate(err.Error())
+		x.violate(CategoryDuplicate, err.Error())
 		return
 	}
 	if key == "" {
@@ -246,9 +252,9 @@ func (x *decider) decide(ctx context.Context, c Call) {
 	ok, holder, err := e.store.ClaimKey(ctx, key, c.Run, 0)
 	switch {
 	case err != nil:
-		x.violate("the duplicate-call key could not be checked: " + err.Error())
+		x.violate(CategoryDuplicate, "the duplicate-call key could not be checked: "+err.Error())
 	case !ok:
-		x.violate(DuplicateText(c.Tool, holder))
+		x.violate(CategoryDuplicate, DuplicateText(c.Tool, holder))
 	default:
 		d.KeyClaimed = true
 	}
@@ -262,7 +268,7 @@ func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bo
 	e, d := x.e, &x.d
 	list, err := e.store.ListApprovals(ctx, store.ApprovalFilter{Run: c.Run})
 	if err != nil {
-		x.violate("the approval queue could not be read: " + err.Error())
+		x.violate(CategoryApproval, "the approval queue could not be read: "+err.Error())
 		return false
 	}
 	var latest *store.Approval
@@ -278,7 +284,7 @@ func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bo
 				return true
 			}
 			if !errors.Is(err, store.ErrConsumed) {
-				x.violate("the approval could not be used: " + err.Error())
+				x.violate(CategoryApproval, "the approval could not be used: "+err.Error())
 				return false
 			}
 			continue
@@ -288,11 +294,11 @@ func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bo
 	if latest != nil {
 		switch latest.State {
 		case store.ApprovalPending:
-			d.Action, d.ApprovalID = NeedsApproval, latest.ID
+			d.Action, d.Category, d.ApprovalID = NeedsApproval, CategoryApproval, latest.ID
 			d.Reason = PendingApprovalText(c.Tool, latest.ID)
 			return false
 		case store.ApprovalDenied, store.ApprovalExpired:
-			x.violate(fmt.Sprintf("approval %s for this call was %s", latest.ID, latest.State))
+			x.violate(CategoryApproval, fmt.Sprintf("approval %s for this call was %s", latest.ID, latest.State))
 			return false
 		}
 	}
@@ -309,10 +315,10 @@ func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bo
 	req.Expires = e.now().Add(timeout)
 	a, err := e.store.CreateApproval(ctx, req)
 	if err != nil {
-		x.violate("the approval request could not be queued: " + err.Error())
+		x.violate(CategoryApproval, "the approval request could not be queued: "+err.Error())
 		return false
 	}
-	d.Action, d.ApprovalID = NeedsApproval, a.ID
+	d.Action, d.Category, d.ApprovalID = NeedsApproval, CategoryApproval, a.ID
 	d.Reason = PendingApprovalText(c.Tool, a.ID)
 	return false
 }

@@ -94,6 +94,9 @@ type Gateway struct {
 	listing     singleflight.Group // one upstream re-listing at a time for agents' tools/list
 
 	sums atomic.Pointer[sync.Map] // *manifest.Manifest -> checksum string
+
+	metrics *metrics // metrics.go
+	health  health   // health.go
 }
 
 // New connects to every upstream, lists and names their tools, builds the engine, prints the
@@ -121,11 +124,11 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 			g.mode = engine.Observe
 		}
 	}
-	sums, err := checksums(o.Manifests)
+	set, sums, err := digest(o.Manifests)
 	if err != nil {
 		return nil, err
 	}
-	g.manifests, g.setChecksum = o.Manifests, SetChecksum(sums)
+	g.manifests, g.setChecksum = o.Manifests, set
 	g.storeSums(sums)
 	for _, u := range o.Config.Upstreams {
 		up, err := connect(ctx, o.Config, u, stderr, g.upstreamChanged)
@@ -160,6 +163,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.tools.Store(&toolSet{})
 	g.publish(toolSet{}, ts)
 	g.server.AddReceivingMiddleware(g.listMiddleware)
+	g.metrics = newMetrics(g)
 	return g, nil
 }
 
@@ -296,6 +300,9 @@ func (g *Gateway) warn(format string, args ...any) {
 // handle is the call path of one tools/call.
 func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	name := req.Params.Name
+	var d engine.Decision     // set once decided
+	var out store.StepOutcome // set once forwarded
+	defer g.metrics.call(name, time.Now(), &d, &out)
 	r := g.route(name)
 	reason := "MCP tools/call " + name
 	if s, ok := req.Params.Meta[ReasonMeta].(string); ok && strings.TrimSpace(s) != "" {
@@ -315,7 +322,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		}
 	}
 	e := g.engine.Load()
-	d := e.Decide(ctx, engine.Call{Run: run, Actor: g.cfg.Actor, Tool: name, Args: args})
+	d = e.Decide(ctx, engine.Call{Run: run, Actor: g.cfg.Actor, Tool: name, Args: args})
 	if d.Shadow {
 		if err := g.ensureRun(ctx, d.Run); err != nil {
 			g.releaseKey(ctx, d)
@@ -345,7 +352,6 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	}
 	res, ferr := g.forward(ctx, r, req.Params.Arguments, d)
 
-	out := store.StepOutcome{}
 	notes := append([]string(nil), d.Notes...)
 	if d.WouldBlock {
 		notes = append(notes, "would_block: "+d.Reason)

@@ -10,12 +10,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/internal/bundle"
 )
 
 // LoadFunc re-reads the manifests (and with them the trusted manifest keys) for a reload. It
@@ -23,7 +23,7 @@ import (
 type LoadFunc func(ctx context.Context) ([]*manifest.Manifest, error)
 
 // ReloadResult is what one reload did (seed: `reversi.reload` returns {changed, tools,
-// policy_checksum, error?}). Checksum is SetChecksum of the manifests now served.
+// policy_checksum, error?}). Checksum is the digest of the manifests now served.
 type ReloadResult struct {
 	Changed  bool
 	Tools    int    // manifests now served
@@ -31,32 +31,32 @@ type ReloadResult struct {
 	Err      error  // the load failed: the previous manifests keep serving
 }
 
-// SetChecksum is the checksum of a manifest set: "sha256:<hex>" over the sorted lines
-// "<tool> <manifest checksum>", so it does not depend on file order or layout.
-func SetChecksum(sums map[*manifest.Manifest]string) string {
-	lines := make([]string, 0, len(sums))
-	for m, sum := range sums {
-		lines = append(lines, m.Tool+" "+sum+"\n")
+// digest returns the digest of a manifest set, the same as a registry bundle's
+// (internal/bundle: `sha256:<hex>` over the sorted tool@version:checksum lines, so it does not
+// depend on file order or layout, and a gateway fed from a ConfigMap reports the digest the
+// controller rendered), and every manifest's checksum.
+func digest(ms []*manifest.Manifest) (string, map[*manifest.Manifest]string, error) {
+	b, err := bundle.FromManifests("", ms)
+	if err != nil {
+		return "", nil, err
 	}
-	sort.Strings(lines)
-	h := sha256.New()
-	for _, l := range lines {
-		h.Write([]byte(l))
+	byTool := make(map[string]string, len(b.Entries))
+	for _, e := range b.Entries {
+		byTool[e.Tool] = e.Checksum
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
-}
-
-// checksums computes every manifest's checksum.
-func checksums(ms []*manifest.Manifest) (map[*manifest.Manifest]string, error) {
 	sums := make(map[*manifest.Manifest]string, len(ms))
 	for _, m := range ms {
-		sum, err := manifest.Checksum(m)
-		if err != nil {
-			return nil, fmt.Errorf("manifest %s: %w", m.Tool, err)
-		}
-		sums[m] = sum
+		sums[m] = byTool[m.Tool]
 	}
-	return sums, nil
+	return b.Digest(), sums, nil
+}
+
+// Digest is the digest of the manifests served (see digest), as the last reload or the start
+// left them.
+func (g *Gateway) Digest() string {
+	g.stateMu.Lock()
+	defer g.stateMu.Unlock()
+	return g.setChecksum
 }
 
 // Reload re-reads the manifests with Options.Load and, when they changed, builds a new engine
@@ -72,11 +72,10 @@ func (g *Gateway) Reload(ctx context.Context) ReloadResult {
 	if err != nil {
 		return g.reloadFailed(err)
 	}
-	sums, err := checksums(ms)
+	set, sums, err := digest(ms)
 	if err != nil {
 		return g.reloadFailed(err)
 	}
-	set := SetChecksum(sums)
 
 	g.stateMu.Lock()
 	defer g.stateMu.Unlock()
@@ -95,6 +94,7 @@ func (g *Gateway) Reload(ctx context.Context) ReloadResult {
 		ManifestChecksum: set, Note: note}); err != nil {
 		g.warn("journal reload: %v", err)
 	}
+	g.metrics.reloaded(true)
 	g.warn("reloaded %s (%s)", note, set)
 	return ReloadResult{Changed: true, Tools: len(ms), Checksum: set}
 }
@@ -106,6 +106,7 @@ func (g *Gateway) reloadFailed(err error) ReloadResult {
 		Note: err.Error()}); jerr != nil {
 		g.warn("journal reload failure: %v", jerr)
 	}
+	g.metrics.reloaded(false)
 	g.stateMu.Lock()
 	defer g.stateMu.Unlock()
 	return ReloadResult{Tools: len(g.manifests), Checksum: g.setChecksum, Err: err}

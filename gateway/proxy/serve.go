@@ -16,8 +16,8 @@ import (
 const SessionTimeout = 30 * time.Minute
 
 // Serve speaks MCP until ctx ends or the client goes away: on stdio when the config has no
-// listen, otherwise Streamable HTTP at /mcp (and /healthz) on the listen address, which must
-// be loopback (authentication is not implemented yet).
+// listen, otherwise Streamable HTTP at /mcp (and /healthz, /readyz, /metrics) on the listen
+// address, which must be loopback (authentication is not implemented yet).
 func (g *Gateway) Serve(ctx context.Context) error {
 	if g.cfg.Listen == nil {
 		if g.stdin == nil || g.stdout == nil {
@@ -54,7 +54,8 @@ func writeCloser(w io.Writer) io.WriteCloser {
 	return nopWriteCloser{w}
 }
 
-// Handler is the HTTP handler of HTTP mode: /mcp and /healthz.
+// Handler is the HTTP handler of HTTP mode: /mcp, /healthz, /readyz (health.go) and /metrics
+// (metrics.go).
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
@@ -63,6 +64,8 @@ func (g *Gateway) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"ok":true}` + "\n"))
 	})
+	mux.HandleFunc("/readyz", g.serveReadyz)
+	mux.Handle("/metrics", g.metrics.handler())
 	return mux
 }
 
