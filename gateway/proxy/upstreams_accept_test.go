@@ -242,6 +242,7 @@ func TestBannerClassifiesEveryFilesystemAndEverythingTool(t *testing.T) {
 	}
 
 	t.Run("observe without manifests", func(t *testing.T) {
+		t.Parallel()
 		check(t, nil, "observe", nil, "They run (nothing is blocked) and are journaled as unclassified.")
 		// The rule above mirrors the seed; anchor it to what these servers publish.
 		f := start(t, fsEverythingConfig(t, root, config.ModeAuto, config.UnclassifiedBlock, false), nil)
@@ -264,6 +265,7 @@ func TestBannerClassifiesEveryFilesystemAndEverythingTool(t *testing.T) {
 		}
 	})
 	t.Run("enforce with manifests for filesystem tools", func(t *testing.T) {
+		t.Parallel()
 		ms := manifestsOf(t, `
 - tool: fs.read_text_file
   description: Read a text file.
@@ -335,6 +337,7 @@ func TestSchemaViolationsAgainstFilesystemAndEverything(t *testing.T) {
 	}
 
 	t.Run("enforce blocks and does not forward", func(t *testing.T) {
+		t.Parallel()
 		root := t.TempDir()
 		f := start(t, fsEverythingConfig(t, root, config.ModeEnforce, config.UnclassifiedBlock, true), manifestsOf(t, schemaManifests))
 		cs := f.client(t)
@@ -365,19 +368,17 @@ func TestSchemaViolationsAgainstFilesystemAndEverything(t *testing.T) {
 		if len(wf) != 4 {
 			t.Fatalf("write_file steps %+v, want 3 blocked and 1 succeeded", wf)
 		}
-		for i, c := range cases(root) {
+		// The blocked calls are journaled in call order, each as block / blocked with the problems.
+		nth := map[string]int{}
+		for _, c := range cases(root) {
 			s := stepsOf(recs, c.tool)
-			idx := 0
-			for j := 0; j < i; j++ {
-				if cases(root)[j].tool == c.tool {
-					idx++
-				}
-			}
-			if idx >= len(s) {
-				t.Errorf("%s: no step %d in %+v", c.tool, idx, s)
+			i := nth[c.tool]
+			nth[c.tool]++
+			if i >= len(s) {
+				t.Errorf("%s: no step %d in %+v", c.tool, i, s)
 				continue
 			}
-			in, out := s[idx][0], s[idx][1]
+			in, out := s[i][0], s[i][1]
 			if in.Decision != "block" || in.Mode != "enforce" || out.Status != store.Blocked ||
 				out.Note != engine.InputSchemaPrefix+c.problems {
 				t.Errorf("%s journaled %+v / %+v", c.tool, in, out)
@@ -390,6 +391,7 @@ func TestSchemaViolationsAgainstFilesystemAndEverything(t *testing.T) {
 
 	for _, mode := range []config.Mode{config.ModeObserve, config.ModeAdvise} {
 		t.Run(string(mode)+" runs and journals would_block", func(t *testing.T) {
+			t.Parallel()
 			root := t.TempDir()
 			f := start(t, fsEverythingConfig(t, root, mode, config.UnclassifiedBlock, false), manifestsOf(t, schemaManifests))
 			cs := f.client(t)
