@@ -108,6 +108,7 @@ func checkValue(sch *jsonschema.Schema, v any) string {
 		}
 	}
 	walk(ve)
+	sortProblems(leaves)
 	problems := make([]string, 0, MaxProblems)
 	for i, l := range leaves {
 		if i == MaxProblems {
