@@ -95,6 +95,10 @@ type Gateway struct {
 
 	sums atomic.Pointer[sync.Map] // *manifest.Manifest -> checksum string
 
+	started chan struct{} // closed when New has built everything
+	closed  chan struct{} // closed by Close
+	close   sync.Once
+
 	metrics *metrics // metrics.go
 	health  health   // health.go
 }
@@ -116,7 +120,8 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	// The upstreams' stderr copiers and the gateway write to it concurrently.
 	stderr = &lockedWriter{w: stderr}
 	g := &Gateway{cfg: o.Config, store: o.Store, stderr: stderr, load: o.Load,
-		stdin: o.Stdin, stdout: o.Stdout, runID: o.RunID, runs: map[*mcp.ServerSession]string{}}
+		stdin: o.Stdin, stdout: o.Stdout, runID: o.RunID, runs: map[*mcp.ServerSession]string{},
+		started: make(chan struct{}), closed: make(chan struct{})}
 	g.mode = engine.Mode(o.Config.Mode)
 	if g.mode == "" { // the automatic choice, made once (seed: Observe first)
 		g.mode = engine.Enforce
@@ -164,12 +169,18 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.publish(toolSet{}, ts)
 	g.server.AddReceivingMiddleware(g.listMiddleware)
 	g.metrics = newMetrics(g)
+	close(g.started)
 	return g, nil
 }
 
 // upstreamChanged handles an upstream's notifications/tools/list_changed: its tools are
 // listed again now, not when the cache expires.
 func (g *Gateway) upstreamChanged(up *upstream) {
+	select { // a notification can arrive while New is still building
+	case <-g.started:
+	case <-g.closed:
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = g.refreshTools(ctx, up) // a failure is journaled; the previous tools keep serving
@@ -193,14 +204,19 @@ func (g *Gateway) Server() *mcp.Server { return g.server }
 // Engine is the engine currently deciding calls.
 func (g *Gateway) Engine() *engine.Engine { return g.engine.Load() }
 
-// Close disconnects every upstream (stopping stdio upstreams).
+// Close disconnects every upstream (stopping stdio upstreams), all at once.
 func (g *Gateway) Close() error {
-	var errs []error
-	for _, u := range g.upstreams {
-		if err := u.session.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("upstream %s: %w", u.name, err))
-		}
+	g.close.Do(func() { close(g.closed) })
+	errs := make([]error, len(g.upstreams))
+	var wg sync.WaitGroup
+	for i, u := range g.upstreams {
+		wg.Go(func() {
+			if err := u.session.Close(); err != nil {
+				errs[i] = fmt.Errorf("upstream %s: %w", u.name, err)
+			}
+		})
 	}
+	wg.Wait()
 	g.upstreams = nil
 	return errors.Join(errs...)
 }

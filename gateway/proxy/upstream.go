@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -81,6 +82,10 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return h.base.RoundTrip(r)
 }
 
+// UpstreamTerminateWait is how long closing a stdio upstream waits for it to exit after its
+// stdin closes before sending SIGTERM (some servers, e.g. server-everything, ignore EOF).
+const UpstreamTerminateWait = time.Second
+
 // transport builds the client transport of one upstream.
 func transport(g *config.Gateway, u config.Upstream, stderr io.Writer) mcp.Transport {
 	if u.Stdio() {
@@ -88,7 +93,7 @@ func transport(g *config.Gateway, u config.Upstream, stderr io.Writer) mcp.Trans
 		cmd.Env = Env(u)
 		cmd.Dir = g.Resolve(u.Cwd)
 		cmd.Stderr = stderr
-		return &mcp.CommandTransport{Command: cmd}
+		return &mcp.CommandTransport{Command: cmd, TerminateDuration: UpstreamTerminateWait}
 	}
 	return &mcp.StreamableClientTransport{
 		Endpoint:   u.URL,
