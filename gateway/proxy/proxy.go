@@ -108,6 +108,10 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		g.upstreams = append(g.upstreams, up)
 		for _, t := range tools {
 			name := exposedName(u, t.Name)
+			if err := reservedName(u.Name, name); err != nil {
+				_ = g.Close()
+				return nil, err
+			}
 			if prev, dup := g.routes[name]; dup {
 				_ = g.Close()
 				return nil, fmt.Errorf("tool name clash: %s is exposed by upstreams %s and %s; set namespace: true on one of them", name, prev.up.name, u.Name)
@@ -156,6 +160,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		// unvalidated, so the engine is the only one to judge them.
 		g.server.AddTool(r.tool, g.handle)
 	}
+	g.addAgentTools()
 	g.server.AddReceivingMiddleware(g.filterList)
 	return g, nil
 }
@@ -219,7 +224,7 @@ func (g *Gateway) filterList(next mcp.MethodHandler) mcp.MethodHandler {
 		e := g.engine.Load()
 		kept := make([]*mcp.Tool, 0, len(lr.Tools))
 		for _, t := range lr.Tools {
-			if e.Listed(t.Name) {
+			if e.Listed(t.Name) || isAgentTool(t.Name) { // allow/deny govern upstream tools only
 				kept = append(kept, t)
 			}
 		}
@@ -259,7 +264,7 @@ func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string,
 			id = h
 		}
 	}
-	actor := g.cfg.Actor
+	actor := g.principal(req)
 	var run store.Run
 	var err error
 	if id != "" {
@@ -343,7 +348,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		}
 	}
 	e := g.engine.Load()
-	d := e.Decide(ctx, engine.Call{Run: run, Actor: g.cfg.Actor, Tool: name, Args: args})
+	d := e.Decide(ctx, engine.Call{Run: run, Actor: g.principal(req), Tool: name, Args: args})
 	if d.Shadow {
 		if err := g.ensureRun(ctx, d.Run); err != nil {
 			g.releaseKey(ctx, d)
