@@ -121,10 +121,12 @@ func DuplicateText(tool string, h store.KeyHolder) string {
 	return fmt.Sprintf("duplicate call: an earlier call of %s with the same key still stands (run %s, step %d)", tool, h.Run, h.Step)
 }
 
-// decider accumulates one decision.
+// decider accumulates one decision. preview (Engine.Preview) makes it read-only: it neither
+// claims the duplicate-call key nor consumes or queues an approval.
 type decider struct {
-	e *Engine
-	d Decision
+	e       *Engine
+	d       Decision
+	preview bool
 }
 
 // violate records a broken rule and reports whether checking stops (enforce mode).
@@ -249,6 +251,10 @@ func (x *decider) decide(ctx context.Context, c Call) {
 	if d.Mode == Enforce && len(d.Violations) > 0 {
 		return // the call will not run: claim nothing
 	}
+	if x.preview {
+		x.previewKey(ctx, c, key)
+		return
+	}
 	ok, holder, err := e.store.ClaimKey(ctx, key, c.Run, 0)
 	switch {
 	case err != nil:
@@ -278,6 +284,10 @@ func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bo
 			continue
 		}
 		if a.State == store.ApprovalApproved && a.Consumed.IsZero() {
+			if x.preview {
+				d.ApprovalID = a.ID // would be consumed by the real call
+				return true
+			}
 			err := e.store.Consume(ctx, a.ID, c.Run, c.Tool, d.ArgsDigest)
 			if err == nil {
 				d.ApprovalID = a.ID
@@ -301,6 +311,10 @@ func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bo
 			x.violate(CategoryApproval, fmt.Sprintf("approval %s for this call was %s", latest.ID, latest.State))
 			return false
 		}
+	}
+	if x.preview {
+		d.Action, d.Reason = NeedsApproval, PreviewApprovalText(c.Tool)
+		return false
 	}
 	req := store.ApprovalRequest{Tool: c.Tool, ArgsDigest: d.ArgsDigest, Run: c.Run, Actor: c.Actor,
 		Reason: c.Tool + " requires approval (manifest)"}

@@ -167,6 +167,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	})
 	g.tools.Store(&toolSet{})
 	g.publish(toolSet{}, ts)
+	g.addAgentTools()
 	g.server.AddReceivingMiddleware(g.listMiddleware)
 	g.metrics = newMetrics(g)
 	close(g.started)
@@ -251,7 +252,7 @@ func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string,
 			id = h
 		}
 	}
-	actor := g.cfg.Actor
+	actor := g.principal(req)
 	var run store.Run
 	var err error
 	if id != "" {

@@ -34,6 +34,9 @@ func buildTools(ups []*upstream) (toolSet, error) {
 	for _, up := range ups {
 		for _, t := range up.listed() {
 			name := exposedName(up.cfg, t.Name)
+			if err := reservedName(up.name, name); err != nil {
+				return toolSet{}, err
+			}
 			if prev, dup := ts.routes[name]; dup {
 				return toolSet{}, fmt.Errorf("tool name clash: %s is exposed by upstreams %s and %s; set namespace: true on one of them", name, prev.up.name, up.name)
 			}
@@ -201,7 +204,7 @@ func (g *Gateway) listMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		e := g.engine.Load()
 		kept := make([]*mcp.Tool, 0, len(lr.Tools))
 		for _, t := range lr.Tools {
-			if e.Listed(t.Name) {
+			if e.Listed(t.Name) || isAgentTool(t.Name) { // allow/deny govern upstream tools only
 				kept = append(kept, t)
 			}
 		}

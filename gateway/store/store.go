@@ -247,6 +247,17 @@ type Store interface {
 	// ErrMismatch, ErrNotApproved, ErrConsumed.
 	Consume(ctx context.Context, id, run, tool, argsDigest string) error
 
+	// SearchRuns returns the runs f selects, newest Started first (see RunSearch).
+	SearchRuns(ctx context.Context, f RunSearch) ([]Run, error)
+	// SearchRecords returns the ledger records f selects, newest Time first (then by run, and
+	// Seq descending).
+	SearchRecords(ctx context.Context, f RecordSearch) ([]Record, error)
+	// CountOutcomes returns, for each of runs that exists, how many of its steps ended in each
+	// Status. Unknown ids (and GatewayJournal) are left out of the map.
+	CountOutcomes(ctx context.Context, runs []string) (map[string]OutcomeCounts, error)
+	// HeldKey reports who holds a duplicate-call key, without claiming it (ok false: free).
+	HeldKey(ctx context.Context, key string) (holder KeyHolder, ok bool, err error)
+
 	// Close releases the store. Later calls return ErrClosed.
 	Close() error
 }
