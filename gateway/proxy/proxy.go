@@ -156,7 +156,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		// unvalidated, so the engine is the only one to judge them.
 		g.server.AddTool(r.tool, g.handle)
 	}
-	g.server.AddReceivingMiddleware(g.filterList)
+	g.server.AddReceivingMiddleware(g.filterList, hideOutputSchemas)
 	return g, nil
 }
 
