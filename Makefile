@@ -1,4 +1,4 @@
-# Reversi GitOps. `make test` runs every test; `make build` builds bin/reversi.
+# Reversi GitOps. `make test` runs every test; `make build` builds bin/reversi and bin/reversi-gateway.
 GO ?= go
 
 # controller-gen writes the deepcopy methods, the CRDs and the RBAC. `go run pkg@version`
@@ -12,6 +12,7 @@ all: build
 
 build:
 	$(GO) build -o bin/reversi .
+	$(GO) build -o bin/reversi-gateway ./cmd/reversi-gateway
 
 ## test: formatting, vet, and every test (unit, fuzz seed corpora, CLI end to end, envtest).
 ## The envtest control plane (kube-apiserver, etcd, kubectl) comes from hack/setup-envtest.sh,

@@ -1,5 +1,6 @@
 // Command reversi is the Reversi GitOps binary: manifest tooling for PR pipelines
-// (validate, lint, test) and, in later releases, the controller and the gateway.
+// (validate, lint, test), the controller and the gateway. Invoked as reversi-gateway (a copy
+// or symlink) it is the gateway command itself.
 package main
 
 import (
@@ -9,5 +10,5 @@ import (
 )
 
 func main() {
-	os.Exit(cli.Execute(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(cli.Main(os.Args, os.Stdout, os.Stderr))
 }

@@ -33,7 +33,7 @@ func (x *decider) previewKey(ctx context.Context, c Call, key string) {
 	holder, held, err := x.e.store.HeldKey(ctx, key)
 	switch {
 	case err != nil:
-		x.violate(CategoryDuplicate, "the duplicate-call key could not be checked: " + err.Error())
+		x.violate(CategoryDuplicate, "the duplicate-call key could not be checked: "+err.Error())
 	case held:
 		x.violate(CategoryDuplicate, DuplicateText(c.Tool, holder))
 	}

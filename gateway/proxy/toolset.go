@@ -181,8 +181,8 @@ func (g *Gateway) note(format string, args ...any) {
 }
 
 // listMiddleware serves an agent's tools/list: it refreshes the upstreams' lists when the
-// cache is older than ListCacheTTL, and drops the tools allow/deny refuse (calls to them are
-// still decided, and journaled as blocked). Pagination is the SDK's (ServerOptions.PageSize).
+// cache is older than ListCacheTTL, drops the tools allow/deny refuse (calls to them are
+// still decided, and journaled as blocked) and the upstream tools' outputSchema (see below). Pagination is the SDK's (ServerOptions.PageSize).
 func (g *Gateway) listMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if method != "tools/list" {
@@ -204,9 +204,21 @@ func (g *Gateway) listMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		e := g.engine.Load()
 		kept := make([]*mcp.Tool, 0, len(lr.Tools))
 		for _, t := range lr.Tools {
-			if e.Listed(t.Name) || isAgentTool(t.Name) { // allow/deny govern upstream tools only
-				kept = append(kept, t)
+			switch {
+			case isAgentTool(t.Name): // allow/deny govern upstream tools only
+			case !e.Listed(t.Name):
+				continue
+			case t.OutputSchema != nil:
+				// A validating client (the TypeScript SDK's callTool) throws on a result of a
+				// tool with an outputSchema that breaks it or lacks structuredContent. The
+				// gateway checks results itself, journals a mismatch and drops the breaking
+				// structuredContent (seed: Schema validation); with the schema advertised the
+				// client would still throw and the agent would lose a call that took effect.
+				c := *t // the registered tool is shared: change a copy
+				c.OutputSchema = nil
+				t = &c
 			}
+			kept = append(kept, t)
 		}
 		out := *lr
 		out.Tools = kept

@@ -37,7 +37,11 @@ func NewRoot() *cobra.Command {
 // Execute runs the CLI with args and returns the process exit code: 0 on success, 1 on any
 // problem (a command that found problems has printed them itself).
 func Execute(args []string, stdout, stderr io.Writer) int {
-	root := NewRoot()
+	return run(NewRoot(), args, stdout, stderr)
+}
+
+// run executes root with args and maps its error to an exit code (see Execute).
+func run(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
