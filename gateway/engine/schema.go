@@ -80,11 +80,7 @@ func compileSchema(tool, which string, schema any) (*jsonschema.Schema, error) {
 // MaxProblems problems as `<instance location>: <problem>` joined with "; ", with a count of
 // the rest. v is passed through JSON so that Go numbers of any type are accepted.
 func checkValue(sch *jsonschema.Schema, v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "the value is not JSON: " + err.Error()
-	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	inst, err := jsonValue(v)
 	if err != nil {
 		return "the value is not JSON: " + err.Error()
 	}
