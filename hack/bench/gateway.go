@@ -56,7 +56,7 @@ func gatewayMain(argv []string) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	var f gatewayFlags
 	var sessions string
-	fs.IntVar(&f.calls, "calls", 8000, "measured calls per row (split evenly over the sessions)")
+	fs.IntVar(&f.calls, "calls", 4000, "measured calls per row (split evenly over the sessions)")
 	fs.IntVar(&f.warmup, "warmup", 200, "unmeasured calls per session before measuring")
 	fs.StringVar(&sessions, "sessions", "1,16", "concurrent session counts, comma-separated")
 	fs.StringVar(&f.reversi, "reversi", "", "reversi binary for the stdio gateway (default: go build of this module)")
