@@ -46,3 +46,6 @@ fmt-check:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./api/manifest/ ./internal/registry/
 	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" $(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./controllers/
+	upstreams=$$(hack/upstreams.sh) && \
+	REVERSI_UPSTREAMS="$$upstreams" $(GO) test -run '^$$' -bench GatewayCall -benchtime 1000x ./gateway/proxy/ && \
+	REVERSI_UPSTREAMS="$$upstreams" $(GO) run ./hack/bench gateway

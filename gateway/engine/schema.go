@@ -78,13 +78,9 @@ func compileSchema(tool, which string, schema any) (*jsonschema.Schema, error) {
 
 // checkValue validates v (a JSON-like value) against sch and returns "" or the first
 // MaxProblems problems as `<instance location>: <problem>` joined with "; ", with a count of
-// the rest. v is passed through JSON so that Go numbers of any type are accepted.
+// the rest. Decoded JSON is validated as is; other Go values go through JSON first (jsonValue).
 func checkValue(sch *jsonschema.Schema, v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "the value is not JSON: " + err.Error()
-	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	inst, err := jsonValue(v)
 	if err != nil {
 		return "the value is not JSON: " + err.Error()
 	}

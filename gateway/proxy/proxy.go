@@ -387,7 +387,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 			notes = append(notes, note)
 		}
 		if ok {
-			result = resultValue(res)
+			result = resultFor(d.Manifest, res)
 		} else {
 			// Clients that validate would discard the whole result: drop only the part that
 			// breaks the advertised schema.

@@ -15,11 +15,9 @@
 package upstreams
 
 import (
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,29 +40,22 @@ const installHint = "run hack/upstreams.sh (make test does) to install the pinne
 // srcDir is this package's folder (test/upstreams), where ts-client.mjs lives.
 func srcDir(t testing.TB) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatalf("upstreams: cannot locate the source folder of package upstreams")
+	dir, err := sourceDir()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Dir(file)
+	return dir
 }
 
 // Dir returns the node_modules folder holding the packages: $REVERSI_UPSTREAMS, or
 // test/upstreams/node_modules. It fails the test if the folder does not exist.
 func Dir(t testing.TB) string {
 	t.Helper()
-	dir := os.Getenv(EnvDir)
-	if dir == "" {
-		dir = filepath.Join(srcDir(t), "node_modules")
-	}
-	abs, err := filepath.Abs(dir)
+	dir, err := FindDir()
 	if err != nil {
-		t.Fatalf("upstreams: %s: %v", dir, err)
+		t.Fatal(err)
 	}
-	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
-		t.Fatalf("upstreams: %s is not installed (%v); %s", abs, err, installHint)
-	}
-	return abs
+	return dir
 }
 
 var nodeOnce = sync.OnceValues(func() (string, error) {
@@ -91,9 +82,9 @@ func (e *versionError) Error() string { return "node " + e.v + " is too old, nee
 // Node returns the absolute path of the node binary (Node.js >= 20), failing the test otherwise.
 func Node(t testing.TB) string {
 	t.Helper()
-	path, err := nodeOnce()
+	path, err := FindNode()
 	if err != nil {
-		t.Fatalf("upstreams: Node.js is needed for the real MCP servers: %v", err)
+		t.Fatal(err)
 	}
 	return path
 }
@@ -102,38 +93,9 @@ func Node(t testing.TB) string {
 // package.json `bin` (the first one by name when there are several).
 func Bin(t testing.TB, pkg string) string {
 	t.Helper()
-	dir := filepath.Join(Dir(t), filepath.FromSlash(pkg))
-	raw, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	script, err := FindBin(pkg)
 	if err != nil {
-		t.Fatalf("upstreams: %s is not installed: %v; %s", pkg, err, installHint)
-	}
-	var meta struct {
-		Name string          `json:"name"`
-		Bin  json.RawMessage `json:"bin"`
-	}
-	if err := json.Unmarshal(raw, &meta); err != nil {
-		t.Fatalf("upstreams: %s/package.json: %v", pkg, err)
-	}
-	var rel string
-	var one string
-	var many map[string]string
-	switch {
-	case json.Unmarshal(meta.Bin, &one) == nil && one != "":
-		rel = one
-	case json.Unmarshal(meta.Bin, &many) == nil && len(many) > 0:
-		first := ""
-		for name := range many {
-			if first == "" || name < first {
-				first = name
-			}
-		}
-		rel = many[first]
-	default:
-		t.Fatalf("upstreams: %s/package.json declares no bin", pkg)
-	}
-	script := filepath.Join(dir, filepath.FromSlash(rel))
-	if _, err := os.Stat(script); err != nil {
-		t.Fatalf("upstreams: %s bin %s: %v; %s", pkg, rel, err, installHint)
+		t.Fatal(err)
 	}
 	return script
 }

@@ -1,0 +1,36 @@
+// Command bench runs the project's benchmarks that need more than `go test -bench`: several
+// processes, real transports, a table side by side. Run it from the module root:
+//
+//	go run ./hack/bench gateway [flags]
+//
+// Subcommands:
+//
+//	gateway   read_graph of @modelcontextprotocol/server-memory direct vs through the gateway
+//	          (stdio and Streamable HTTP, SQLite journal): calls/s, p50/p99 (issue 5)
+//
+// The figures are recorded in BENCHMARKS.md.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: go run ./hack/bench gateway [flags]  (-h for the flags)")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "gateway":
+		err = gatewayMain(os.Args[2:])
+	default:
+		fmt.Fprintf(os.Stderr, "bench: unknown subcommand %q; use gateway\n", os.Args[1])
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
