@@ -347,7 +347,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		}
 	}
 	in := store.Intent{Run: d.Run, Tool: name, ArgsDigest: d.ArgsDigest, Reason: reason, IdempotencyKey: d.Key,
-		Mode: string(d.Mode), Decision: d.JournalDecision()}
+		HoldsKey: d.KeyClaimed, Mode: string(d.Mode), Decision: d.JournalDecision()}
 	if m := d.Manifest; m != nil {
 		in.ManifestVersion = fmt.Sprint(m.Version)
 		in.ManifestChecksum = g.checksum(m)

@@ -12,6 +12,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// ShutdownGrace is how long a stopping HTTP gateway lets requests in progress finish before it
+// closes their connections.
+const ShutdownGrace = 5 * time.Second
+
 // SessionTimeout closes idle HTTP sessions (seed: Endpoints).
 const SessionTimeout = 30 * time.Minute
 
@@ -78,9 +82,17 @@ func (g *Gateway) ServeListener(ctx context.Context, ln net.Listener) error {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// End the MCP sessions first: their streams would otherwise keep connections busy.
+		for ss := range g.server.Sessions() {
+			_ = ss.Close()
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 		defer cancel()
 		err := srv.Shutdown(sctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			g.warn("connections still open %s after the stop was asked for; closing them", ShutdownGrace)
+			err = srv.Close()
+		}
 		if e := <-errc; e != nil && !errors.Is(e, http.ErrServerClosed) && err == nil {
 			err = e
 		}

@@ -194,6 +194,10 @@ func (m *Memory) RecordIntent(_ context.Context, in Intent) (int64, error) {
 	rec := m.appendLocked(r, Record{Run: in.Run, Kind: KindIntent, Tool: in.Tool, ArgsDigest: in.ArgsDigest,
 		Reason: in.Reason, IdempotencyKey: in.IdempotencyKey, ManifestVersion: in.ManifestVersion,
 		ManifestChecksum: in.ManifestChecksum, Mode: in.Mode, Decision: in.Decision})
+	if h, ok := m.keys[in.IdempotencyKey]; ok && in.HoldsKey && h.Run == in.Run && h.Step == 0 {
+		h.Step = rec.Seq
+		m.keys[in.IdempotencyKey] = h
+	}
 	return rec.Seq, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -110,5 +111,51 @@ func TestSharedFile(t *testing.T) {
 		if got := must[Approval](t)(s.GetApproval(ctx, req.ID)); got.State != ApprovalApproved || len(got.Decisions) != 2 {
 			t.Errorf("approval as seen by one store: %+v", got)
 		}
+	}
+}
+
+// TestRecoverLeavesLiveInstances: two gateways on one data folder. The second one's start-up
+// recovery must not complete the first one's in-flight call (it is alive: its instance lock is
+// held); once the first is gone, its unfinished call is recovered as uncertain.
+func TestRecoverLeavesLiveInstances(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	a, err := OpenSQLite(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateRun(ctx, Run{ID: "ra", Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	inFlight, err := a.RecordIntent(ctx, Intent{Run: "ra", Tool: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenSQLite(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if rec, err := b.Recover(ctx); err != nil || len(rec) != 0 {
+		t.Fatalf("recovery beside a live gateway completed %+v (%v), want nothing", rec, err)
+	}
+	if _, err := a.RecordOutcome(ctx, "ra", inFlight, StepOutcome{Status: Succeeded}); err != nil {
+		t.Fatalf("the live gateway's real outcome was refused: %v", err)
+	}
+	left, err := a.RecordIntent(ctx, Intent{Run: "ra", Tool: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil { // gone with a call in flight (a crash also frees the lock)
+		t.Fatal(err)
+	}
+	rec, err := b.Recover(ctx)
+	if err != nil || len(rec) != 1 || rec[0].Run != "ra" || rec[0].Step != left || rec[0].Status != Uncertain {
+		t.Fatalf("recovery after the first gateway stopped: %+v %v", rec, err)
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, instancesDir))
+	if err != nil || len(entries) != 1 || entries[0].Name() != b.instance+".lock" {
+		t.Fatalf("instance locks left: %v %v, want only the live one", entries, err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gofrs/flock"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go, no cgo)
 )
 
@@ -37,11 +38,18 @@ const SQLiteFile = "reversi-gateway.db"
 // rolls back only itself and gets its own error), commits once (one fsync for the batch) and
 // only then answers each caller. No call returns success before its write is committed, so the
 // durability above is unchanged; concurrent sessions share the fsync instead of queueing for it.
+//
+// Several processes may share one data folder (stdio gateways of one project, the approvals
+// CLI). Each open store is an instance holding an advisory lock on instances/<id>.lock for its
+// lifetime, and every intent records its instance; Recover completes only the intents of
+// instances whose lock is free (the process is gone), never those of a live gateway.
 type SQLite struct {
-	w, r   *sql.DB
-	path   string
-	now    Clock
-	closed atomic.Bool
+	w, r     *sql.DB
+	path     string
+	now      Clock
+	closed   atomic.Bool
+	instance string       // this store's instance id
+	lock     *flock.Flock // held while open: the instance is alive
 
 	queue     chan *writeReq // unbuffered: a request is handed over only when the writer takes it
 	stop      chan struct{}  // closed by Close
@@ -94,10 +102,12 @@ CREATE TABLE IF NOT EXISTS records (
 -- a step is completed at most once, whatever the code above does
 CREATE UNIQUE INDEX IF NOT EXISTS records_one_outcome ON records (run, step) WHERE kind = 'outcome';
 -- intents without an outcome: inserted with the intent, deleted with the outcome
+-- instance: the store instance (process) that wrote the intent; '' before instances existed
 CREATE TABLE IF NOT EXISTS pending (
-	run  TEXT NOT NULL,
-	step INTEGER NOT NULL,
-	tool TEXT NOT NULL,
+	run      TEXT NOT NULL,
+	step     INTEGER NOT NULL,
+	tool     TEXT NOT NULL,
+	instance TEXT NOT NULL DEFAULT '',
 	PRIMARY KEY (run, step)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dup_keys (
@@ -160,14 +170,30 @@ func OpenSQLite(dir string, clock Clock) (*SQLite, error) {
 		w.Close()
 		return nil, fmt.Errorf("store: %s: schema: %w", path, err)
 	}
+	// A file from before instances existed: add the column (its intents recover as before).
+	if _, err := w.Exec(`ALTER TABLE pending ADD COLUMN instance TEXT NOT NULL DEFAULT ''`); err != nil && !strings.Contains(err.Error(), "duplicate column") {
+		w.Close()
+		return nil, fmt.Errorf("store: %s: schema: %w", path, err)
+	}
+	instance := newID("gw-")
+	if err := os.MkdirAll(filepath.Join(dir, instancesDir), 0o700); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: data folder: %w", err)
+	}
+	lock := flock.New(filepath.Join(dir, instancesDir, instance+".lock"))
+	if ok, err := lock.TryLock(); !ok || err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: lock instance %s: %v", instance, err)
+	}
 	r, err := sql.Open("sqlite", base+"&_pragma=query_only(1)")
 	if err != nil {
 		w.Close()
+		releaseInstance(lock)
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
-	s := &SQLite{w: w, r: r, path: path, now: clock,
+	s := &SQLite{w: w, r: r, path: path, now: clock, instance: instance, lock: lock,
 		queue: make(chan *writeReq), stop: make(chan struct{}), writerEnd: make(chan struct{})}
 	go s.writer()
 	return s, nil
@@ -184,7 +210,44 @@ func (s *SQLite) Close() error {
 	}
 	close(s.stop)
 	<-s.writerEnd // the batch in hand is committed (or rolled back) and answered
-	return errors.Join(s.r.Close(), s.w.Close())
+	err := errors.Join(s.r.Close(), s.w.Close())
+	releaseInstance(s.lock)
+	return err
+}
+
+// instancesDir holds one lock file per open store instance.
+const instancesDir = "instances"
+
+// releaseInstance unlocks and removes an instance's lock file.
+func releaseInstance(l *flock.Flock) {
+	_ = os.Remove(l.Path()) // first: a recovering peer that locks it then finds nothing to do
+	_ = l.Unlock()
+}
+
+// deadInstances returns the instances among ids whose lock is free (their process is gone),
+// locked by this store until done is called; "" (intents from before instances) is always dead.
+func (s *SQLite) deadInstances(ids []string) (dead map[string]bool, done func()) {
+	dead = map[string]bool{}
+	var held []*flock.Flock
+	dir := filepath.Join(filepath.Dir(s.path), instancesDir)
+	for _, id := range ids {
+		switch {
+		case id == s.instance:
+		case id == "":
+			dead[id] = true
+		default:
+			l := flock.New(filepath.Join(dir, id+".lock"))
+			if ok, err := l.TryLock(); ok && err == nil {
+				dead[id] = true
+				held = append(held, l)
+			}
+		}
+	}
+	return dead, func() {
+		for _, l := range held {
+			releaseInstance(l)
+		}
+	}
 }
 
 func (s *SQLite) check() error {
@@ -498,8 +561,14 @@ func (s *SQLite) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 		if err := s.appendTx(ctx, tx, &rec, ""); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO pending (run, step, tool) VALUES (?, ?, ?)`, rec.Run, rec.Step, rec.Tool)
-		return err
+		if _, err := tx.ExecContext(ctx, `INSERT INTO pending (run, step, tool, instance) VALUES (?, ?, ?, ?)`, rec.Run, rec.Step, rec.Tool, s.instance); err != nil {
+			return err
+		}
+		if in.HoldsKey && in.IdempotencyKey != "" {
+			_, err := tx.ExecContext(ctx, `UPDATE dup_keys SET step = ? WHERE key = ? AND run = ? AND step = 0`, rec.Step, in.IdempotencyKey, in.Run)
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, err
@@ -612,10 +681,33 @@ func (s *SQLite) PendingSteps(ctx context.Context, run string) ([]Record, error)
 
 // Recover implements Store.
 func (s *SQLite) Recover(ctx context.Context) ([]Record, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var ids []string
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT instance FROM pending`)
+	if err != nil {
+		return nil, fmt.Errorf("store: recover: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("store: recover: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: recover: %w", err)
+	}
+	ids = append(ids, s.staleInstances()...)
+	dead, done := s.deadInstances(ids)
+	defer done() // after the write: a dead instance stays locked until its intents are completed
 	var out []Record
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		out = nil
-		rows, err := tx.QueryContext(ctx, `SELECT run, step FROM pending ORDER BY run, step`)
+		rows, err := tx.QueryContext(ctx, `SELECT run, step, instance FROM pending ORDER BY run, step`)
 		if err != nil {
 			return fmt.Errorf("store: recover: %w", err)
 		}
@@ -626,11 +718,14 @@ func (s *SQLite) Recover(ctx context.Context) ([]Record, error) {
 		var todo []key
 		for rows.Next() {
 			var k key
-			if err := rows.Scan(&k.run, &k.step); err != nil {
+			var instance string
+			if err := rows.Scan(&k.run, &k.step, &instance); err != nil {
 				rows.Close()
 				return fmt.Errorf("store: recover: %w", err)
 			}
-			todo = append(todo, k)
+			if dead[instance] {
+				todo = append(todo, k)
+			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -646,6 +741,19 @@ func (s *SQLite) Recover(ctx context.Context) ([]Record, error) {
 		return nil
 	})
 	return out, err
+}
+
+// staleInstances lists the instance lock files in the data folder (other than this store's),
+// so that Recover also removes those of processes that died with nothing pending.
+func (s *SQLite) staleInstances() []string {
+	entries, _ := os.ReadDir(filepath.Join(filepath.Dir(s.path), instancesDir))
+	var ids []string
+	for _, e := range entries {
+		if id, ok := strings.CutSuffix(e.Name(), ".lock"); ok && id != s.instance {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // ClaimKey implements Store. The claim is one INSERT against the key's PRIMARY KEY.

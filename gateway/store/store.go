@@ -120,11 +120,14 @@ func validStatus(s Status) bool {
 // Intent is what the gateway journals before it forwards a call. The arguments themselves are
 // never stored: ArgsDigest is their digest (e.g. "sha256:<hex>" of the canonical JSON).
 type Intent struct {
-	Run              string // required; GatewayJournal is not accepted
-	Tool             string // required
-	ArgsDigest       string
-	Reason           string // _meta["reversi/reason"] or "MCP tools/call <tool>"
-	IdempotencyKey   string // manifest.DuplicateKey's result, "" when none
+	Run            string // required; GatewayJournal is not accepted
+	Tool           string // required
+	ArgsDigest     string
+	Reason         string // _meta["reversi/reason"] or "MCP tools/call <tool>"
+	IdempotencyKey string // manifest.DuplicateKey's result, "" when none
+	// HoldsKey: this call claimed IdempotencyKey (ClaimKey with step 0), so the intent's step
+	// becomes the key's holder step, in the same write.
+	HoldsKey         bool
 	ManifestVersion  string
 	ManifestChecksum string
 	Mode             string // enforce | advise | observe
@@ -219,8 +222,10 @@ type Store interface {
 	Records(ctx context.Context, run string, after int64, limit int) ([]Record, error)
 	// PendingSteps returns the run's intent records that have no outcome, in Seq order.
 	PendingSteps(ctx context.Context, run string) ([]Record, error)
-	// Recover completes every intent without an outcome, in every run, as Uncertain with
-	// RecoveryNote, and returns the outcome records it wrote. The gateway calls it on start.
+	// Recover completes every intent without an outcome that was written by a process that is
+	// gone (for SQLite: an instance whose lock is free; for Memory: every one), in every run, as
+	// Uncertain with RecoveryNote, and returns the outcome records it wrote. The gateway calls
+	// it on start; the in-flight calls of another live gateway on the same data are left alone.
 	Recover(ctx context.Context) ([]Record, error)
 
 	// ClaimKey claims a duplicate-call key for (run, step). ok is true when this call took the

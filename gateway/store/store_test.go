@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,25 @@ func forEach(t *testing.T, fn func(t *testing.T, s Store, clock *fakeClock)) {
 			fn(t, im.open(t, clock.Now), clock)
 		})
 	}
+}
+
+// restart stands for the gateway process stopping and starting again: a SQLite store is
+// closed and opened on the same file (a new instance); a Memory store is kept.
+func restart(t *testing.T, s Store) Store {
+	t.Helper()
+	sq, ok := s.(*SQLite)
+	if !ok {
+		return s
+	}
+	if err := sq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := OpenSQLite(filepath.Dir(sq.Path()), sq.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	return n
 }
 
 func wantErr(t *testing.T, err, target error) {
@@ -251,6 +271,7 @@ func TestLedger(t *testing.T) {
 		if len(pend) != 1 || pend[0].Seq != s2 || pend[0].Tool != "crm.read" {
 			t.Fatalf("pending after one outcome %+v", pend)
 		}
+		s = restart(t, s)
 		rec := must[[]Record](t)(s.Recover(ctx))
 		if len(rec) != 2 || rec[0].Run != "r1" || rec[0].Step != s2 || rec[1].Run != "r2" || rec[1].Step != 1 {
 			t.Fatalf("recovered %+v", rec)
@@ -315,6 +336,41 @@ func TestKeys(t *testing.T) {
 		ok, h, err = s.ClaimKey(ctx, "k", "r2", 1)
 		if err != nil || !ok || h.Run != "r2" {
 			t.Fatalf("claim after release: %v %+v %v", ok, h, err)
+		}
+	})
+}
+
+// TestKeyHolderStep: an intent that holds its key (claimed with step 0) becomes the holder's
+// step in the same write; an intent that does not hold it (a refused duplicate) changes nothing.
+func TestKeyHolderStep(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store, _ *fakeClock) {
+		ctx := context.Background()
+		for _, id := range []string{"r1", "r2"} {
+			if _, err := s.CreateRun(ctx, Run{ID: id, Actor: "a"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ok, _, err := s.ClaimKey(ctx, "k", "r1", 0); !ok || err != nil {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		// A refused duplicate in the same run journals the key without holding it.
+		if _, err := s.RecordIntent(ctx, Intent{Run: "r1", Tool: "t", IdempotencyKey: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		step, err := s.RecordIntent(ctx, Intent{Run: "r1", Tool: "t", IdempotencyKey: "k", HoldsKey: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, h, _ := s.ClaimKey(ctx, "k", "r2", 0)
+		if h.Run != "r1" || h.Step != step || step != 2 {
+			t.Fatalf("holder %+v, want run r1 step %d (= 2)", h, step)
+		}
+		// Holding it again (another run's intent naming the key) does not move it.
+		if _, err := s.RecordIntent(ctx, Intent{Run: "r2", Tool: "t", IdempotencyKey: "k", HoldsKey: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, h2, _ := s.ClaimKey(ctx, "k", "r2", 0); h2 != h {
+			t.Fatalf("holder moved to %+v", h2)
 		}
 	})
 }
