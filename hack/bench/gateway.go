@@ -26,6 +26,7 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
 	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/test/syncbuf"
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
 
@@ -312,23 +313,8 @@ func (f *fleet) close() {
 	}
 }
 
-// lockedBuffer keeps a process's stderr for error messages.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is a syncbuf.Buffer (kept as a name for the tests here).
+type lockedBuffer = syncbuf.Buffer
 
 func newClient() *mcp.Client {
 	return mcp.NewClient(&mcp.Implementation{Name: "reversi-bench", Version: "0"}, nil)

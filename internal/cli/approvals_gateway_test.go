@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,12 +8,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/reversi-gitops/reversi/test/syncbuf"
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
 
@@ -60,23 +59,8 @@ const approvalManifests = `
   approval: { roles: [finance] }
 `
 
-// lockedBuffer is a bytes.Buffer written by the gateway and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is a syncbuf.Buffer (kept as a name for the tests here).
+type lockedBuffer = syncbuf.Buffer
 
 var approvalIDPattern = regexp.MustCompile(`request (apr-[0-9a-f]+) is waiting for an approver`)
 

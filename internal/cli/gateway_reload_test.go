@@ -6,23 +6,23 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/reversi-gitops/reversi/test/syncbuf"
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
 
 // gatewayCmd runs `reversi gateway args...` in-process with its stdio connected to a go-sdk
 // client, and stops it at the end of the test.
-func gatewayCmd(t *testing.T, args ...string) (*mcp.ClientSession, *syncWriter) {
+func gatewayCmd(t *testing.T, args ...string) (*mcp.ClientSession, *syncbuf.Buffer) {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	stderr := &syncWriter{}
+	stderr := &syncbuf.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		root := NewRoot()
@@ -146,24 +146,6 @@ func TestGatewayReloadOnSIGHUP(t *testing.T) {
 	if !strings.Contains(stderr.String(), "reversi-gateway: reloaded 2 manifests") {
 		t.Errorf("stderr does not report the reload:\n%s", stderr.String())
 	}
-}
-
-// syncWriter is a strings.Builder safe for the gateway's and its upstreams' concurrent writes.
-type syncWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 // TestGatewayReloadRereadsTheTrustedKey: the manifest public key is re-read on reload; when it
