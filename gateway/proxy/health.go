@@ -90,7 +90,11 @@ func (g *Gateway) pingAll() []UpstreamHealth {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), PingTimeout)
 			defer cancel()
-			if err := u.session.Ping(ctx, nil); err != nil {
+			cs, err := u.session()
+			if err == nil {
+				err = cs.Ping(ctx, nil)
+			}
+			if err != nil {
 				out[i].Error = "ping: " + err.Error()
 				return
 			}

@@ -124,41 +124,89 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// killableMemory is server-memory as the upstream "memory", started through /bin/sh so that
-// the test learns its process id (the shell execs node, keeping its pid) and can kill it.
-func killableMemory(t *testing.T) (config.Upstream, func() int) {
+// killable is server-memory started through /bin/sh, so the test knows its process id and can
+// kill it, and can hold it down: while held, a restart by the gateway's reconnect fails.
+type killable struct {
+	u        config.Upstream
+	pidFile  string
+	holdFile string
+}
+
+func killableMemory(t *testing.T) *killable {
 	cmd, args, env := upstreams.Memory(t)
-	pidFile := filepath.Join(t.TempDir(), "memory.pid")
-	u := config.Upstream{Name: "memory", Command: "/bin/sh", Namespace: true,
-		Args: append([]string{"-c", `echo $$ > "$PIDFILE" && exec "$0" "$@"`, cmd}, args...),
-		Env:  map[string]string{"PIDFILE": pidFile}}
+	dir := t.TempDir()
+	k := &killable{pidFile: filepath.Join(dir, "memory.pid"), holdFile: filepath.Join(dir, "hold")}
+	k.u = config.Upstream{Name: "memory", Command: "/bin/sh", Namespace: true,
+		Args: append([]string{"-c", `[ -e "$HOLD" ] && exit 3; echo $$ > "$PIDFILE" && exec "$0" "$@"`, cmd}, args...),
+		Env:  map[string]string{"PIDFILE": k.pidFile, "HOLD": k.holdFile, "MEMORY_FILE_PATH": filepath.Join(dir, "graph.jsonl")}}
 	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		u.Env[k] = v
+		key, v, _ := strings.Cut(kv, "=")
+		if key != "MEMORY_FILE_PATH" {
+			k.u.Env[key] = v
+		}
 	}
-	return u, func() int {
-		b, err := os.ReadFile(pidFile)
-		if err != nil {
-			t.Fatalf("upstream pid: %v", err)
+	return k
+}
+
+func (k *killable) pid(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(k.pidFile)
+	if err != nil {
+		t.Fatalf("upstream pid: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("upstream pid %q: %v", b, err)
+	}
+	return pid
+}
+
+// hold makes restarts fail (on) or work again (off).
+func (k *killable) hold(t *testing.T, on bool) {
+	t.Helper()
+	if on {
+		write(t, k.holdFile, "")
+		return
+	}
+	if err := os.Remove(k.holdFile); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kill sends sig to the upstream process.
+func (k *killable) kill(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := syscall.Kill(k.pid(t), sig); err != nil {
+		t.Fatalf("signal %v to server-memory: %v", sig, err)
+	}
+}
+
+// waitDown waits until the gateway has marked its first upstream down.
+func waitDown(t *testing.T, g *Gateway) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := g.upstreams[0].session(); err != nil {
+			return
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			t.Fatalf("upstream pid %q: %v", b, err)
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway did not notice that the upstream went away")
 		}
-		return pid
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
 // TestReadyzKilledUpstream: with server-memory and server-filesystem up, /readyz is 200 with
-// both ok and counts the open session; once the server-memory process is killed, /readyz
-// turns 503 with memory ok:false (after the 2 s cache) and a call to it is journaled
-// uncertain.
+// both ok and counts the open session. server-memory is killed with a call in flight: that call
+// is journaled uncertain (with $args resolved and $result missing, unrecoverable); /readyz turns
+// 503 with memory ok:false; a call while it is down is not forwarded (failed); once it can start
+// again the gateway reconnects it, journals both events, and calls pass.
 func TestReadyzKilledUpstream(t *testing.T) {
-	mem, pid := killableMemory(t)
+	mem := killableMemory(t)
 	fcmd, fargs, _ := upstreams.Filesystem(t, t.TempDir())
 	fsu := config.Upstream{Name: "fs", Command: fcmd, Args: fargs, Env: map[string]string{}, Namespace: true}
 	cfg := &config.Gateway{Mode: config.ModeAuto, UnclassifiedReads: config.UnclassifiedBlock, ValidateSchemas: true,
-		Actor: "dev-laptop", Upstreams: []config.Upstream{mem, fsu}}
+		Actor: "dev-laptop", Upstreams: []config.Upstream{mem.u, fsu}}
 	f := start(t, cfg, loadManifests(t))
 	base := serveHTTP(t, f.gw)
 
@@ -176,11 +224,40 @@ func TestReadyzKilledUpstream(t *testing.T) {
 		t.Fatalf("/readyz with one session: %d %+v, want 200, ok, sessions 1", code, r)
 	}
 
-	p := pid()
-	if err := syscall.Kill(p, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill server-memory (pid %d): %v", p, err)
+	// A call in flight when the upstream dies: frozen (SIGSTOP) so the call is surely upstream,
+	// then killed.
+	mem.hold(t, true)
+	mem.kill(t, syscall.SIGSTOP)
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		done <- call(t, cs, "memory.create_entities", map[string]any{"entities": []any{
+			map[string]any{"name": "bob", "entityType": "person", "observations": []any{}}}})
+	}()
+	run, _ := onlyRun(t, f.store)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if p, _ := f.store.PendingSteps(context.Background(), run.ID); len(p) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call's intent was not journaled")
+		}
 	}
+	mem.kill(t, syscall.SIGKILL)
 	killed := time.Now()
+	if res := <-done; !res.IsError || !strings.Contains(strings.Join(texts(res), ""), "outcome is uncertain") {
+		t.Errorf("create_entities in flight when the upstream died: %v", texts(res))
+	}
+	_, recs := onlyRun(t, f.store)
+	s := stepsOf(recs, "memory.create_entities")
+	if len(s) != 1 || s[0][0].Decision != "allow" || s[0][1].Status != store.Uncertain ||
+		!strings.Contains(s[0][1].Note, "the upstream did not answer") {
+		t.Fatalf("create_entities steps %+v, want one allowed step with an uncertain outcome", s)
+	}
+	// $args references still resolve; $result has no value, so the step is unrecoverable.
+	if s[0][1].CompensationTool != "memory.delete_entities" || !strings.Contains(s[0][1].Note, "unrecoverable: no value for $result.entities.0.name") {
+		t.Errorf("uncertain outcome %+v", s[0][1])
+	}
+
 	deadline := killed.Add(ReadyCacheTTL + 15*time.Second)
 	for {
 		code, r = readyz(t, base)
@@ -199,27 +276,49 @@ func TestReadyzKilledUpstream(t *testing.T) {
 		t.Fatalf("/readyz after the kill: %+v", r)
 	}
 
-	res := call(t, cs, "memory.create_entities", map[string]any{"entities": []any{
-		map[string]any{"name": "bob", "entityType": "person", "observations": []any{}}}})
-	if !res.IsError || !strings.Contains(strings.Join(texts(res), ""), "outcome is uncertain") {
-		t.Errorf("create_entities with the upstream killed: %v", texts(res))
+	// While it is down a call is not forwarded: failed, not uncertain.
+	waitDown(t, f.gw)
+	res := call(t, cs, "memory.read_graph", map[string]any{})
+	if !res.IsError || !strings.Contains(strings.Join(texts(res), ""), "memory.read_graph was not called: upstream memory: the upstream is down") {
+		t.Errorf("read_graph while the upstream is down: %v", texts(res))
 	}
-	_, recs := onlyRun(t, f.store)
-	s := stepsOf(recs, "memory.create_entities")
-	if len(s) != 1 || s[0][0].Decision != "allow" || s[0][1].Status != store.Uncertain {
-		t.Fatalf("create_entities steps %+v, want one allowed step with an uncertain outcome", s)
+	_, recs = onlyRun(t, f.store)
+	if s := stepsOf(recs, "memory.read_graph"); len(s) != 2 || s[1][1].Status != store.Failed || !strings.HasPrefix(s[1][1].Note, "not forwarded: ") {
+		t.Errorf("read_graph steps %+v, want the second failed, not forwarded", s)
 	}
 	// The other upstream still serves through the same session.
 	if res := call(t, cs, "fs.list_allowed_directories", map[string]any{}); !res.IsError ||
 		!strings.Contains(strings.Join(texts(res), ""), "no manifest") {
 		t.Errorf("fs.list_allowed_directories (no manifest, enforce): %v", texts(res))
 	}
+
+	// It can start again: the gateway reconnects with backoff, and calls pass.
+	mem.hold(t, false)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if res := call(t, cs, "memory.read_graph", map[string]any{}); !res.IsError {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream was not reconnected")
+		}
+	}
+	t.Logf("reconnected %s after the kill", time.Since(killed).Round(time.Millisecond))
+	var notes []string
+	for _, n := range gatewayRecords(t, f.store, store.KindNote) {
+		notes = append(notes, n.Note)
+	}
+	if len(notes) < 2 || !strings.HasPrefix(notes[0], "upstream memory stopped (") || notes[len(notes)-1] != "upstream memory reconnected" {
+		t.Errorf("gateway notes %q, want the stop and the reconnection", notes)
+	}
 }
 
 // TestReadinessCache: one round of pings serves every request for ReadyCacheTTL (concurrent
 // requests share it), so an upstream that went away is reported only once the cache expires.
 func TestReadinessCache(t *testing.T) {
-	f := start(t, memoryConfig(t, config.ModeAuto), loadManifests(t))
+	mem := killableMemory(t)
+	cfg := memoryConfig(t, config.ModeAuto)
+	cfg.Upstreams = []config.Upstream{mem.u}
+	f := start(t, cfg, loadManifests(t))
 	var mu sync.Mutex
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	f.gw.health.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -240,8 +339,10 @@ func TestReadinessCache(t *testing.T) {
 		t.Fatalf("16 concurrent requests ran %d ping rounds, want 1", n)
 	}
 
-	// The upstream goes away (its stdin is closed and the process stops).
-	_ = f.gw.upstreams[0].session.Close()
+	// The upstream goes away and cannot start again.
+	mem.hold(t, true)
+	mem.kill(t, syscall.SIGKILL)
+	waitDown(t, f.gw)
 	advance(ReadyCacheTTL - time.Millisecond)
 	if r := f.gw.Readiness(); !r.OK || f.gw.health.rounds.Load() != 1 {
 		t.Fatalf("within the cache: %+v after %d rounds, want the cached ok", r, f.gw.health.rounds.Load())

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -182,18 +183,23 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// TestMetricsWouldBlockAndUncertain: in advise mode a call that breaks a rule runs and counts
-// as would_block with its reason; a call whose upstream went away counts as uncertain. The
+// TestMetricsWouldBlockAndNotForwarded: in advise mode a call that breaks a rule runs and counts
+// as would_block with its reason; a call whose upstream is down is not forwarded (failed). The
 // second gateway in the process has its own registry (nothing from the first leaks in).
-func TestMetricsWouldBlockAndUncertain(t *testing.T) {
-	f := start(t, memoryConfig(t, config.ModeAdvise), loadManifests(t))
+func TestMetricsWouldBlockAndNotForwarded(t *testing.T) {
+	mem := killableMemory(t)
+	cfg := memoryConfig(t, config.ModeAdvise)
+	cfg.Upstreams = []config.Upstream{mem.u}
+	f := start(t, cfg, loadManifests(t))
 	base := serveHTTP(t, f.gw)
 	cs := httpClient(t, base)
 	res := call(t, cs, "memory.open_nodes", map[string]any{"names": []any{"x"}}) // denied: runs in advise
 	if res.IsError || !strings.Contains(strings.Join(texts(res), ""), "Reversi advisory") {
 		t.Fatalf("open_nodes in advise: %v", texts(res))
 	}
-	_ = f.gw.upstreams[0].session.Close() // the upstream goes away
+	mem.hold(t, true) // the upstream goes away for good: the call is not forwarded
+	mem.kill(t, syscall.SIGKILL)
+	waitDown(t, f.gw)
 	if res := call(t, cs, "memory.read_graph", map[string]any{}); !res.IsError {
 		t.Fatalf("read_graph with the upstream gone: %v", texts(res))
 	}
@@ -203,8 +209,8 @@ func TestMetricsWouldBlockAndUncertain(t *testing.T) {
 	if got := counter(fams, calls, map[string]string{"tool": "memory.open_nodes", "outcome": OutcomeWouldBlock}); got != 1 {
 		t.Errorf("open_nodes would_block = %v, want 1", got)
 	}
-	if got := counter(fams, calls, map[string]string{"tool": "memory.read_graph", "outcome": OutcomeUncertain}); got != 1 {
-		t.Errorf("read_graph uncertain = %v, want 1", got)
+	if got := counter(fams, calls, map[string]string{"tool": "memory.read_graph", "outcome": "failed"}); got != 1 {
+		t.Errorf("read_graph failed = %v, want 1", got)
 	}
 	if n := len(fams[calls].GetMetric()); n != 2 {
 		t.Errorf("%s has %d samples, want 2 (a registry of its own)", calls, n)

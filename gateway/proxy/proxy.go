@@ -171,6 +171,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.server.AddReceivingMiddleware(g.listMiddleware)
 	g.metrics = newMetrics(g)
 	close(g.started)
+	for _, up := range g.upstreams {
+		go g.supervise(up)
+	}
 	return g, nil
 }
 
@@ -212,7 +215,11 @@ func (g *Gateway) Close() error {
 	var wg sync.WaitGroup
 	for i, u := range g.upstreams {
 		wg.Go(func() {
-			if err := u.session.Close(); err != nil {
+			cs, err := u.session()
+			if err != nil {
+				return // down: nothing to close
+			}
+			if err := cs.Close(); err != nil {
 				errs[i] = fmt.Errorf("upstream %s: %w", u.name, err)
 			}
 		})
@@ -375,6 +382,9 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	}
 	var result any
 	switch {
+	case errors.Is(ferr, ErrUpstreamDown): // never sent: nothing happened upstream
+		out.Status = store.Failed
+		notes = append(notes, "not forwarded: "+ferr.Error())
 	case ferr != nil:
 		out.Status = store.Uncertain
 		notes = append(notes, "the upstream did not answer: "+ferr.Error())
@@ -412,6 +422,9 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	}
 	g.outcome(ctx, d.Run, step, out)
 
+	if errors.Is(ferr, ErrUpstreamDown) {
+		return textResult(fmt.Sprintf("Reversi: %s was not called: %v", name, ferr)), nil
+	}
 	if ferr != nil {
 		return textResult(fmt.Sprintf("Reversi: the call to %s did not complete (%v); its outcome is uncertain: the upstream may have acted", name, ferr)), nil
 	}
@@ -494,7 +507,10 @@ func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d 
 		if d.Timeout > 0 {
 			cctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		}
-		res, err = r.up.session.CallTool(cctx, params)
+		var cs *mcp.ClientSession
+		if cs, err = r.up.session(); err == nil {
+			res, err = cs.CallTool(cctx, params)
+		}
 		if err != nil && cctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("timed out after %s: %w", d.Timeout, err)
 		}

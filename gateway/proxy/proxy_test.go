@@ -441,30 +441,3 @@ func TestEnvIsOnlyTheConfigured(t *testing.T) {
 		t.Errorf("upstream environment %v", got)
 	}
 }
-
-func TestTransportErrorIsUncertain(t *testing.T) {
-	f := start(t, memoryConfig(t, config.ModeAuto), loadManifests(t))
-	cs := f.client(t)
-	if res := call(t, cs, "memory.read_graph", map[string]any{}); res.IsError {
-		t.Fatalf("read_graph: %v", texts(res))
-	}
-	// The upstream goes away (its stdin is closed and the process stops).
-	if err := f.gw.upstreams[0].session.Close(); err != nil {
-		t.Logf("closing the upstream: %v", err)
-	}
-	res := call(t, cs, "memory.create_entities", map[string]any{"entities": []any{
-		map[string]any{"name": "bob", "entityType": "person", "observations": []any{}}}})
-	if !res.IsError || !strings.Contains(strings.Join(texts(res), ""), "outcome is uncertain") {
-		t.Errorf("create_entities with the upstream gone: %v", texts(res))
-	}
-	_, recs := onlyRun(t, f.store)
-	s := stepsOf(recs, "memory.create_entities")
-	if len(s) != 1 || s[0][0].Decision != "allow" || s[0][1].Status != store.Uncertain ||
-		!strings.Contains(s[0][1].Note, "the upstream did not answer") {
-		t.Fatalf("create_entities steps %+v", s)
-	}
-	// $args references still resolve; $result has no value, so the step is unrecoverable.
-	if s[0][1].CompensationTool != "memory.delete_entities" || !strings.Contains(s[0][1].Note, "unrecoverable: no value for $result.entities.0.name") {
-		t.Errorf("uncertain outcome %+v", s[0][1])
-	}
-}
