@@ -227,6 +227,19 @@ func (e *Engine) AutoObserve() bool { return e.autoObserve }
 // Manifest returns the manifest for tool, or nil.
 func (e *Engine) Manifest(tool string) *manifest.Manifest { return e.manifests[tool] }
 
+// Unmatched returns the tools (sorted) that have a manifest but that no upstream exposes:
+// usually a name without its `<upstream>.` prefix, or an upstream that dropped the tool.
+func (e *Engine) Unmatched() []string {
+	var out []string
+	for tool := range e.manifests {
+		if _, ok := e.tools[tool]; !ok {
+			out = append(out, tool)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Scope returns the session scope (sorted).
 func (e *Engine) Scope() []string { return append([]string(nil), e.scopeList...) }
 

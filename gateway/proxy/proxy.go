@@ -25,6 +25,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sync/singleflight"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/config"
@@ -159,6 +160,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		fmt.Fprintln(stderr, engine.AutoObserveMessage)
 	}
 	fmt.Fprintln(stderr, e.Banner())
+	g.warnUnmatched(e)
 
 	g.server = mcp.NewServer(&mcp.Implementation{Name: Name, Version: Version}, &mcp.ServerOptions{
 		PageSize: o.PageSize,
@@ -243,6 +245,22 @@ func (g *Gateway) succeeded(ctx context.Context, run, tool string) bool {
 	return false
 }
 
+// MaxRunIDLength leaves room for the shadow run's suffix within a Kubernetes object name.
+const MaxRunIDLength = 200
+
+// ValidateRunID checks a run id given by --run-id or the Reversi-Run-Id header: a Kubernetes
+// object name (lowercase letters, digits, '-' and '.'; runs become ReversiRun objects) of at
+// most MaxRunIDLength characters.
+func ValidateRunID(id string) error {
+	if len(id) > MaxRunIDLength {
+		return fmt.Errorf("run id is %d characters long, at most %d are allowed", len(id), MaxRunIDLength)
+	}
+	if errs := validation.IsDNS1123Subdomain(id); len(errs) > 0 {
+		return fmt.Errorf("run id %q: %s", id, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
 // runFor returns the run of a session: one session is one run. The first call of a session
 // opens it, or continues the run named by --run-id (stdio) or the Reversi-Run-Id header
 // (HTTP); only the run's actor may continue it.
@@ -257,6 +275,11 @@ func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string,
 	if req.Extra != nil && req.Extra.Header != nil {
 		if h := req.Extra.Header.Get(RunIDHeader); h != "" {
 			id = h
+		}
+	}
+	if id != "" {
+		if err := ValidateRunID(id); err != nil {
+			return "", err
 		}
 	}
 	actor := g.principal(req)

@@ -10,10 +10,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
 	"github.com/reversi-gitops/reversi/internal/bundle"
 )
@@ -80,6 +82,7 @@ func (g *Gateway) Reload(ctx context.Context) ReloadResult {
 	g.stateMu.Lock()
 	defer g.stateMu.Unlock()
 	if set == g.setChecksum {
+		g.warn("reload: no change (%d manifests, %s)", len(ms), set)
 		return ReloadResult{Tools: len(ms), Checksum: set}
 	}
 	e, err := g.newEngine(ms, (*g.tools.Load()).tools)
@@ -96,6 +99,7 @@ func (g *Gateway) Reload(ctx context.Context) ReloadResult {
 	}
 	g.metrics.reloaded(true)
 	g.warn("reloaded %s (%s)", note, set)
+	g.warnUnmatched(e)
 	return ReloadResult{Changed: true, Tools: len(ms), Checksum: set}
 }
 
@@ -191,5 +195,13 @@ func fingerprint(h io.Writer, root string, depth int) {
 	})
 	if err != nil {
 		fmt.Fprintf(h, "%s error %v\n", root, err)
+	}
+}
+
+// warnUnmatched says on stderr which manifests no upstream tool matches: they enforce nothing.
+func (g *Gateway) warnUnmatched(e *engine.Engine) {
+	if u := e.Unmatched(); len(u) > 0 {
+		g.warn("%d manifests name no upstream tool, so they enforce nothing: %s (tools are exposed as <upstream>.<tool> unless the upstream sets namespace: false)",
+			len(u), strings.Join(u, ", "))
 	}
 }

@@ -137,7 +137,7 @@ func (m *Memory) ContinueRun(_ context.Context, id, actor string) (Run, error) {
 		return Run{}, err
 	}
 	if r.run.Actor != actor {
-		return Run{}, fmt.Errorf("%w: run %s was opened by another principal", ErrNotOwner, id)
+		return Run{}, fmt.Errorf("%w: run %q; continue a run you opened, or start a new one (no run id)", ErrNotOwner, id)
 	}
 	r.run.LastActivity, r.run.Status = m.now().UTC(), RunActive
 	return r.run, nil

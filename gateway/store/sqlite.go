@@ -496,7 +496,7 @@ func (s *SQLite) ContinueRun(ctx context.Context, id, actor string) (Run, error)
 			return fmt.Errorf("store: continue run: %w", err)
 		}
 		if r.Actor != actor {
-			return fmt.Errorf("%w: run %s was opened by another principal", ErrNotOwner, id)
+			return fmt.Errorf("%w: run %q; continue a run you opened, or start a new one (no run id)", ErrNotOwner, id)
 		}
 		r.LastActivity, r.Status = s.stamp(), RunActive
 		_, err = tx.ExecContext(ctx, `UPDATE runs SET last_activity = ?, status = ? WHERE id = ?`, tn(r.LastActivity), string(r.Status), id)

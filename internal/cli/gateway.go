@@ -63,6 +63,11 @@ func newGatewayCmd() *cobra.Command {
 				}
 				g = fg
 			}
+			if runID != "" {
+				if err := proxy.ValidateRunID(runID); err != nil {
+					return fmt.Errorf("--run-id: %w", err)
+				}
+			}
 			src, pc, err := manifestSource(manifests)
 			if err != nil {
 				return err
@@ -154,8 +159,14 @@ func manifestSource(flag string) (string, *projconfig.Config, error) {
 
 // loadGatewayManifests reads the manifests at p (a registry is verified against the trusted
 // keys read now, so a reload also picks up a rotated key). Every error at once.
+// An existing folder that holds none yet is no manifests, not an error (seed: Observe first).
 func loadGatewayManifests(p string) ([]*manifest.Manifest, error) {
 	ms, errs := LoadManifests(p)
+	if len(errs) == 1 && errors.Is(errs[0], errNoManifests) {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			return nil, nil
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

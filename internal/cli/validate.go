@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -63,10 +64,13 @@ func LoadManifests(paths ...string) ([]*manifest.Manifest, []error) {
 	ms = append(ms, pms...)
 	if len(ms) == 0 && len(errs) == 0 {
 		// A wrong path must not pass a pipeline as "ok: 0".
-		errs = append(errs, fmt.Errorf("no tool manifests found in %s: check the path (folders are read for *.json, *.yaml and *.yml)", strings.Join(paths, ", ")))
+		errs = append(errs, fmt.Errorf("%w in %s: check the path (folders are read for *.json, *.yaml and *.yml)", errNoManifests, strings.Join(paths, ", ")))
 	}
 	return ms, errs
 }
+
+// errNoManifests: a selection that holds no manifest at all.
+var errNoManifests = errors.New("no tool manifests found")
 
 // loadValid loads the manifests under args (or the configured ones) and, when anything is
 // wrong, prints every error and returns the exit-1 error.
