@@ -11,6 +11,7 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
 	"github.com/reversi-gitops/reversi/gateway/suggest"
+	"github.com/reversi-gitops/reversi/internal/lint"
 )
 
 // upstreamFlags are the flags that name the upstream MCP servers to read tools from, shared by
@@ -69,4 +70,13 @@ func (u *upstreamFlags) tools(cmd *cobra.Command) ([]suggest.Tool, error) {
 		return nil, err
 	}
 	return ts, nil
+}
+
+// lintTools is what lint needs of the listed tools: exposed names and input schemas.
+func lintTools(ts []suggest.Tool) []lint.UpstreamTool {
+	out := make([]lint.UpstreamTool, len(ts))
+	for i, t := range ts {
+		out[i] = lint.UpstreamTool{Name: t.Tool.Name, InputSchema: t.Tool.InputSchema}
+	}
+	return out
 }
