@@ -55,8 +55,10 @@ func newSuggestCmd() *cobra.Command {
 					return fmt.Errorf("%s exists: remove it, or pass its folder with -m so its tools are skipped", p)
 				}
 			}
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
+			if len(res.Drafts) > 0 {
+				if err := os.MkdirAll(out, 0o755); err != nil {
+					return err
+				}
 			}
 			w := cmd.OutOrStdout()
 			for _, d := range res.Drafts {
