@@ -112,9 +112,8 @@ var toolNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,128}$`)
 // Suggest drafts a manifest for every tool in tools without one in ms (matched by exposed
 // name; a manifest of any status counts), in the order of tools. A tool whose name cannot be a
 // manifest's `tool` (seed: letters, digits and `_ . : / -`, up to 128 characters), or whose
-// input schema cannot be hashed, is Refused. Two tools whose file names would collide are an
-// error of the caller's upstreams (the gateway refuses clashing names), so File stays unique
-// only for distinct names after replacing '/' and ':'; a collision gets a numeric suffix.
+// input schema cannot be hashed, is Refused. Distinct names whose file names collide after
+// replacing '/' and ':' (`a/b`, `a_b`) get a numeric suffix (`a_b-2.yaml`).
 func Suggest(tools []Tool, ms []*manifest.Manifest) Result {
 	have := map[string]bool{}
 	for _, m := range ms {
@@ -208,7 +207,8 @@ func decideEffect(p *plan, byName map[string]Tool) {
 	verb, _ := splitVerb(localName(t.Name))
 	contradiction := nameContradicts(verb, a)
 
-	if conv, ok := convention(p.tool, byName); ok {
+	conv, ok := convention(p.tool, byName)
+	if ok {
 		p.effect, p.effectWhy, p.comp = conv.effect, conv.why, conv.comp
 		p.confidence = High
 		if conv.gap != "" {
@@ -223,12 +223,15 @@ func decideEffect(p *plan, byName map[string]Tool) {
 			p.confidence = Medium
 		}
 		return
-	} else if conv.gap != "" {
-		p.confWhy = append(p.confWhy, conv.gap)
 	}
 
 	fromName := a == nil
 	p.confidence = Medium
+	if conv.gap != "" {
+		// The server's own undo claim does not hold together: trust the rest less too.
+		p.confidence = Low
+		p.confWhy = append(p.confWhy, conv.gap)
+	}
 	if fromName {
 		p.confidence = Low
 		p.confWhy = append(p.confWhy, "the server gives no annotations: the effect is guessed from the name")

@@ -226,7 +226,7 @@ func TestConvention(t *testing.T) {
 	}
 	// A named undo the server does not offer is not used, and the comments say so.
 	rf := d["shop.refund"]
-	if rf.Manifest.Effect != manifest.Irreversible || !strings.Contains(string(rf.YAML), "offers no such tool") {
+	if rf.Manifest.Effect != manifest.Irreversible || rf.Confidence != suggest.Low || !strings.Contains(string(rf.YAML), "offers no such tool") {
 		t.Errorf("refund: %s\n%s", rf.Manifest.Effect, rf.YAML)
 	}
 	if d["shop.email"].Manifest.Effect != manifest.Irreversible || d["shop.email"].Confidence != suggest.High {
