@@ -1,9 +1,8 @@
 // Package lint finds tool manifests that are valid but unsafe, incomplete or contradictory.
 //
 // Source of every rule, level and the line form: seed "Tool manifests", Lint
-// (../shared/seeds/000_0a534b082ba0ade1.txt). This package holds the codes that need no
-// upstream; L017, L020, L027 and L033–L035 compare manifests with the real tools' input
-// schemas and come with the gateway.
+// (../shared/seeds/000_0a534b082ba0ade1.txt). L017, L020, L027 and L033–L035 compare manifests
+// with the real tools' input schemas (upstream.go).
 package lint
 
 import (
@@ -64,6 +63,12 @@ var Rules = map[string]Rule{
 	"L030": {Warning, "declared reversible but the compensation lists residue", "a true inverse leaves nothing behind, so the effect and the residue contradict each other"},
 	"L031": {Warning, "declared compensable but the compensation is an exact inverse", "make it reversible if the undo restores the exact prior state, else use kind: compensation and list the residue"},
 	"L032": {Info, "compensation takes no arguments from the call", "the undo cannot tell which change to take back"},
+	"L017": {Error, "%s reads %s, which the input schema lacks (%s)", "the value will be missing when the tool returns, so the undo or its read-back cannot be built"},
+	"L020": {Error, "%s uses %s, which the input schema lacks (%s)", "a call whose key cannot be built from its arguments is refused"},
+	"L027": {Info, "no schema_hash", "a change of the upstream's input schema goes unnoticed; reversi suggest-manifest fills it in"},
+	"L033": {Warning, "%s names %s, which the input schema lacks (%s)", "the argument meant to be hidden is probably named differently, and would be kept"},
+	"L034": {Warning, "no upstream tool has this name", "the manifest governs nothing; check the name (through gateway.yaml, tools are named <upstream>.<tool>)"},
+	"L035": {Warning, "the upstream offers this tool, but no manifest describes it", "its calls are not governed by a reviewed manifest; reversi suggest-manifest drafts one"},
 }
 
 func newFinding(code, tool, path string, args ...any) Finding {
@@ -89,6 +94,12 @@ func Lint(ms []*manifest.Manifest) []Finding {
 	}
 	out = append(out, sharedPermissions(ms)...)
 	out = append(out, requireCycles(ms)...)
+	sortFindings(out)
+	return out
+}
+
+// sortFindings orders findings by tool, then code, then message.
+func sortFindings(out []Finding) {
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		if a.Tool != b.Tool {
@@ -99,7 +110,6 @@ func Lint(ms []*manifest.Manifest) []Finding {
 		}
 		return a.Message < b.Message
 	})
-	return out
 }
 
 // lintOne applies the rules that read one manifest (and the compensation tool's manifest).

@@ -238,9 +238,9 @@ func TestLint(t *testing.T) {
 			covered[strings.Fields(w)[1]] = true
 		}
 	}
-	// Every code of the table has a case that triggers it.
+	// Every code of the table has a case that triggers it (the upstream codes in upstream_test.go).
 	for code := range Rules {
-		if !covered[code] {
+		if !covered[code] && !upstreamCodes[code] {
 			t.Errorf("no case triggers %s", code)
 		}
 	}
@@ -308,6 +308,7 @@ func TestRulesTable(t *testing.T) {
 		"L010": Warning, "L011": Warning, "L012": Warning, "L013": Warning, "L014": Warning,
 		"L015": Warning, "L016": Info, "L019": Warning, "L021": Info, "L022": Info,
 		"L023": Error, "L024": Warning, "L030": Warning, "L031": Warning, "L032": Info,
+		"L017": Error, "L020": Error, "L027": Info, "L033": Warning, "L034": Warning, "L035": Warning,
 	}
 	if len(Rules) != len(want) {
 		t.Errorf("Rules has %d codes, want %d", len(Rules), len(want))
