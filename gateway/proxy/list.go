@@ -26,7 +26,7 @@ func ListTools(ctx context.Context, g *config.Gateway, stderr io.Writer) ([]sugg
 	var ups []*upstream
 	defer func() {
 		for _, up := range ups {
-			_ = up.session.Close()
+			_ = up.cs.Close()
 		}
 	}()
 	for _, u := range g.Upstreams {
@@ -46,7 +46,7 @@ func ListTools(ctx context.Context, g *config.Gateway, stderr io.Writer) ([]sugg
 	var out []suggest.Tool
 	for _, up := range ups {
 		server := ""
-		if ir := up.session.InitializeResult(); ir != nil && ir.ServerInfo != nil {
+		if ir := up.cs.InitializeResult(); ir != nil && ir.ServerInfo != nil {
 			server = ir.ServerInfo.Name
 		}
 		for _, t := range up.listed() {
