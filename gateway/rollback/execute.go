@@ -182,6 +182,7 @@ func LastRollback(recs []store.Record) map[int64]store.Record {
 // undone"), as the plan tools show them.
 func alreadyUndone(p Plan, recs []store.Record) Plan {
 	last := LastRollback(recs)
+	p.Steps = slices.Clone(p.Steps)
 	for i := range p.Steps {
 		s := &p.Steps[i]
 		r, ok := last[s.Step]
