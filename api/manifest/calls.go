@@ -96,8 +96,9 @@ func ResolveMap(refs map[string]string, args, result any) (map[string]any, []str
 	return out, missing
 }
 
-// Resolve looks up one reference ($args.path or $result.path). ok is false when the reference
-// is malformed or the value is absent (a JSON null counts as absent: it cannot be undone with).
+// Resolve looks up one reference ($args.path or $result.path; a `*` segment maps over an array,
+// see Wildcard). ok is false when the reference is malformed or the value is absent (a JSON
+// null counts as absent: it cannot be undone with).
 func Resolve(ref string, args, result any) (any, bool) {
 	var root any
 	var path string
@@ -109,7 +110,7 @@ func Resolve(ref string, args, result any) (any, bool) {
 	default:
 		return nil, false
 	}
-	v, ok := Lookup(root, path)
+	v, ok := LookupRef(root, path)
 	return v, ok && v != nil
 }
 

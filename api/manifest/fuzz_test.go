@@ -23,6 +23,7 @@ func FuzzParseValidate(f *testing.F) {
 	f.Add([]byte("- tool: t\n  requires: [t, {tool: t}]\n  retry: {attempts: 11}\n  timeout_ms: 1.5\n"), false)
 	f.Add([]byte(`{"tool":"t","effect":"idempotent","permission":"p","idempotency":{"key":"{{args.}}"}}`), true)
 	f.Add([]byte("---\n---\n- {}\n"), false)
+	f.Add([]byte(`{"tool":"a","effect":"reversible","permission":"p","compensation":{"tool":"b","kind":"inverse","argument_map":{"names":"$args.entities.*.name"}}}`), true)
 	f.Add([]byte("{tool: t, effect: reversible, permission: p, compensation: {tool: u, verification: {tool: v, expect: {n: 1152921504606846977}}}}"), false)
 	f.Fuzz(func(t *testing.T, data []byte, asJSON bool) {
 		name := "f.yaml"

@@ -134,7 +134,7 @@ const (
 )
 
 // Build plans the rollback of run: it reads the run's ledger from st and applies, for each
-// step, the manifest that applies now (ms). It executes nothing and writes nothing. It returns
+// step, the manifest that applies now (ms); a step an earlier rollback undid is a skip. It executes nothing and writes nothing. It returns
 // the store's error when the ledger cannot be read; the caller checks that the run exists and
 // belongs to the principal.
 func Build(ctx context.Context, st store.Store, ms Manifests, run string) (Plan, error) {
@@ -142,7 +142,7 @@ func Build(ctx context.Context, st store.Store, ms Manifests, run string) (Plan,
 	if err != nil {
 		return Plan{}, err
 	}
-	return PlanSteps(run, Steps(recs), ms), nil
+	return alreadyUndone(PlanSteps(run, Steps(recs), ms), recs), nil
 }
 
 // PlanSteps plans the given steps (see Build), newest first.

@@ -217,6 +217,10 @@ type Store interface {
 	// AppendEvent appends a reloaded, reload_failed or note record and returns its Seq.
 	// Errors: ErrInvalid (other kinds), ErrNotFound (no run).
 	AppendEvent(ctx context.Context, e Event) (seq int64, err error)
+	// AppendRollback appends a KindRollback record for step Step of a run and returns its Seq.
+	// Errors: ErrInvalid (no run or step, a status not in RollbackStatuses, arguments that are
+	// not JSON), ErrNotFound (no run, or Step is not an intent of the run).
+	AppendRollback(ctx context.Context, e RollbackEntry) (seq int64, err error)
 	// Records returns a run's records with Seq > after, in Seq order, at most limit
 	// (limit <= 0: all).
 	Records(ctx context.Context, run string, after int64, limit int) ([]Record, error)

@@ -1,0 +1,89 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// KindRollback is the record of one step of a rollback: the compensation of the step Step was
+// started, completed, verified, failed, is waiting for approval, or the step was found not to
+// be undoable. The ledger stays append-only: a step's rollback is a sequence of these records,
+// the last one saying where it stands. Source: issue 6 ("Every step's outcome is a ledger
+// record"), DESIGN.md ReversiRun rollback steps.
+const KindRollback Kind = "rollback"
+
+// Rollback statuses: the Status of a KindRollback record.
+const (
+	// RollbackStarted is written before the compensation's first attempt (write-ahead): a
+	// rollback that finds it last resumes with the same idempotency key.
+	RollbackStarted Status = "started"
+	// RollbackCompensated: the compensation answered without isError; its verification (if
+	// any) has not been recorded yet.
+	RollbackCompensated Status = "compensated"
+	// RollbackVerified: the read-back matched `expect` (seed: Verification).
+	RollbackVerified Status = "verified"
+	// RollbackVerificationFailed: every read-back attempt mismatched; Note holds the first
+	// mismatch (seed: "the compensation fails with the first mismatch in the ledger").
+	RollbackVerificationFailed Status = "verification_failed"
+	// RollbackUnverified: the compensation ran but nothing could run the read-back.
+	RollbackUnverified Status = "unverified"
+	// RollbackFailed: every attempt of the compensation failed (Note: the last error).
+	RollbackFailed Status = "failed"
+	// RollbackWaitingApproval: the compensation requires approval; Note names the request.
+	RollbackWaitingApproval Status = "waiting_approval"
+	// RollbackDenied: the approval request for the compensation was denied or expired.
+	RollbackDenied Status = "denied"
+	// RollbackHeld: not run because a step that requires this one is not undone yet.
+	RollbackHeld Status = "held"
+	// RollbackUnrecoverable, RollbackNotUndone and RollbackSkipped record the plan's verdict
+	// for steps that have no compensation to run.
+	RollbackUnrecoverable Status = "unrecoverable"
+	RollbackNotUndone     Status = "not_undone"
+	RollbackSkipped       Status = "skipped"
+)
+
+// RollbackStatuses lists every rollback status.
+var RollbackStatuses = []Status{RollbackStarted, RollbackCompensated, RollbackVerified, RollbackVerificationFailed,
+	RollbackUnverified, RollbackFailed, RollbackWaitingApproval, RollbackDenied, RollbackHeld,
+	RollbackUnrecoverable, RollbackNotUndone, RollbackSkipped}
+
+// RollbackEntry is one rollback record to append.
+type RollbackEntry struct {
+	Run  string // required
+	Step int64  // required: the step (intent Seq) being undone
+	// Tool is the compensation tool (stored as the record's Tool and CompensationTool); empty
+	// for a step without one.
+	Tool string
+	// IdempotencyKey is the compensation's key (`_meta["reversi/idempotency_key"]`), the same
+	// on every attempt and every resumption.
+	IdempotencyKey string
+	Status         Status // required, one of RollbackStatuses
+	Note           string
+	// Arguments are the compensation's arguments (the step's journaled handle); JSON-encodable.
+	Arguments map[string]any
+}
+
+// encodeRollback checks e and returns its arguments as JSON ("" for none).
+func encodeRollback(e RollbackEntry) (string, error) {
+	if e.Run == GatewayJournal || e.Step < 1 {
+		return "", fmt.Errorf("%w: a rollback record needs a run and a step", ErrInvalid)
+	}
+	if !slices.Contains(RollbackStatuses, e.Status) {
+		return "", fmt.Errorf("%w: rollback status %q", ErrInvalid, e.Status)
+	}
+	if e.Arguments == nil {
+		return "", nil
+	}
+	b, err := json.Marshal(e.Arguments)
+	if err != nil {
+		return "", fmt.Errorf("%w: the compensation arguments are not JSON: %v", ErrInvalid, err)
+	}
+	return string(b), nil
+}
+
+// rollbackRecord is the record of e (Seq and Time are set when appended).
+func rollbackRecord(e RollbackEntry) Record {
+	return Record{Run: e.Run, Kind: KindRollback, Step: e.Step, Tool: e.Tool, CompensationTool: e.Tool,
+		IdempotencyKey: e.IdempotencyKey, Status: e.Status, Note: e.Note}
+}
