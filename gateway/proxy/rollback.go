@@ -31,7 +31,11 @@ func (g *Gateway) CallTool(ctx context.Context, tool string, args, meta map[stri
 		}
 		params.Arguments = json.RawMessage(raw)
 	}
-	return r.up.session.CallTool(ctx, params)
+	cs, err := r.up.session()
+	if err != nil {
+		return nil, err
+	}
+	return cs.CallTool(ctx, params)
 }
 
 // ExecuteRollback rolls back run against this gateway's upstreams, with the manifests the
