@@ -31,7 +31,7 @@ const DefaultDataDir = ".reversi"
 
 func newGatewayCmd() *cobra.Command {
 	var (
-		cfgFile, manifests, data, storeKind, runID string
+		cfgFile, manifests, data, storeKind, runID, signingKey string
 		flags                                      config.Flags
 	)
 	cmd := &cobra.Command{
@@ -96,8 +96,12 @@ func newGatewayCmd() *cobra.Command {
 			} else if len(recovered) > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "reversi-gateway: %d call(s) had no outcome journaled before the last stop; marked uncertain\n", len(recovered))
 			}
+			signer, err := gatewaySigner(cmd, signingKey)
+			if err != nil {
+				return err
+			}
 			gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: ms, Load: load, Store: st, RunID: runID,
-				Stdin: stdin(cmd), Stdout: stdout(cmd), Stderr: cmd.ErrOrStderr()})
+				Stdin: stdin(cmd), Stdout: stdout(cmd), Stderr: cmd.ErrOrStderr(), Egress: &pc.Egress, Signer: signer})
 			if err != nil {
 				return err
 			}
@@ -121,6 +125,8 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&flags.Mode, "mode", "", "enforce, advise or observe (default: observe without manifests, enforce with)")
 	f.StringVar(&flags.Actor, "actor", "", "principal of the session's run (default mcp-client)")
 	f.StringVar(&runID, "run-id", "", "continue this run (stdio)")
+	f.StringVar(&signingKey, "signing-key", "", "Ed25519 private key (reversi keygen) that signs reversi.export_evidence")
+	cmd.AddCommand(newGatewayKeysCmd())
 	return cmd
 }
 
