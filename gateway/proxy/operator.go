@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -381,13 +382,13 @@ func (g *Gateway) decideErr(ctx context.Context, verb, id string, who *auth.Iden
 		a, gerr := g.store.GetApproval(ctx, id)
 		switch {
 		case gerr != nil:
+		case slices.ContainsFunc(a.Decisions, func(d store.Decision) bool { return d.By == who.Principal }):
+			return fmt.Errorf("cannot %s %s: %s has already decided it; the quorum (%d) counts distinct principals, so another approver must decide", verb, id, who.Principal, a.Quorum)
 		case a.Actor == who.Principal && verb == "approve":
 			return fmt.Errorf("cannot approve %s: %s opened the run that asks for it, and nobody approves their own request", id, who.Principal)
 		case len(a.Roles) > 0:
 			return fmt.Errorf("cannot %s %s: it needs an approver holding one of the roles %s, and %s holds %s",
 				verb, id, strings.Join(a.Roles, ", "), who.Principal, strings.Join(who.ApproverRoles(), ", "))
-		default:
-			return fmt.Errorf("cannot %s %s: %s has already decided it; another principal must decide", verb, id, who.Principal)
 		}
 		return fmt.Errorf("cannot %s %s: %w", verb, id, err)
 	}
