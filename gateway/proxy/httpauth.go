@@ -3,9 +3,11 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
@@ -87,8 +89,15 @@ func (g *Gateway) setupSecurity(ctx context.Context, o Options) error {
 		}
 		g.sec.guard = gd
 		g.sec.resource = strings.TrimSuffix(o.Config.ResourceURL, "/")
-		if g.sec.resource == "" {
-			g.sec.resource = "http://" + l.Address()
+		if g.sec.resource == "" { // derived: the first allowed host, else the listen address
+			host := l.Address()
+			if hs := o.Config.AllowedHosts; len(hs) > 0 {
+				host = hs[0]
+				if _, _, err := net.SplitHostPort(host); err != nil {
+					host = net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(l.Port))
+				}
+			}
+			g.sec.resource = "http://" + host
 		}
 	}
 	return nil
