@@ -290,12 +290,12 @@ func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string,
 	return run.ID, nil
 }
 
-// ensureRun opens a shadow run (`<run>-reads`) the first time it is used.
-func (g *Gateway) ensureRun(ctx context.Context, id string) error {
+// ensureRun opens a shadow run (`<run>-reads`) of actor the first time it is used.
+func (g *Gateway) ensureRun(ctx context.Context, id, actor string) error {
 	if _, err := g.store.GetRun(ctx, id); err == nil {
 		return nil
 	}
-	_, err := g.store.CreateRun(ctx, store.Run{ID: id, Actor: g.cfg.Actor, Gateway: Name})
+	_, err := g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: Name})
 	if errors.Is(err, store.ErrExists) {
 		return nil
 	}
@@ -355,7 +355,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	e := g.engine.Load()
 	d = e.Decide(ctx, engine.Call{Run: run, Actor: g.principal(req), Tool: name, Args: args, Permissions: scopeOf(req, e)})
 	if d.Shadow {
-		if err := g.ensureRun(ctx, d.Run); err != nil {
+		if err := g.ensureRun(ctx, d.Run, g.principal(req)); err != nil {
 			g.releaseKey(ctx, d)
 			return textResult(engine.BlockedPrefix + "the shadow run could not be opened: " + err.Error()), nil
 		}

@@ -32,15 +32,15 @@ const DefaultDataDir = ".reversi"
 func newGatewayCmd() *cobra.Command {
 	var (
 		cfgFile, manifests, data, storeKind, runID, signingKey string
-		flags                                      config.Flags
+		flags                                                  config.Flags
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Run the MCP gateway (also installed as reversi-gateway)",
 		Long: "Fronts one or more upstream MCP servers: every tools/call is decided by the manifests\n" +
 			"and journaled (intent before forwarding, then the outcome). Speaks MCP on stdio, or\n" +
-			"Streamable HTTP on loopback when gateway.yaml sets listen. The same program runs as\n" +
-			"reversi-gateway.\n\n" +
+			"Streamable HTTP when gateway.yaml sets listen (beyond loopback only with auth). The same\n" +
+			"program runs as reversi-gateway.\n\n" +
 			"  reversi gateway --upstream-cmd npx --upstream-arg -y --upstream-arg my-mcp-server\n" +
 			"  reversi gateway --config gateway.yaml --manifests ./manifests",
 		Args: cobra.NoArgs,
