@@ -57,10 +57,15 @@ func reservedName(upstream, exposed string) error {
 	return fmt.Errorf("tool name clash: upstream %s exposes %s, but %s* names are the gateway's own tools; rename the upstream or turn its namespacing on", upstream, exposed, AgentToolPrefix)
 }
 
-// principal is the principal of the session making req: the config's actor until
-// authentication exists (seed: "the actor taken from the credential (or actor in the config
-// when unauthenticated)").
-func (g *Gateway) principal(*mcp.CallToolRequest) string { return g.cfg.Actor }
+// principal is the principal of the session making req: the authenticated credential's
+// (gateway/auth), or the config's actor when unauthenticated (seed: "the actor taken from the
+// credential (or actor in the config when unauthenticated)").
+func (g *Gateway) principal(req *mcp.CallToolRequest) string {
+	if id := identity(req); id != nil {
+		return id.Principal
+	}
+	return g.cfg.Actor
+}
 
 // RunSummary is one run as list_runs and search show it.
 type RunSummary struct {
@@ -240,40 +245,40 @@ func nonEmpty(props map[string]*jsonschema.Schema, names ...string) {
 	}
 }
 
-// addAgentTools registers the agent tools on the gateway's MCP server.
-func (g *Gateway) addAgentTools() {
+// addAgentTools registers the agent tools on s (the agent server, or the operator one).
+func (g *Gateway) addAgentTools(s *mcp.Server) {
 	ro := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}
 	open := false
 	ro.OpenWorldHint = &open
 	runSchema := func() *jsonschema.Schema {
 		return schemaFor[RunIn](func(p map[string]*jsonschema.Schema) { nonEmpty(p, "run") })
 	}
-	mcp.AddTool(g.server, &mcp.Tool{Name: ToolListRuns, Annotations: ro,
+	mcp.AddTool(s, &mcp.Tool{Name: ToolListRuns, Annotations: ro,
 		Description: "Read your runs: id, start, last activity, status and steps per outcome, newest first.",
 		InputSchema: schemaFor[ListRunsIn](func(p map[string]*jsonschema.Schema) { limitSchema(p["limit"]) })}, g.listRuns)
-	mcp.AddTool(g.server, &mcp.Tool{Name: ToolGetRun, Annotations: ro,
+	mcp.AddTool(s, &mcp.Tool{Name: ToolGetRun, Annotations: ro,
 		Description: "Read one of your runs with its steps (intent and outcome of each call).",
 		InputSchema: schemaFor[GetRunIn](func(p map[string]*jsonschema.Schema) { nonEmpty(p, "run") })}, g.getRun)
-	mcp.AddTool(g.server, &mcp.Tool{Name: ToolGetActionTrace, Annotations: ro,
+	mcp.AddTool(s, &mcp.Tool{Name: ToolGetActionTrace, Annotations: ro,
 		Description: "Read the ledger records of one step of your run in full (arguments are never stored, only their digest).",
 		InputSchema: schemaFor[TraceIn](func(p map[string]*jsonschema.Schema) {
 			nonEmpty(p, "run")
 			one := 1.0
 			p["step"].Minimum = &one
 		})}, g.getActionTrace)
-	mcp.AddTool(g.server, &mcp.Tool{Name: ToolPlanRollback, Annotations: ro,
+	mcp.AddTool(s, &mcp.Tool{Name: ToolPlanRollback, Annotations: ro,
 		Description: "What a rollback of your run would do, step by step, newest first. Executes nothing.",
 		InputSchema: runSchema()}, g.planRollback)
-	mcp.AddTool(g.server, &mcp.Tool{Name: ToolDryRunRollback, Annotations: ro,
+	mcp.AddTool(s, &mcp.Tool{Name: ToolDryRunRollback, Annotations: ro,
 		Description: "The rollback plan of your run, with each compensation checked against the upstream (tool exposed, arguments valid). Executes nothing.",
 		InputSchema: runSchema()}, g.dryRunRollback)
-	mcp.AddTool(g.server, &mcp.Tool{Name: ToolValidateManifest, Annotations: ro,
+	mcp.AddTool(s, &mcp.Tool{Name: ToolValidateManifest, Annotations: ro,
 		Description: "Validate a manifest object: {valid, errors: [{path, message}]}.",
 		InputSchema: schemaFor[ValidateIn](nil)}, g.validateManifest)
-	mcp.AddTool(g.server, &mcp.Tool{Name: ToolPreviewImpact, Annotations: ro,
+	mcp.AddTool(s, &mcp.Tool{Name: ToolPreviewImpact, Annotations: ro,
 		Description: "{tool, arguments?}: would this call be allowed, need approval or be blocked, with risk, approvers and rollback outlook. Executes nothing.",
 		InputSchema: schemaFor[PreviewIn](func(p map[string]*jsonschema.Schema) { nonEmpty(p, "tool") })}, g.previewImpact)
-	mcp.AddTool(g.server, &mcp.Tool{Name: ToolSearch, Annotations: ro,
+	mcp.AddTool(s, &mcp.Tool{Name: ToolSearch, Annotations: ro,
 		Description: `Find your runs, or ledger records (what: "records"), by tool, status, text. limit up to 200.`,
 		InputSchema: schemaFor[SearchIn](func(p map[string]*jsonschema.Schema) {
 			p["what"].Enum = []any{"runs", "records"}
@@ -299,7 +304,7 @@ func ledgerErr(err error) error {
 // ownRun returns run id if it belongs to the principal of req; otherwise "not found".
 func (g *Gateway) ownRun(ctx context.Context, req *mcp.CallToolRequest, id string) (store.Run, error) {
 	r, err := g.store.GetRun(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && r.Actor != g.principal(req)) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !g.mayRead(req, r.Actor)) {
 		return store.Run{}, errNotFound(id)
 	}
 	if err != nil {
@@ -343,7 +348,7 @@ func (g *Gateway) listRuns(ctx context.Context, req *mcp.CallToolRequest, in Lis
 	if err != nil {
 		return nil, ListRunsOut{}, err
 	}
-	runs, err := g.store.ListRuns(ctx, store.RunFilter{Actor: g.principal(req), Limit: limit})
+	runs, err := g.store.ListRuns(ctx, store.RunFilter{Actor: g.readScope(req), Limit: limit})
 	if err != nil {
 		return nil, ListRunsOut{}, ledgerErr(err)
 	}
@@ -502,7 +507,7 @@ func (g *Gateway) previewImpact(ctx context.Context, req *mcp.CallToolRequest, i
 	if callRun == "" {
 		callRun = previewRun
 	}
-	d := e.Preview(ctx, engine.Call{Run: callRun, Actor: g.principal(req), Tool: in.Tool, Args: raw.Arguments})
+	d := e.Preview(ctx, engine.Call{Run: callRun, Actor: g.principal(req), Tool: in.Tool, Args: raw.Arguments, Permissions: scopeOf(req, e)})
 	out := PreviewOut{Tool: in.Tool, Decision: string(d.Action), WouldBlock: d.WouldBlock, Mode: string(d.Mode),
 		Reason: d.Reason, Violations: d.Violations, Notes: d.Notes, Unclassified: d.Unclassified, Run: run,
 		Approval: ApprovalView{Required: d.ApprovalRequired, Request: d.ApprovalID}}
@@ -540,7 +545,7 @@ func (g *Gateway) search(ctx context.Context, req *mcp.CallToolRequest, in Searc
 	if err != nil {
 		return nil, SearchOut{}, err
 	}
-	actor := g.principal(req)
+	actor := g.readScope(req)
 	status := store.Status(in.Status)
 	outcome := in.Status == "" || validOutcome(status)
 	switch in.What {

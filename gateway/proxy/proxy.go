@@ -29,8 +29,10 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/config"
+	"github.com/reversi-gitops/reversi/gateway/egress"
 	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/internal/signing"
 )
 
 // Version is the gateway's MCP implementation version.
@@ -67,6 +69,10 @@ type Options struct {
 	// Stderr receives the banner, the auto-observe message and the upstreams' stderr; nil
 	// discards them.
 	Stderr io.Writer
+	// Egress are reversi.config.yaml's egress rules for url upstreams; nil: none (the cloud
+	// metadata addresses are refused anyway). Signer signs reversi.export_evidence (--signing-key).
+	Egress *egress.Rules
+	Signer *signing.Signer
 }
 
 // Gateway fronts the upstreams. Build it with New; Close it when done.
@@ -102,6 +108,7 @@ type Gateway struct {
 
 	metrics *metrics // metrics.go
 	health  health   // health.go
+	sec     security // httpauth.go, operator.go
 }
 
 // New connects to every upstream, lists and names their tools, builds the engine, prints the
@@ -136,6 +143,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	g.manifests, g.setChecksum = o.Manifests, set
 	g.storeSums(sums)
+	if err := g.setupSecurity(ctx, o); err != nil {
+		return nil, err
+	}
 	for _, u := range o.Config.Upstreams {
 		up, err := connect(ctx, o.Config, u, stderr, g.upstreamChanged)
 		if err != nil {
@@ -169,7 +179,8 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	})
 	g.tools.Store(&toolSet{})
 	g.publish(toolSet{}, ts)
-	g.addAgentTools()
+	g.addAgentTools(g.server)
+	g.addOperatorServer(o.PageSize)
 	g.server.AddReceivingMiddleware(g.listMiddleware)
 	g.metrics = newMetrics(g)
 	close(g.started)
@@ -309,12 +320,12 @@ func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string,
 	return run.ID, nil
 }
 
-// ensureRun opens a shadow run (`<run>-reads`) the first time it is used.
-func (g *Gateway) ensureRun(ctx context.Context, id string) error {
+// ensureRun opens a shadow run (`<run>-reads`) of actor the first time it is used.
+func (g *Gateway) ensureRun(ctx context.Context, id, actor string) error {
 	if _, err := g.store.GetRun(ctx, id); err == nil {
 		return nil
 	}
-	_, err := g.store.CreateRun(ctx, store.Run{ID: id, Actor: g.cfg.Actor, Gateway: Name})
+	_, err := g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: Name})
 	if errors.Is(err, store.ErrExists) {
 		return nil
 	}
@@ -359,6 +370,9 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	if err != nil {
 		return textResult(engine.BlockedPrefix + "the run could not be opened: " + err.Error()), nil
 	}
+	if res, halted := g.blockHalted(ctx, run, name, reason); halted {
+		return res, nil
+	}
 	var args map[string]any
 	if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &args); err != nil {
@@ -369,9 +383,9 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		}
 	}
 	e := g.engine.Load()
-	d = e.Decide(ctx, engine.Call{Run: run, Actor: g.cfg.Actor, Tool: name, Args: args})
+	d = e.Decide(ctx, engine.Call{Run: run, Actor: g.principal(req), Tool: name, Args: args, Permissions: scopeOf(req, e)})
 	if d.Shadow {
-		if err := g.ensureRun(ctx, d.Run); err != nil {
+		if err := g.ensureRun(ctx, d.Run, g.principal(req)); err != nil {
 			g.releaseKey(ctx, d)
 			return textResult(engine.BlockedPrefix + "the shadow run could not be opened: " + err.Error()), nil
 		}

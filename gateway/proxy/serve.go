@@ -20,8 +20,8 @@ const ShutdownGrace = 5 * time.Second
 const SessionTimeout = 30 * time.Minute
 
 // Serve speaks MCP until ctx ends or the client goes away: on stdio when the config has no
-// listen, otherwise Streamable HTTP at /mcp (and /healthz, /readyz, /metrics) on the listen
-// address, which must be loopback (authentication is not implemented yet).
+// listen, otherwise Streamable HTTP (Handler) on the listen address, which must be loopback
+// unless auth.keys or auth.oidc is set.
 func (g *Gateway) Serve(ctx context.Context) error {
 	if g.cfg.Listen == nil {
 		if g.stdin == nil || g.stdout == nil {
@@ -29,14 +29,14 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		}
 		return g.server.Run(ctx, &mcp.IOTransport{Reader: readCloser(g.stdin), Writer: writeCloser(g.stdout)})
 	}
-	if !g.cfg.Listen.Loopback() {
-		return fmt.Errorf("listen.host %q is not loopback: the gateway refuses to listen beyond loopback without authentication", g.cfg.Listen.Host)
+	if !g.cfg.Listen.Loopback() && g.sec.auth == nil {
+		return refuseBeyondLoopback(g.cfg.Listen.Host)
 	}
 	ln, err := net.Listen("tcp", g.cfg.Listen.Address())
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(g.stderr, "reversi-gateway: listening on http://%s/mcp\n", ln.Addr())
+	fmt.Fprintf(g.stderr, "reversi-gateway: listening on %s\n", listenURL(ln.Addr().String()))
 	return g.ServeListener(ctx, ln)
 }
 
@@ -58,20 +58,10 @@ func writeCloser(w io.Writer) io.WriteCloser {
 	return nopWriteCloser{w}
 }
 
-// Handler is the HTTP handler of HTTP mode: /mcp, /healthz, /readyz (health.go) and /metrics
-// (metrics.go).
-func (g *Gateway) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
-		&mcp.StreamableHTTPOptions{SessionTimeout: SessionTimeout}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"ok":true}` + "\n"))
-	})
-	mux.HandleFunc("/readyz", g.serveReadyz)
-	mux.Handle("/metrics", g.metrics.handler())
-	return mux
-}
+// Handler is the HTTP handler of HTTP mode: /mcp, /operator/mcp, /healthz, /readyz, /metrics
+// and the protected-resource metadata, behind the Host/Origin guard and authentication
+// (httpauth.go).
+func (g *Gateway) Handler() http.Handler { return g.httpHandler() }
 
 // ServeListener serves Handler on ln until ctx ends.
 func (g *Gateway) ServeListener(ctx context.Context, ln net.Listener) error {
@@ -83,8 +73,10 @@ func (g *Gateway) ServeListener(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 		// End the MCP sessions first: their streams would otherwise keep connections busy.
-		for ss := range g.server.Sessions() {
-			_ = ss.Close()
+		for _, s := range []*mcp.Server{g.server, g.sec.opServer} {
+			for ss := range s.Sessions() {
+				_ = ss.Close()
+			}
 		}
 		sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 		defer cancel()

@@ -268,7 +268,7 @@ func setup(dir, reversi string) (*env, error) {
 	if err := os.WriteFile(e.cfgFile, b, 0o600); err != nil {
 		return nil, err
 	}
-	if e.reversi == "" {
+	if e.reversi == "" { // "-": not needed
 		e.reversi = filepath.Join(dir, "reversi")
 		fmt.Fprintln(os.Stderr, "bench: go build -o", e.reversi, ".")
 		build := exec.Command("go", "build", "-o", e.reversi, ".")

@@ -31,16 +31,16 @@ const DefaultDataDir = ".reversi"
 
 func newGatewayCmd() *cobra.Command {
 	var (
-		cfgFile, manifests, data, storeKind, runID string
-		flags                                      config.Flags
+		cfgFile, manifests, data, storeKind, runID, signingKey string
+		flags                                                  config.Flags
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Run the MCP gateway (also installed as reversi-gateway)",
 		Long: "Fronts one or more upstream MCP servers: every tools/call is decided by the manifests\n" +
 			"and journaled (intent before forwarding, then the outcome). Speaks MCP on stdio, or\n" +
-			"Streamable HTTP on loopback when gateway.yaml sets listen. The same program runs as\n" +
-			"reversi-gateway.\n\n" +
+			"Streamable HTTP when gateway.yaml sets listen (beyond loopback only with auth). The same\n" +
+			"program runs as reversi-gateway.\n\n" +
 			"  reversi gateway --upstream-cmd npx --upstream-arg -y --upstream-arg my-mcp-server\n" +
 			"  reversi gateway --config gateway.yaml --manifests ./manifests",
 		Args: cobra.NoArgs,
@@ -101,8 +101,12 @@ func newGatewayCmd() *cobra.Command {
 			} else if len(recovered) > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "reversi-gateway: %d call(s) had no outcome journaled before the last stop; marked uncertain\n", len(recovered))
 			}
+			signer, err := gatewaySigner(cmd, signingKey)
+			if err != nil {
+				return err
+			}
 			gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: ms, Load: load, Store: st, RunID: runID,
-				Stdin: stdin(cmd), Stdout: stdout(cmd), Stderr: cmd.ErrOrStderr()})
+				Stdin: stdin(cmd), Stdout: stdout(cmd), Stderr: cmd.ErrOrStderr(), Egress: &pc.Egress, Signer: signer})
 			if err != nil {
 				return err
 			}
@@ -126,6 +130,8 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&flags.Mode, "mode", "", "enforce, advise or observe (default: observe without manifests, enforce with)")
 	f.StringVar(&flags.Actor, "actor", "", "principal of the session's run (default mcp-client)")
 	f.StringVar(&runID, "run-id", "", "continue this run (stdio)")
+	f.StringVar(&signingKey, "signing-key", "", "Ed25519 private key (reversi keygen) that signs reversi.export_evidence")
+	cmd.AddCommand(newGatewayKeysCmd())
 	return cmd
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/reversi-gitops/reversi/gateway/egress"
 	"github.com/reversi-gitops/reversi/internal/signing"
 )
 
@@ -30,6 +31,9 @@ type Config struct {
 	// Reload is the hot-reload trigger for manifests, the policy and the manifest public key:
 	// `reload: { watch: false, interval: 10s }`. Absent means watch every 2 s.
 	Reload Reload `json:"reload,omitempty"`
+	// Egress are the rules for the network destinations the gateway connects to (its url
+	// upstreams): `egress: { block_private: true, allowed_hosts: ["*.example.com"] }`.
+	Egress egress.Rules `json:"egress,omitzero"`
 
 	// Dir is the folder holding the config file; empty when no config was found.
 	Dir string `json:"-"`
