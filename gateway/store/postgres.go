@@ -861,3 +861,26 @@ func (s *Postgres) Consume(ctx context.Context, id, run, tool, argsDigest string
 	_, err := s.updateApproval(ctx, id, func(a *Approval) error { return a.consume(run, tool, argsDigest, s.stamp()) })
 	return err
 }
+
+// PostgresExists reports whether databaseURL's schema (see OpenPostgres) holds a store,
+// without creating anything, and returns the schema's name. Tools that operate an existing
+// gateway's store (`reversi approvals`) use it so that a wrong URL or schema is an error, not
+// an empty queue. Errors: a bad URL or an unreachable server.
+func PostgresExists(ctx context.Context, databaseURL string) (schema string, ok bool, err error) {
+	cfg, schema, err := postgresConfig(databaseURL)
+	if err != nil {
+		return "", false, err
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	if err != nil {
+		return schema, false, fmt.Errorf("store: postgres %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+	}
+	defer c.Close(ctx)
+	var n int
+	err = c.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1
+		AND table_name IN ('runs', 'records', 'pending', 'dup_keys', 'approvals')`, schema).Scan(&n)
+	if err != nil {
+		return schema, false, fmt.Errorf("store: postgres: %w", err)
+	}
+	return schema, n == 5, nil
+}

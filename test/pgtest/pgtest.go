@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -249,4 +250,30 @@ func Main(m *testing.M, srv **Server) int {
 	*srv = s
 	defer s.Stop()
 	return m.Run()
+}
+
+// Lazy starts a server on first use, for packages where only some tests need one; the
+// package's TestMain calls Stop after m.Run.
+type Lazy struct {
+	once sync.Once
+	s    *Server
+	err  error
+}
+
+// Get returns the server, starting it on the first call; it fails t (never skips) when the
+// server cannot start.
+func (l *Lazy) Get(t testing.TB) *Server {
+	t.Helper()
+	l.once.Do(func() { l.s, l.err = Start() })
+	if l.err != nil {
+		t.Fatalf("pgtest: cannot start a PostgreSQL server for this test: %v", l.err)
+	}
+	return l.s
+}
+
+// Stop stops the server if it was started.
+func (l *Lazy) Stop() {
+	if l.s != nil {
+		l.s.Stop()
+	}
 }
