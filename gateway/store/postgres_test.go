@@ -270,16 +270,21 @@ func TestPostgresCrashRecovery(t *testing.T) {
 
 // TestPostgresLostLockConnection: when the server ends the session that holds a replica's
 // instance lock (here pg_terminate_backend, as a failover or an idle-session killer would), a
-// peer may now complete that replica's intents, so the replica refuses new intents until its
-// watchdog has reconnected and retaken the lock; then it journals again.
+// peer may now complete that replica's intents, so the replica refuses new intents for as long
+// as it cannot retake its lock (here a third session holds it, as a peer does while it
+// recovers); once the lock is free again it reconnects and journals again.
 func TestPostgresLostLockConnection(t *testing.T) {
 	url := pgURL("")
 	ctx := context.Background()
 	a, b := openPG(t, url, nil), openPG(t, url, nil)
 	must[Run](t)(a.CreateRun(ctx, Run{ID: "r", Actor: "alice"}))
 	orphan := must[int64](t)(a.RecordIntent(ctx, Intent{Run: "r", Tool: "slow"}))
-	// a's watchdog waits (lockMu) until the peer has recovered, so that it cannot retake the
-	// lock first.
+	peer, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close(ctx)
+	// a's watchdog waits (lockMu) until the lock is out of its reach.
 	a.lockMu.Lock()
 	pid := a.lockConn.PgConn().PID()
 	if _, err := b.pool.Exec(ctx, `SELECT pg_terminate_backend($1::int, 5000)`, pid); err != nil {
@@ -288,30 +293,47 @@ func TestPostgresLostLockConnection(t *testing.T) {
 	}
 	// The peer sees the instance as gone and completes its intent.
 	rec, err := b.Recover(ctx)
+	if err == nil {
+		_, err = peer.Exec(ctx, `SELECT pg_advisory_lock($1)`, a.lockKey(a.Instance()))
+	}
 	a.lockMu.Unlock()
 	if err != nil || len(rec) != 1 || rec[0].Step != orphan || rec[0].Status != Uncertain {
 		t.Fatalf("peer recovery after the lock session ended: %+v %v", rec, err)
 	}
-	// The replica notices within a watchdog period or two, refuses intents, then recovers.
-	refused := false
+	// Within a watchdog period or two the replica notices and refuses intents.
+	lostErr := func(err error) bool { return err != nil && strings.Contains(err.Error(), "lock was lost") }
 	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	for {
 		_, err := a.RecordIntent(ctx, Intent{Run: "r", Tool: "t"})
-		if err != nil && strings.Contains(err.Error(), "lock was lost") {
-			refused = true
-		}
-		if err == nil && refused {
+		if lostErr(err) {
 			break
 		}
-		if err != nil && !strings.Contains(err.Error(), "lock was lost") {
+		if err != nil {
 			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica kept journaling intents after losing its instance lock")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if !refused {
-		t.Fatal("the replica kept journaling intents after losing its instance lock")
+	time.Sleep(2 * postgresWatchdog) // its retries fail while the lock is held elsewhere
+	if _, err := a.RecordIntent(ctx, Intent{Run: "r", Tool: "t"}); !lostErr(err) {
+		t.Fatalf("intent while the lock is held elsewhere: %v", err)
 	}
-	step := must[int64](t)(a.RecordIntent(ctx, Intent{Run: "r", Tool: "after"}))
+	if _, err := peer.Exec(ctx, `SELECT pg_advisory_unlock_all()`); err != nil {
+		t.Fatal(err)
+	}
+	var step int64
+	for step == 0 {
+		step, err = a.RecordIntent(ctx, Intent{Run: "r", Tool: "after"})
+		if err != nil && !lostErr(err) {
+			t.Fatal(err)
+		}
+		if step == 0 && time.Now().After(deadline.Add(30*time.Second)) {
+			t.Fatal("the replica did not retake its lock once it was free")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if rec := must[[]Record](t)(b.Recover(ctx)); len(rec) != 0 {
 		t.Fatalf("peer recovered %+v from a replica that has its lock back", rec)
 	}
