@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/reversi-gitops/reversi/test/pgtest"
 )
 
 // crashEnv, when set to a data folder, makes TestCrashHelper write one intent there and exit
@@ -22,7 +24,8 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(crashEnv); dir != "" {
 		crashChild(dir)
 	}
-	os.Exit(m.Run())
+	postgresCrashChild() // when the process is TestPostgresCrashRecovery's child
+	os.Exit(pgtest.Main(m, &pgServer))
 }
 
 // crashChild writes one completed step and one intent in dir, then exits the process without

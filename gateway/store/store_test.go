@@ -68,9 +68,13 @@ func forEach(t *testing.T, fn func(t *testing.T, s Store, clock *fakeClock)) {
 }
 
 // restart stands for the gateway process stopping and starting again: a SQLite store is
-// closed and opened on the same file (a new instance); a Memory store is kept.
+// closed and opened on the same file (a new instance), a Postgres store on the same schema; a
+// Memory store is kept.
 func restart(t *testing.T, s Store) Store {
 	t.Helper()
+	if pg, ok := s.(*Postgres); ok {
+		return restartPostgres(t, pg)
+	}
 	sq, ok := s.(*SQLite)
 	if !ok {
 		return s

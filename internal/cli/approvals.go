@@ -25,24 +25,27 @@ func init() { register(newApprovalsCmd) }
 var approvalStates = []string{"pending", "approved", "denied", "expired", "all"}
 
 // storeFlags locate the gateway's store: the same --data and --store as `reversi gateway`.
-type storeFlags struct{ data, kind string }
+type storeFlags struct{ data, kind, dbURL string }
 
 func (s *storeFlags) add(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&s.data, "data", DefaultDataDir, "data folder of the gateway's sqlite store (the gateway's --data)")
-	cmd.PersistentFlags().StringVar(&s.kind, "store", "sqlite", "store kind; only sqlite can be shared with a running gateway")
+	cmd.PersistentFlags().StringVar(&s.kind, "store", "sqlite", "store kind: sqlite or postgres (memory cannot be shared with a running gateway)")
+	cmd.PersistentFlags().StringVar(&s.dbURL, "database-url", "", "URL of the gateway's postgres store (the gateway's --database-url; default $"+DatabaseURLEnv+")")
 }
 
 // open opens the existing store of a gateway. It never creates one: a wrong --data would
 // otherwise show an empty queue (list) or report every id as unknown, which says nothing
 // about the real gateway.
-func (s *storeFlags) open() (*store.SQLite, error) {
+func (s *storeFlags) open() (store.Store, error) {
 	switch s.kind {
 	case "sqlite":
+	case "postgres":
+		return openExistingPostgres(context.Background(), s.dbURL)
 	case "memory":
 		return nil, errors.New("--store memory: a memory store lives only inside its gateway process; " +
 			"run the gateway with --store sqlite (the default) to decide its approvals from the CLI")
 	default:
-		return nil, fmt.Errorf("--store %q: use sqlite", s.kind)
+		return nil, fmt.Errorf("--store %q: use sqlite or postgres", s.kind)
 	}
 	db := filepath.Join(s.data, store.SQLiteFile)
 	if _, err := os.Stat(db); err != nil {
@@ -112,7 +115,7 @@ func newApprovalsListCmd(sf *storeFlags) *cobra.Command {
 				if state == "all" {
 					what = "approval requests"
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "No %s in %s.\n", what, st.Path())
+				fmt.Fprintf(cmd.ErrOrStderr(), "No %s in %s.\n", what, storeWhere(st))
 				return nil
 			}
 			return writeApprovalsTable(cmd.OutOrStdout(), list, time.Now())

@@ -25,7 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(cliExecEnv) == "1" {
 		os.Exit(Execute(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	pgServer.Stop() // started by the first test that needs PostgreSQL
+	os.Exit(code)
 }
 
 // reversiProcess runs `reversi args...` as a separate process and returns its stdout, stderr

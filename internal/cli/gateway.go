@@ -31,8 +31,8 @@ const DefaultDataDir = ".reversi"
 
 func newGatewayCmd() *cobra.Command {
 	var (
-		cfgFile, manifests, data, storeKind, runID, signingKey string
-		flags                                                  config.Flags
+		cfgFile, manifests, data, storeKind, runID, signingKey, dbURL string
+		flags                                                         config.Flags
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -90,8 +90,14 @@ func newGatewayCmd() *cobra.Command {
 					return err
 				}
 				st = s
+			case "postgres":
+				s, err := openPostgres(cmd.Context(), dbURL)
+				if err != nil {
+					return err
+				}
+				st = s
 			default:
-				return fmt.Errorf("--store %q: use sqlite or memory", storeKind)
+				return fmt.Errorf("--store %q: use sqlite, postgres or memory", storeKind)
 			}
 			defer st.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -123,7 +129,8 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&cfgFile, "config", "", "gateway.yaml (upstreams, mode, allow/deny, listen, ...)")
 	f.StringVar(&manifests, "manifests", "", "manifest file, folder or registry (default: $"+ManifestsEnv+", manifests: in reversi.config.yaml, or ./manifests)")
 	f.StringVar(&data, "data", DefaultDataDir, "data folder of the sqlite store")
-	f.StringVar(&storeKind, "store", "sqlite", "sqlite or memory")
+	f.StringVar(&storeKind, "store", "sqlite", "sqlite, postgres (shared by replicas) or memory")
+	f.StringVar(&dbURL, "database-url", "", "URL of the postgres store (default $"+DatabaseURLEnv+")")
 	f.StringVar(&flags.UpstreamCmd, "upstream-cmd", "", "command of one stdio upstream (without --config)")
 	f.StringArrayVar(&flags.UpstreamArgs, "upstream-arg", nil, "argument of --upstream-cmd (repeatable)")
 	f.StringVar(&flags.UpstreamURL, "upstream-url", "", "Streamable HTTP URL of one upstream (without --config)")
