@@ -230,13 +230,15 @@ func readBody(t *testing.T, res *http.Response) string {
 
 var readTools = []string{ToolDryRunRollback, ToolGetActionTrace, ToolGetRun, ToolListRuns, ToolPlanRollback, ToolPreviewImpact, ToolSearch, ToolValidateManifest}
 
-// operatorTools is what each role reaches on /operator/mcp (seed: the operator table;
-// suggest_manifest and execute_rollback come with issue 6).
+// operatorTools is what each role reaches on /operator/mcp (seed: the operator table).
 func operatorTools(r auth.Role) []string {
 	out := append([]string{}, readTools...)
-	out = append(out, ToolClassification, ToolListApprovals, ToolExportEvidence)
+	out = append(out, ToolClassification, ToolListApprovals, ToolExportEvidence, ToolSuggestManifest)
 	if r.AtLeast(auth.Approver) {
 		out = append(out, ToolApproveAction, ToolDenyAction)
+	}
+	if r.AtLeast(auth.Operator) {
+		out = append(out, ToolExecuteRollback)
 	}
 	if r.AtLeast(auth.Admin) {
 		out = append(out, ToolHalt, ToolResume, ToolReload)

@@ -47,6 +47,7 @@ var OperatorRoles = map[string]auth.Role{
 	ToolClassification: auth.Auditor, ToolListApprovals: auth.Auditor, ToolExportEvidence: auth.Auditor,
 	ToolApproveAction: auth.Approver, ToolDenyAction: auth.Approver,
 	ToolHalt: auth.Admin, ToolResume: auth.Admin, ToolReload: auth.Admin,
+	ToolSuggestManifest: auth.Auditor, ToolExecuteRollback: auth.Operator,
 }
 
 // EvidenceSigningPrefix is prepended to an evidence payload's digest to form the message its
@@ -206,6 +207,7 @@ func (g *Gateway) addOperatorServer(pageSize int) {
 		Description: "Lift the kill switch: upstream calls are decided as usual again."}, g.resumeTool)
 	mcp.AddTool(s, &mcp.Tool{Name: ToolReload, Annotations: change,
 		Description: "Re-read manifests and policy now. Returns {changed, tools, policy_checksum, error?}."}, g.reloadTool)
+	g.addSuggestAndRollbackTools(s)
 	s.AddReceivingMiddleware(g.roleMiddleware)
 	g.sec.opServer = s
 }
