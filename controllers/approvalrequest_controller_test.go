@@ -282,7 +282,9 @@ func TestApprovalDeny(t *testing.T) {
 // escalateTo decides, with the approvals already given still counted.
 func TestApprovalExpiryAndEscalation(t *testing.T) {
 	ns := approverNamespace(t)
-	soon := func(s *v1alpha1.ApprovalRequestSpec) { s.ExpiresAt = &metav1.Time{Time: time.Now().Add(2 * time.Second)} }
+	soon := func(s *v1alpha1.ApprovalRequestSpec) {
+		s.ExpiresAt = &metav1.Time{Time: time.Now().Add(2 * time.Second)}
+	}
 	newRequest(t, ns, "apr-x", soon)
 	newRequest(t, ns, "apr-e", func(s *v1alpha1.ApprovalRequestSpec) {
 		soon(s)

@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:  env.Scheme,
+		Scheme:        env.Scheme,
 		Metrics:       metricsserver.Options{BindAddress: "0"},
 		WebhookServer: env.WebhookServer(),
 	})
