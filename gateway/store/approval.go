@@ -35,6 +35,10 @@ type ApprovalRequest struct {
 	OnTimeout  string    // "deny" (also "") or "escalate"
 	EscalateTo []string  // the roles that decide after an escalation
 	Reason     string    // why approval is needed
+	// ArgsPreview is the arguments as JSON with the manifest's audit.redaction paths hidden,
+	// for approvers (engine.ArgumentsPreview). Kept by the Kubernetes queue (gateway/kube);
+	// Memory and SQLite do not store it.
+	ArgsPreview string
 }
 
 // Decision is one principal's verdict on a request.
