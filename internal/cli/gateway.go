@@ -32,6 +32,7 @@ const DefaultDataDir = ".reversi"
 func newGatewayCmd() *cobra.Command {
 	var (
 		cfgFile, manifests, data, storeKind, runID string
+		kubeconfig, namespace                      string
 		flags                                      config.Flags
 	)
 	cmd := &cobra.Command{
@@ -88,6 +89,11 @@ func newGatewayCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("--store %q: use sqlite or memory", storeKind)
 			}
+			if kubeconfig != "" || namespace != "" {
+				if st, err = kubeApprovals(cmd.Context(), st, kubeconfig, namespace); err != nil {
+					return err
+				}
+			}
 			defer st.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -121,6 +127,8 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&flags.Mode, "mode", "", "enforce, advise or observe (default: observe without manifests, enforce with)")
 	f.StringVar(&flags.Actor, "actor", "", "principal of the session's run (default mcp-client)")
 	f.StringVar(&runID, "run-id", "", "continue this run (stdio)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "keep the approval queue as ApprovalRequests in Kubernetes, reached with this kubeconfig")
+	f.StringVar(&namespace, "namespace", "", "namespace of the ApprovalRequests (default: the kubeconfig's; with only --namespace: in-cluster)")
 	return cmd
 }
 
