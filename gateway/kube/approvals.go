@@ -204,10 +204,21 @@ func (s *Store) CreateApproval(ctx context.Context, req store.ApprovalRequest) (
 	return toApproval(ar), nil
 }
 
+// get reads a request from the informer cache, or from the API server when the cache has
+// not seen it yet (just created by another replica).
+func (s *Store) get(ctx context.Context, id string, ar *v1alpha1.ApprovalRequest) error {
+	key := client.ObjectKey{Namespace: s.o.Namespace, Name: id}
+	err := s.cache.Get(ctx, key, ar)
+	if apierrors.IsNotFound(err) {
+		err = s.client.Get(ctx, key, ar)
+	}
+	return err
+}
+
 // GetApproval reads one request from the informer cache. Errors: store.ErrNotFound.
 func (s *Store) GetApproval(ctx context.Context, id string) (store.Approval, error) {
 	var ar v1alpha1.ApprovalRequest
-	if err := s.cache.Get(ctx, client.ObjectKey{Namespace: s.o.Namespace, Name: id}, &ar); err != nil {
+	if err := s.get(ctx, id, &ar); err != nil {
 		if apierrors.IsNotFound(err) {
 			return store.Approval{}, fmt.Errorf("%w: approval %s", store.ErrNotFound, id)
 		}
@@ -259,10 +270,15 @@ func (s *Store) Decide(_ context.Context, id string, _ store.Decision) (store.Ap
 // Errors: store.ErrNotFound, store.ErrMismatch, store.ErrNotApproved, store.ErrConsumed.
 func (s *Store) Consume(ctx context.Context, id, run, tool, argsDigest string) error {
 	ar := &v1alpha1.ApprovalRequest{}
-	key := client.ObjectKey{Namespace: s.o.Namespace, Name: id}
-	var reader client.Reader = s.cache
+	fresh := false
 	for attempt := 0; ; attempt++ {
-		if err := reader.Get(ctx, key, ar); err != nil {
+		var err error
+		if fresh {
+			err = s.client.Get(ctx, client.ObjectKey{Namespace: s.o.Namespace, Name: id}, ar)
+		} else {
+			err = s.get(ctx, id, ar)
+		}
+		if err != nil {
 			if apierrors.IsNotFound(err) {
 				return fmt.Errorf("%w: approval %s", store.ErrNotFound, id)
 			}
@@ -285,7 +301,7 @@ func (s *Store) Consume(ctx context.Context, id, run, tool, argsDigest string) e
 		if s.o.Replica != "" {
 			ar.Annotations[v1alpha1.AnnotationConsumedBy] = s.o.Replica
 		}
-		err := s.client.Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		err = s.client.Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 		if err == nil {
 			s.waitFor(ctx, id, base.ResourceVersion)
 			return nil
@@ -293,7 +309,7 @@ func (s *Store) Consume(ctx context.Context, id, run, tool, argsDigest string) e
 		if !apierrors.IsConflict(err) || attempt >= 4 {
 			return fmt.Errorf("kube: consuming approval %s: %w", id, err)
 		}
-		reader = s.client // the cache was behind: read the latest from the API server
+		fresh = true // the cache was behind: read the latest from the API server
 	}
 }
 

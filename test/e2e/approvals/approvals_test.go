@@ -7,6 +7,7 @@ package approvals
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -355,7 +356,7 @@ func TestApprovalThroughTheGateway(t *testing.T) {
 			t.Fatalf("retry: %s", text)
 		}
 	}
-	t.Logf("approval latency: kubectl apply -> retry passes %s (kubectl itself %s, %d retries)", time.Since(began).Round(time.Millisecond), applied.Round(time.Millisecond), tries)
+	t.Logf("approval latency: kubectl apply -> retry passes %s (kubectl itself %s, %d calls of the retry)", time.Since(began).Round(time.Millisecond), applied.Round(time.Millisecond), tries)
 
 	if graph, _ := call(t, cs, "memory.read_graph", map[string]any{}); strings.Contains(graph, "ledger") {
 		t.Errorf("the approved delete did not reach server-memory: %s", graph)
@@ -413,4 +414,59 @@ func TestDenyAndExpiryThroughTheGateway(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// Two gateway replicas on the same namespace race to consume one approval: exactly one wins
+// (the annotation is written with the resourceVersion read), the other gets ErrConsumed.
+func TestConsumeOnceAcrossReplicas(t *testing.T) {
+	ns := setupNamespace(t, "replicas")
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigOf(t, actor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replicas []*kube.Store
+	for _, name := range []string{"a", "b"} {
+		s, err := kube.New(t.Context(), store.NewMemory(nil), kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		replicas = append(replicas, s)
+	}
+	digest := "sha256:" + strings.Repeat("0f", 32)
+	a, err := replicas[0].CreateApproval(t.Context(), store.ApprovalRequest{Tool: "memory.delete_entities", ArgsDigest: digest,
+		Run: "run-1", Actor: actor, Roles: []string{"finance"}, Quorum: 2, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := replicas[0].Decide(t.Context(), a.ID, store.Decision{By: "alice", Approve: true}); !errors.Is(err, store.ErrNotAllowed) {
+		t.Errorf("Decide through the gateway: %v, want ErrNotAllowed", err)
+	}
+	if err := replicas[1].Consume(t.Context(), a.ID, "run-1", "memory.delete_entities", digest); !errors.Is(err, store.ErrNotApproved) {
+		t.Errorf("consuming a pending request: %v", err)
+	}
+	for _, who := range []string{"alice", "bob"} {
+		if out, err := kubectl(t, who, approvalYAML(ns, a.ID+"-"+who, a.ID, "Approve"), "apply", "-f", "-"); err != nil {
+			t.Fatalf("kubectl apply by %s: %v\n%s", who, err, out)
+		}
+	}
+	waitFor(t, 20*time.Second, func() string {
+		for _, r := range replicas {
+			if got, err := r.GetApproval(t.Context(), a.ID); err != nil || got.State != store.ApprovalApproved {
+				return fmt.Sprintf("a replica sees %s %v", got.State, err)
+			}
+		}
+		return ""
+	})
+	if err := replicas[0].Consume(t.Context(), a.ID, "run-2", "memory.delete_entities", digest); !errors.Is(err, store.ErrMismatch) {
+		t.Errorf("consuming for another run: %v", err)
+	}
+	errs := make(chan error, 2)
+	for _, r := range replicas {
+		go func() { errs <- r.Consume(context.Background(), a.ID, "run-1", "memory.delete_entities", digest) }()
+	}
+	e1, e2 := <-errs, <-errs
+	if (e1 == nil) == (e2 == nil) || !errors.Is(errors.Join(e1, e2), store.ErrConsumed) {
+		t.Fatalf("two replicas consuming: %v and %v, want exactly one success and one ErrConsumed", e1, e2)
+	}
 }
