@@ -29,11 +29,13 @@ test: fmt-check vet
 generate:
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
-## manifests: the CRDs (config/crd/bases) and the manager's RBAC (config/rbac/role.yaml, from
-## the +kubebuilder:rbac markers in controllers/).
+## manifests: the CRDs (config/crd/bases), the manager's RBAC (config/rbac/role.yaml, from
+## the +kubebuilder:rbac markers in controllers/) and the webhook configurations
+## (config/webhook/manifests.yaml, from the +kubebuilder:webhook markers).
 manifests:
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths=./api/... paths=./controllers/... \
-		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths=./api/... paths=./controllers/... \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac \
+		output:webhook:artifacts:config=config/webhook
 
 vet:
 	$(GO) vet ./...

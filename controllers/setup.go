@@ -15,6 +15,8 @@ type Options struct {
 	ToolManifestKeysSecret string
 	// MaxShardBytes is the manifest bytes per rendered ConfigMap (0: the default).
 	MaxShardBytes int
+	// Webhooks registers the Approval admission webhooks on the manager's webhook server.
+	Webhooks bool
 }
 
 // Setup registers every reconciler with the manager.
@@ -25,5 +27,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&ToolManifestReconciler{Client: mgr.GetClient(), KeysSecret: o.ToolManifestKeysSecret}).SetupWithManager(mgr)
+	if err := (&ToolManifestReconciler{Client: mgr.GetClient(), KeysSecret: o.ToolManifestKeysSecret}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return setupApprovals(mgr, o)
 }

@@ -43,18 +43,19 @@ var (
 // TestMain starts one control plane and one manager running every reconciler for the tests
 // of this package.
 func TestMain(m *testing.M) {
-	env, err := testenv.Start()
+	env, err := testenv.Start(testenv.Options{Webhooks: true})
 	if err != nil {
 		envErr = err
 		os.Exit(m.Run()) // each test fails with envErr
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:  env.Scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
+		Scheme:        env.Scheme,
+		Metrics:       metricsserver.Options{BindAddress: "0"},
+		WebhookServer: env.WebhookServer(),
 	})
 	if err == nil {
-		err = Setup(mgr, Options{MaxShardBytes: testShardBytes})
+		err = Setup(mgr, Options{MaxShardBytes: testShardBytes, Webhooks: true})
 	}
 	if err != nil {
 		envErr = err

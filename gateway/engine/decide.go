@@ -317,7 +317,7 @@ func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bo
 		return false
 	}
 	req := store.ApprovalRequest{Tool: c.Tool, ArgsDigest: d.ArgsDigest, Run: c.Run, Actor: c.Actor,
-		Reason: c.Tool + " requires approval (manifest)"}
+		Reason: c.Tool + " requires approval (manifest)", ArgsPreview: ArgumentsPreview(m, c.Args)}
 	timeout := DefaultApprovalTimeout
 	if r := m.Approval.Rules; r != nil {
 		req.Roles, req.Quorum, req.OnTimeout = r.Roles, r.Quorum, r.OnTimeout

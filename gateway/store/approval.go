@@ -1,9 +1,12 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/reversi-gitops/reversi/internal/approvalrules"
 )
 
 // ApprovalState is where an approval request stands.
@@ -32,6 +35,10 @@ type ApprovalRequest struct {
 	OnTimeout  string    // "deny" (also "") or "escalate"
 	EscalateTo []string  // the roles that decide after an escalation
 	Reason     string    // why approval is needed
+	// ArgsPreview is the arguments as JSON with the manifest's audit.redaction paths hidden,
+	// for approvers (engine.ArgumentsPreview). Kept by the Kubernetes queue (gateway/kube);
+	// Memory and SQLite do not store it.
+	ArgsPreview string
 }
 
 // Decision is one principal's verdict on a request.
@@ -97,61 +104,49 @@ func prepareApproval(req ApprovalRequest, now time.Time) (Approval, error) {
 	return Approval{ApprovalRequest: req, State: ApprovalPending}, nil
 }
 
-// settle applies expiry as of now. It reports whether a changed.
+// rules is a as the shared approval rules see it (internal/approvalrules).
+func (a *Approval) rules() approvalrules.State {
+	st := approvalrules.State{Actor: a.Actor, Run: a.Run, Roles: a.Roles, Quorum: a.Quorum, Created: a.Created,
+		Expires: a.Expires, OnTimeout: a.OnTimeout, EscalateTo: a.EscalateTo, Phase: approvalrules.Phase(a.State),
+		Escalated: a.Escalated, Decided: a.Decided}
+	for _, d := range a.Decisions {
+		st.Votes = append(st.Votes, approvalrules.Vote{By: d.By, Groups: d.Roles, Approve: d.Approve, At: d.At})
+	}
+	return st
+}
+
+// fromRules copies back what the rules change (the decision list is appended by decide).
+func (a *Approval) fromRules(st approvalrules.State) {
+	a.Roles, a.Expires, a.State, a.Escalated, a.Decided = st.Roles, st.Expires, ApprovalState(st.Phase), st.Escalated, st.Decided
+}
+
+// settle applies expiry as of now (approvalrules.State.Settle). It reports whether a changed.
 func (a *Approval) settle(now time.Time) bool {
-	if a.State != ApprovalPending || now.Before(a.Expires) {
+	st := a.rules()
+	if !st.Settle(now) {
 		return false
 	}
-	if a.OnTimeout == "escalate" && !a.Escalated && len(a.EscalateTo) > 0 {
-		timeout := a.Expires.Sub(a.Created)
-		a.Escalated = true
-		a.Roles = slices.Clone(a.EscalateTo)
-		a.Expires = a.Expires.Add(timeout)
-		if now.Before(a.Expires) {
-			return true
-		}
-	}
-	a.State = ApprovalExpired
-	a.Decided = a.Expires
+	a.fromRules(st)
 	return true
 }
 
-// decide applies d to a as of now (see Approval for the rules).
+// decide applies d to a as of now (see Approval for the rules, approvalrules.State.Cast).
 func (a *Approval) decide(d Decision, now time.Time) error {
 	a.settle(now)
 	if d.By == "" {
 		return fmt.Errorf("%w: a decision needs the deciding principal", ErrInvalid)
 	}
-	if a.State != ApprovalPending {
-		return fmt.Errorf("%w: %s is %s", ErrNotPending, a.ID, a.State)
-	}
-	if d.Approve && d.By == a.Actor {
-		return fmt.Errorf("%w: %s opened run %s and cannot approve its own call", ErrNotAllowed, d.By, a.Run)
-	}
-	if len(a.Roles) > 0 && !slices.ContainsFunc(d.Roles, func(r string) bool { return slices.Contains(a.Roles, r) }) {
-		return fmt.Errorf("%w: %s holds none of the roles %v", ErrNotAllowed, d.By, a.Roles)
-	}
-	for _, prev := range a.Decisions {
-		if prev.By == d.By {
-			return fmt.Errorf("%w: %s already decided %s", ErrNotAllowed, d.By, a.ID)
-		}
-	}
 	d.At = now.UTC()
+	st := a.rules()
+	if err := st.Cast(approvalrules.Vote{By: d.By, Groups: d.Roles, Approve: d.Approve, At: d.At}); err != nil {
+		if errors.Is(err, approvalrules.ErrNotPending) {
+			return fmt.Errorf("%w: %s is %s", ErrNotPending, a.ID, a.State)
+		}
+		return fmt.Errorf("%w: %s", ErrNotAllowed, approvalrules.Why(err))
+	}
 	d.Roles = slices.Clone(d.Roles)
 	a.Decisions = append(a.Decisions, d)
-	if !d.Approve {
-		a.State, a.Decided = ApprovalDenied, d.At
-		return nil
-	}
-	approvers := 0
-	for _, prev := range a.Decisions {
-		if prev.Approve {
-			approvers++ // By is unique among Decisions
-		}
-	}
-	if approvers >= a.Quorum {
-		a.State, a.Decided = ApprovalApproved, d.At
-	}
+	a.fromRules(st)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/controllers"
@@ -19,10 +20,12 @@ func init() { register(newControllerCmd) }
 
 func newControllerCmd() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir string
-	var leaderElect, devLog bool
+	var leaderElect, devLog, webhooks bool
+	var webhookPort int
+	var webhookCertDir string
 	cmd := &cobra.Command{
 		Use:   "controller",
-		Short: "Run the controller: ManifestRegistry and ToolManifest reconcilers (controller-runtime)",
+		Short: "Run the controller: ManifestRegistry, ToolManifest and ApprovalRequest reconcilers and the Approval webhooks (controller-runtime)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
@@ -36,11 +39,12 @@ func newControllerCmd() *cobra.Command {
 				HealthProbeBindAddress: probeAddr,
 				LeaderElection:         leaderElect,
 				LeaderElectionID:       "reversi-controller.reversi.dev",
+				WebhookServer:          webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir}),
 			})
 			if err != nil {
 				return fmt.Errorf("starting the manager: %w", err)
 			}
-			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret}); err != nil {
+			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks}); err != nil {
 				return err
 			}
 			if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -60,6 +64,9 @@ func newControllerCmd() *cobra.Command {
 	f.StringVar(&keysSecret, "tool-manifest-keys-secret", controllers.TrustedKeysSecret, "the Secret, in each namespace, with the public keys ToolManifest signatures must verify against")
 	f.StringVar(&tempDir, "temp-dir", "", "where checkouts are made (default: the system temp folder)")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
+	f.BoolVar(&webhooks, "webhooks", true, "serve the Approval admission webhooks (needs a serving certificate in --webhook-cert-dir)")
+	f.IntVar(&webhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS)")
+	f.StringVar(&webhookCertDir, "webhook-cert-dir", "", "folder with tls.crt and tls.key (default $TMPDIR/k8s-webhook-server/serving-certs)")
 	return cmd
 }
 

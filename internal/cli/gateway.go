@@ -32,6 +32,7 @@ const DefaultDataDir = ".reversi"
 func newGatewayCmd() *cobra.Command {
 	var (
 		cfgFile, manifests, data, storeKind, runID, signingKey, dbURL string
+		kubeconfig, namespace                                         string
 		flags                                                         config.Flags
 	)
 	cmd := &cobra.Command{
@@ -99,6 +100,14 @@ func newGatewayCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("--store %q: use sqlite, postgres or memory", storeKind)
 			}
+			if kubeconfig != "" || namespace != "" {
+				kst, err := kubeApprovals(cmd.Context(), st, kubeconfig, namespace)
+				if err != nil {
+					_ = st.Close()
+					return err
+				}
+				st = kst
+			}
 			defer st.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -139,6 +148,8 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&runID, "run-id", "", "continue this run (stdio)")
 	f.StringVar(&signingKey, "signing-key", "", "Ed25519 private key (reversi keygen) that signs reversi.export_evidence")
 	cmd.AddCommand(newGatewayKeysCmd())
+	f.StringVar(&kubeconfig, "kubeconfig", "", "keep the approval queue as ApprovalRequests in Kubernetes, reached with this kubeconfig")
+	f.StringVar(&namespace, "namespace", "", "namespace of the ApprovalRequests (default: the kubeconfig's; with only --namespace: in-cluster)")
 	return cmd
 }
 

@@ -58,8 +58,9 @@ type Env struct {
 	Took time.Duration
 }
 
-// Start starts kube-apiserver and etcd with the CRDs of config/crd/bases. Stop it with Stop.
-func Start() (*Env, error) {
+// Start starts kube-apiserver and etcd with the CRDs of config/crd/bases (and, with
+// Options.Webhooks, the webhook configurations of config/webhook). Stop it with Stop.
+func Start(opts ...Options) (*Env, error) {
 	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
@@ -71,6 +72,9 @@ func Start() (*Env, error) {
 		ErrorIfCRDPathMissing: true,
 		Scheme:                s,
 	}}
+	for _, o := range opts {
+		o.apply(e.Environment)
+	}
 	began := time.Now()
 	if e.Config, err = e.Environment.Start(); err != nil {
 		return nil, fmt.Errorf("starting envtest from %s: %w", assets, err)

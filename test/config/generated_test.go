@@ -20,6 +20,7 @@ var generated = []string{
 	"api/v1alpha1/zz_generated.deepcopy.go",
 	"config/crd/bases",
 	"config/rbac/role.yaml",
+	"config/webhook/manifests.yaml",
 }
 
 // TestGeneratedFilesAreCurrent runs `make generate manifests` (controller-gen, exactly as a

@@ -1,8 +1,11 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // `kubectl apply -k config/default` works against a real API server: first as a server-side
@@ -34,14 +37,26 @@ func TestInstallWithKubectl(t *testing.T) {
 		"clusterrolebinding.rbac.authorization.k8s.io/reversi-manager-rolebinding",
 		"service/reversi-controller-manager-metrics",
 		"deployment.apps/reversi-controller-manager",
+		"service/reversi-webhook-service",
+		"mutatingwebhookconfiguration.admissionregistration.k8s.io/reversi-mutating-webhook-configuration",
+		"validatingwebhookconfiguration.admissionregistration.k8s.io/reversi-validating-webhook-configuration",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the dry run does not mention %s:\n%s", want, out)
 		}
 	}
-	if n := strings.Count(out, "(server dry run)"); n != 16 {
-		t.Errorf("%d objects in the server dry run, want 16:\n%s", n, out)
+	if n := strings.Count(out, "(server dry run)"); n != 19 {
+		t.Errorf("%d objects in the server dry run, want 19:\n%s", n, out)
 	}
+
+	// The real install registers the Approval webhooks, which point at a manager that does not
+	// run here: remove them afterwards so Approvals can be created by the other tests.
+	t.Cleanup(func() {
+		if out, err := kubectl(t, "delete", "mutatingwebhookconfiguration/reversi-mutating-webhook-configuration",
+			"validatingwebhookconfiguration/reversi-validating-webhook-configuration", "--ignore-not-found"); err != nil {
+			t.Errorf("removing the webhook configurations: %v\n%s", err, out)
+		}
+	})
 
 	if out, err := kubectl(t, "apply", "-k", "config/default"); err != nil {
 		t.Fatalf("kubectl apply -k config/default: %v\n%s", err, out)
@@ -92,5 +107,53 @@ spec:
 	out, err := kubectl(t, "apply", "-n", ns, "-f", path)
 	if err == nil || !strings.Contains(out, `unknown field "spec.timeout"`) {
 		t.Errorf("kubectl apply with spec.timeout (for timeout_ms): %v\n%s", err, out)
+	}
+}
+
+// config/with-cert-manager is config/default plus a self-signed Issuer and a Certificate for
+// the webhook Service, whose CA cert-manager injects into both webhook configurations (the
+// annotation names the Certificate), and whose Secret is the one the manager mounts.
+func TestCertManagerOption(t *testing.T) {
+	out, err := kubectl(t, "kustomize", "config/with-cert-manager")
+	if err != nil {
+		t.Fatalf("kubectl kustomize config/with-cert-manager: %v\n%s", err, out)
+	}
+	docs := map[string]*unstructured.Unstructured{}
+	for _, doc := range strings.Split(out, "\n---\n") {
+		u := object(t, doc)
+		docs[u.GetKind()+"/"+u.GetName()] = u
+	}
+	cert := docs["Certificate/reversi-serving-cert"]
+	if cert == nil || docs["Issuer/reversi-selfsigned-issuer"] == nil {
+		t.Fatalf("no Certificate reversi-serving-cert or Issuer reversi-selfsigned-issuer in:\n%s", out)
+	}
+	svc := docs["Service/reversi-webhook-service"]
+	if svc == nil {
+		t.Fatal("no webhook Service")
+	}
+	dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	if want := svc.GetName() + "." + svc.GetNamespace() + ".svc"; !slices.Contains(dns, want) {
+		t.Errorf("the Certificate's dnsNames %v lack %s", dns, want)
+	}
+	for _, kind := range []string{"MutatingWebhookConfiguration/reversi-mutating-webhook-configuration", "ValidatingWebhookConfiguration/reversi-validating-webhook-configuration"} {
+		wh := docs[kind]
+		if wh == nil {
+			t.Fatalf("no %s", kind)
+		}
+		if got, want := wh.GetAnnotations()["cert-manager.io/inject-ca-from"], cert.GetNamespace()+"/"+cert.GetName(); got != want {
+			t.Errorf("%s: inject-ca-from %q, want %q", kind, got, want)
+		}
+		hooks, _, _ := unstructured.NestedSlice(wh.Object, "webhooks")
+		for _, h := range hooks {
+			name, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "name")
+			ns, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "namespace")
+			if name != svc.GetName() || ns != svc.GetNamespace() {
+				t.Errorf("%s calls %s/%s, want the webhook Service %s/%s", kind, ns, name, svc.GetNamespace(), svc.GetName())
+			}
+		}
+	}
+	secret, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	if !strings.Contains(out, "secretName: "+secret) || strings.Count(out, "secretName: "+secret) < 2 {
+		t.Errorf("the manager does not mount the Certificate's Secret %s", secret)
 	}
 }

@@ -1,0 +1,316 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/internal/approvalrules"
+)
+
+// ApprovalRequestIndex is the field index of Approval objects by spec.requestRef.name.
+const ApprovalRequestIndex = "spec.requestRef.name"
+
+// ApprovalRequestReconciler decides ApprovalRequests from the Approval objects that reference
+// them, with the rules of internal/approvalrules (the same as the gateway's standalone queue):
+// an approver must hold one of the request's roles (Kubernetes groups) when roles are set; the
+// run's actor cannot approve; the quorum counts distinct usernames; one Deny denies; past
+// expiresAt the request is Expired, or Escalated to escalateTo (once, for as long again).
+//
+// Counting is incremental and stable: an Approval is judged once, in creation order, against
+// the request as it stood when the Approval was created; the counted ones are listed in the
+// request's status, which is written first (optimistic lock), then each Approval's status.
+// RBAC create on approvals is the outer gate; the admission webhook stamps spec.approver. An
+// Approval without a stamped approver is rejected (fail closed: the webhook is missing).
+//
+// Source: DESIGN.md "ApprovalRequest" and "Approval", issue 8.
+type ApprovalRequestReconciler struct {
+	client.Client
+	Recorder recorder.EventRecorder
+	// Now is the clock (time.Now when nil); tests do not replace it, expiry is real time.
+	Now func() time.Time
+}
+
+func (r *ApprovalRequestReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// SetupWithManager indexes Approvals by the request they name and watches both kinds.
+func (r *ApprovalRequestReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.Approval{}, ApprovalRequestIndex, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.Approval).Spec.RequestRef.Name}
+	}); err != nil {
+		return fmt.Errorf("indexing Approvals by %s: %w", ApprovalRequestIndex, err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.ApprovalRequest{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.Approval{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*v1alpha1.Approval).Spec.RequestRef.Name}}}
+		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Named("approvalrequest").
+		Complete(r)
+}
+
+// judged is the result for one Approval.
+type judged struct {
+	apr     *v1alpha1.Approval
+	result  string // ResultCounted or ResultRejected
+	message string
+	fresh   bool // judged in this reconcile (events are sent for these)
+}
+
+// Reconcile counts the Approvals of one request, settles expiry, and writes the statuses.
+func (r *ApprovalRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ar := &v1alpha1.ApprovalRequest{}
+	if err := r.Get(ctx, req.NamespacedName, ar); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !ar.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	var list v1alpha1.ApprovalList
+	if err := r.List(ctx, &list, client.InNamespace(ar.Namespace), client.MatchingFields{ApprovalRequestIndex: ar.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	approvals := list.Items
+	slices.SortFunc(approvals, func(a, b v1alpha1.Approval) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+
+	base := ar.DeepCopy()
+	st := stateOf(ar)
+	before := st.Phase
+	wasEscalated := st.Escalated
+	now := r.now()
+	var results []judged
+	for i := range approvals {
+		apr := &approvals[i]
+		if !apr.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if slices.ContainsFunc(ar.Status.Approvals, func(c v1alpha1.CountedApproval) bool { return c.Name == apr.Name }) {
+			results = append(results, judged{apr: apr, result: v1alpha1.ResultCounted, message: countedMessage(apr)})
+			continue
+		}
+		if apr.Status.Result != "" && apr.Status.ObservedGeneration == apr.Generation {
+			continue // judged before (Rejected: counted ones are in the request's list)
+		}
+		j := judged{apr: apr, fresh: true, result: v1alpha1.ResultRejected}
+		switch err := r.cast(&st, apr); {
+		case err == nil:
+			j.result, j.message = v1alpha1.ResultCounted, countedMessage(apr)
+			ar.Status.Approvals = append(ar.Status.Approvals, v1alpha1.CountedApproval{
+				Name: apr.Name, Username: apr.Spec.Approver.Username, Decision: apr.Spec.Decision, CountedAt: metav1.NewTime(now)})
+		case errors.Is(err, approvalrules.ErrNotPending):
+			j.message = fmt.Sprintf("not counted: request %s is already %s", ar.Name, phaseOf(st))
+		default:
+			j.message = "not counted: " + approvalrules.Why(err)
+		}
+		results = append(results, j)
+	}
+	st.Settle(now)
+
+	r.setStatus(ar, &st)
+	if err := r.Status().Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if st.Escalated && !wasEscalated {
+		r.event(ar, corev1.EventTypeNormal, v1alpha1.ReasonEscalated, ar.Status.Message)
+	}
+	if st.Phase != before {
+		typ := corev1.EventTypeNormal
+		if st.Phase != approvalrules.Approved {
+			typ = corev1.EventTypeWarning
+		}
+		r.event(ar, typ, phaseOf(st), ar.Status.Message)
+	}
+	for _, j := range results {
+		if err := r.setApprovalStatus(ctx, j); err != nil {
+			return ctrl.Result{}, err
+		}
+		if j.fresh {
+			typ := corev1.EventTypeNormal
+			if j.result == v1alpha1.ResultRejected {
+				typ = corev1.EventTypeWarning
+			}
+			note := fmt.Sprintf("%s by %s: %s", j.apr.Spec.Decision, approverName(j.apr), j.message)
+			r.event(j.apr, typ, j.result, note)
+			r.event(ar, typ, j.result, fmt.Sprintf("Approval %s: %s", j.apr.Name, note))
+		}
+	}
+	if st.Phase == approvalrules.Pending && !st.Expires.IsZero() {
+		return ctrl.Result{RequeueAfter: max(st.Expires.Sub(now), 0) + 100*time.Millisecond}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// cast judges one Approval against the request's state as of the Approval's creation.
+func (r *ApprovalRequestReconciler) cast(st *approvalrules.State, apr *v1alpha1.Approval) error {
+	if apr.Spec.Approver == nil || apr.Spec.Approver.Username == "" {
+		st.Settle(apr.CreationTimestamp.Time)
+		return errors.New("spec.approver was not stamped by the admission webhook (is it installed?), so who decided is unknown")
+	}
+	return st.Cast(approvalrules.Vote{By: apr.Spec.Approver.Username, Groups: apr.Spec.Approver.Groups,
+		Approve: apr.Spec.Decision == v1alpha1.DecisionApprove, At: apr.CreationTimestamp.Time})
+}
+
+// stateOf is the request as the rules see it, from its spec and status.
+func stateOf(ar *v1alpha1.ApprovalRequest) approvalrules.State {
+	s := approvalrules.State{Actor: ar.Spec.Actor, Run: ar.Spec.Run, Roles: ar.Spec.Roles, Quorum: 1,
+		Created: ar.CreationTimestamp.Time, OnTimeout: ar.Spec.OnTimeout, EscalateTo: ar.Spec.EscalateTo, Phase: approvalrules.Pending}
+	if ar.Spec.Quorum != nil {
+		s.Quorum = int(*ar.Spec.Quorum)
+	}
+	if ar.Spec.ExpiresAt != nil {
+		s.Expires = ar.Spec.ExpiresAt.Time
+	}
+	switch ar.Status.Phase {
+	case v1alpha1.ApprovalApproved:
+		s.Phase = approvalrules.Approved
+	case v1alpha1.ApprovalDenied:
+		s.Phase = approvalrules.Denied
+	case v1alpha1.ApprovalExpired:
+		s.Phase = approvalrules.Expired
+	}
+	if ar.Status.EscalatedAt != nil && !s.Expires.IsZero() {
+		s.Escalated, s.Roles = true, slices.Clone(ar.Spec.EscalateTo)
+		s.Expires = s.Expires.Add(s.Expires.Sub(s.Created))
+	}
+	if ar.Status.DecidedAt != nil {
+		s.Decided = ar.Status.DecidedAt.Time
+	}
+	for _, c := range ar.Status.Approvals {
+		s.Votes = append(s.Votes, approvalrules.Vote{By: c.Username, Approve: c.Decision == v1alpha1.DecisionApprove, At: c.CountedAt.Time})
+	}
+	return s
+}
+
+// phaseOf is the status.phase word of a state.
+func phaseOf(s approvalrules.State) string {
+	switch s.Phase {
+	case approvalrules.Approved:
+		return v1alpha1.ApprovalApproved
+	case approvalrules.Denied:
+		return v1alpha1.ApprovalDenied
+	case approvalrules.Expired:
+		return v1alpha1.ApprovalExpired
+	}
+	if s.Escalated {
+		return v1alpha1.ApprovalEscalated
+	}
+	return v1alpha1.ApprovalPending
+}
+
+// setStatus writes the phase, counts, times, message and conditions of ar from st.
+func (r *ApprovalRequestReconciler) setStatus(ar *v1alpha1.ApprovalRequest, st *approvalrules.State) {
+	ar.Status.ObservedGeneration = ar.Generation
+	ar.Status.Phase = phaseOf(*st)
+	ar.Status.ApprovedCount = int32(st.Approvals())
+	if st.Escalated && ar.Status.EscalatedAt == nil {
+		at := *ar.Spec.ExpiresAt // escalation happens at the original expiry (Settle needs one)
+		ar.Status.EscalatedAt = &at
+	}
+	if st.Phase != approvalrules.Pending && ar.Status.DecidedAt == nil {
+		at := metav1.NewTime(st.Decided)
+		ar.Status.DecidedAt = &at
+	}
+	var by []string
+	for _, v := range st.Votes {
+		by = append(by, v.By)
+	}
+	switch st.Phase {
+	case approvalrules.Approved:
+		ar.Status.Message = fmt.Sprintf("approved by %s (quorum %d); the gateway lets the call's retry through once", strings.Join(by, ", "), max(st.Quorum, 1))
+		markReady(ar, v1alpha1.ReasonApproved, ar.Status.Message)
+	case approvalrules.Denied:
+		ar.Status.Message = fmt.Sprintf("denied by %s; the call stays blocked", st.Votes[len(st.Votes)-1].By)
+		markReady(ar, v1alpha1.ReasonDenied, ar.Status.Message)
+	case approvalrules.Expired:
+		ar.Status.Message = fmt.Sprintf("expired at %s with %d of %d approvals; the call stays blocked (a new call makes a new request)", st.Expires.UTC().Format(time.RFC3339), st.Approvals(), max(st.Quorum, 1))
+		markReady(ar, v1alpha1.ReasonExpired, ar.Status.Message)
+	default:
+		who := "any user allowed to create Approvals here except " + st.Actor
+		if len(st.Roles) > 0 {
+			who = "members of " + strings.Join(st.Roles, " or ")
+		}
+		msg := fmt.Sprintf("%d of %d approvals; waiting for %s", st.Approvals(), max(st.Quorum, 1), who)
+		if st.Escalated {
+			msg = "escalated: " + msg
+		}
+		if !st.Expires.IsZero() {
+			msg += fmt.Sprintf(" until %s", st.Expires.UTC().Format(time.RFC3339))
+		}
+		ar.Status.Message = msg + " (kubectl apply an Approval, or reversi approve " + ar.Name + ")"
+		setCondition(ar, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonWaitingForApprovals, ar.Status.Message)
+		removeCondition(ar, v1alpha1.ConditionReconciling)
+		removeCondition(ar, v1alpha1.ConditionStalled)
+	}
+}
+
+// setApprovalStatus writes one Approval's result when it changed.
+func (r *ApprovalRequestReconciler) setApprovalStatus(ctx context.Context, j judged) error {
+	apr := j.apr
+	if apr.Status.Result == j.result && apr.Status.Message == j.message && apr.Status.ObservedGeneration == apr.Generation {
+		return nil
+	}
+	base := apr.DeepCopy()
+	apr.Status.ObservedGeneration = apr.Generation
+	apr.Status.Result, apr.Status.Message = j.result, j.message
+	markReady(apr, j.result, j.message)
+	return client.IgnoreNotFound(r.Status().Patch(ctx, apr, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
+}
+
+func countedMessage(apr *v1alpha1.Approval) string {
+	if apr.Spec.Decision == v1alpha1.DecisionDeny {
+		return "counted: this Deny denies request " + apr.Spec.RequestRef.Name
+	}
+	return "counted towards request " + apr.Spec.RequestRef.Name
+}
+
+func approverName(apr *v1alpha1.Approval) string {
+	if apr.Spec.Approver == nil {
+		return "an unknown user"
+	}
+	return apr.Spec.Approver.Username
+}
+
+func (r *ApprovalRequestReconciler) event(obj client.Object, typ, reason, note string) {
+	if r.Recorder == nil {
+		return
+	}
+	r.Recorder.Eventf(obj, nil, typ, reason, "Decide", "%s", note)
+}
+
+// setupApprovals registers the ApprovalRequest reconciler and, with o.Webhooks, the Approval
+// admission webhooks.
+func setupApprovals(mgr ctrl.Manager, o Options) error {
+	if err := (&ApprovalRequestReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller")}).
+		SetupWithManager(context.Background(), mgr); err != nil {
+		return err
+	}
+	if o.Webhooks {
+		return (&ApprovalWebhook{}).SetupWebhookWithManager(mgr)
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+// Package approvalrules holds the rules that decide an approval request from the votes cast on
+// it: who may vote, the quorum, one deny denies, and expiry or escalation. They are pure
+// functions of the request, the votes and the time, shared by the gateway's standalone queue
+// (gateway/store) and the ApprovalRequest reconciler (controllers), so both decide alike.
+//
+// Source: DESIGN.md "Approval" (the approver must hold one of the roles; the run's own actor
+// cannot approve; the quorum counts distinct usernames; one Deny denies; a request past
+// expiresAt is Expired or escalates), seed "Tool manifests", Approval (quorum, timeout,
+// on_timeout, escalate_to).
+package approvalrules
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Phase is where a request stands.
+type Phase string
+
+const (
+	Pending  Phase = "pending"
+	Approved Phase = "approved"
+	Denied   Phase = "denied"
+	Expired  Phase = "expired" // timed out with on_timeout deny (or nobody to escalate to)
+)
+
+// Errors of Cast. Callers wrap them in their own errors (test with errors.Is).
+var (
+	// ErrNotPending: the request was already decided or has expired.
+	ErrNotPending = errors.New("the approval request is not pending")
+	// ErrNotEligible: the voter may not decide this request (the run's own actor approving,
+	// missing role, or a second vote by the same username).
+	ErrNotEligible = errors.New("not allowed to decide this request")
+	// ErrNoVoter: the vote names nobody.
+	ErrNoVoter = errors.New("a decision needs the deciding principal")
+)
+
+// refusal is an error of Eligible: a sentinel and the reason in words.
+type refusal struct {
+	kind error
+	why  string
+}
+
+func (r *refusal) Error() string { return r.kind.Error() + ": " + r.why }
+func (r *refusal) Unwrap() error { return r.kind }
+
+func refuse(kind error, format string, a ...any) error {
+	return &refusal{kind: kind, why: fmt.Sprintf(format, a...)}
+}
+
+// Why is the reason of an error of Eligible or Cast without the sentinel's text, e.g.
+// "mallory holds none of the roles [finance]"; for other errors, their text.
+func Why(err error) string {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.why
+	}
+	return err.Error()
+}
+
+// Vote is one principal's decision.
+type Vote struct {
+	By      string   // the username; required
+	Groups  []string // the roles or groups the principal holds
+	Approve bool     // false: deny
+	At      time.Time
+}
+
+// State is a request and the votes counted so far. Roles and Expires are the effective ones:
+// Settle replaces them on escalation.
+type State struct {
+	Actor      string   // the run's actor: may not approve its own request
+	Run        string   // for messages
+	Roles      []string // a voter must hold one of these; empty: anyone but Actor
+	Quorum     int      // distinct approving usernames needed; < 1 counts as 1
+	Created    time.Time
+	Expires    time.Time // zero: never
+	OnTimeout  string    // "deny" (also "") or "escalate"
+	EscalateTo []string
+
+	Phase     Phase
+	Escalated bool
+	Votes     []Vote    // counted votes, in order; By is unique among them
+	Decided   time.Time // when Phase left Pending; zero while pending
+}
+
+// Settle applies expiry as of now and reports whether s changed. A pending request past
+// Expires escalates once when OnTimeout is "escalate" and EscalateTo is set: Roles become
+// EscalateTo and Expires moves on by the original timeout (Expires - Created); votes already
+// counted still count. Otherwise it becomes Expired, decided at Expires.
+func (s *State) Settle(now time.Time) bool {
+	if s.Phase != Pending || s.Expires.IsZero() || now.Before(s.Expires) {
+		return false
+	}
+	if s.OnTimeout == "escalate" && !s.Escalated && len(s.EscalateTo) > 0 {
+		timeout := s.Expires.Sub(s.Created)
+		s.Escalated = true
+		s.Roles = slices.Clone(s.EscalateTo)
+		s.Expires = s.Expires.Add(timeout)
+		if now.Before(s.Expires) {
+			return true
+		}
+	}
+	s.Phase = Expired
+	s.Decided = s.Expires
+	return true
+}
+
+// Eligible says whether v may be counted on s as it stands (expiry is not applied: call
+// Settle first). The error wraps ErrNotPending, ErrNotEligible or ErrNoVoter and says why
+// in words an approver understands.
+func (s *State) Eligible(v Vote) error {
+	if v.By == "" {
+		return ErrNoVoter
+	}
+	if s.Phase != Pending {
+		return refuse(ErrNotPending, "it is %s", s.Phase)
+	}
+	if v.Approve && v.By == s.Actor {
+		if s.Run != "" {
+			return refuse(ErrNotEligible, "%s opened run %s and cannot approve its own call", v.By, s.Run)
+		}
+		return refuse(ErrNotEligible, "%s is the run's actor and cannot approve its own call", v.By)
+	}
+	if len(s.Roles) > 0 && !slices.ContainsFunc(v.Groups, func(g string) bool { return slices.Contains(s.Roles, g) }) {
+		return refuse(ErrNotEligible, "%s holds none of the roles %v", v.By, s.Roles)
+	}
+	for _, prev := range s.Votes {
+		if prev.By == v.By {
+			return refuse(ErrNotEligible, "%s already decided", v.By)
+		}
+	}
+	return nil
+}
+
+// Cast settles s as of v.At, checks v (Eligible) and counts it: a deny denies; the approval
+// that reaches Quorum distinct usernames approves. On error s is settled but v not counted.
+func (s *State) Cast(v Vote) error {
+	s.Settle(v.At)
+	if err := s.Eligible(v); err != nil {
+		return err
+	}
+	v.Groups = slices.Clone(v.Groups)
+	s.Votes = append(s.Votes, v)
+	if !v.Approve {
+		s.Phase, s.Decided = Denied, v.At
+		return nil
+	}
+	if s.Approvals() >= max(s.Quorum, 1) {
+		s.Phase, s.Decided = Approved, v.At
+	}
+	return nil
+}
+
+// Approvals is the number of distinct usernames whose approval was counted.
+func (s *State) Approvals() int {
+	n := 0
+	for _, v := range s.Votes {
+		if v.Approve {
+			n++ // By is unique among Votes
+		}
+	}
+	return n
+}

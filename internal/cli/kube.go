@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/reversi-gitops/reversi/gateway/kube"
+	"github.com/reversi-gitops/reversi/gateway/proxy"
+	"github.com/reversi-gitops/reversi/gateway/store"
+)
+
+// kubeClientConfig loads a kubeconfig (the file given, else $KUBECONFIG or ~/.kube/config,
+// else in-cluster) and its namespace (the one given, else the context's, else the pod's).
+func kubeClientConfig(kubeconfig, namespace string) (*rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	if namespace == "" {
+		if namespace, _, err = cc.Namespace(); err != nil {
+			return nil, "", fmt.Errorf("the kubeconfig's namespace: %w", err)
+		}
+	}
+	return cfg, namespace, nil
+}
+
+// kubeApprovals wraps st so its approval queue is ApprovalRequests in the namespace (gateway
+// --kubeconfig/--namespace). On error it closes st.
+func kubeApprovals(ctx context.Context, st store.Store, kubeconfig, namespace string) (store.Store, error) {
+	cfg, ns, err := kubeClientConfig(kubeconfig, namespace)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	replica, _ := os.Hostname()
+	ks, err := kube.New(ctx, st, kube.Options{Config: cfg, Namespace: ns, Gateway: proxy.Name, Replica: replica})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	return ks, nil
+}
