@@ -481,33 +481,6 @@ func anyArgs(args map[string]any) any {
 	return args
 }
 
-// resultValue is the result compensation arguments resolve `$result` against:
-// structuredContent, or a single text block holding JSON; nil otherwise.
-func resultValue(res *mcp.CallToolResult) any {
-	if res.StructuredContent != nil {
-		b, err := json.Marshal(res.StructuredContent)
-		if err == nil {
-			var v any
-			if json.Unmarshal(b, &v) == nil {
-				return v
-			}
-		}
-		return nil
-	}
-	if len(res.Content) != 1 {
-		return nil
-	}
-	t, ok := res.Content[0].(*mcp.TextContent)
-	if !ok {
-		return nil
-	}
-	var v any
-	if json.Unmarshal([]byte(t.Text), &v) != nil {
-		return nil
-	}
-	return v
-}
-
 // forward sends the call to its upstream with the decision's timeout, retrying (read_only and
 // idempotent tools only, as the engine decided) with exponential backoff.
 func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d engine.Decision) (*mcp.CallToolResult, error) {
