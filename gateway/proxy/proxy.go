@@ -244,16 +244,9 @@ func (g *Gateway) Close() error {
 
 // succeeded reports whether tool succeeded earlier in run (manifest `requires`).
 func (g *Gateway) succeeded(ctx context.Context, run, tool string) bool {
-	recs, err := g.store.Records(ctx, run, 0, 0)
-	if err != nil {
-		return false
-	}
-	for _, r := range recs {
-		if r.Kind == store.KindOutcome && r.Tool == tool && r.Status == store.Succeeded {
-			return true
-		}
-	}
-	return false
+	// Only outcome records carry the status succeeded; one is enough.
+	recs, err := g.store.SearchRecords(ctx, store.RecordSearch{Run: run, Tool: tool, Status: store.Succeeded, Limit: 1})
+	return err == nil && len(recs) > 0
 }
 
 // MaxRunIDLength leaves room for the shadow run's suffix within a Kubernetes object name.
