@@ -15,6 +15,7 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/config"
+	"github.com/reversi-gitops/reversi/gateway/kube"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
 	"github.com/reversi-gitops/reversi/gateway/store"
 	projconfig "github.com/reversi-gitops/reversi/internal/config"
@@ -82,6 +83,7 @@ func newGatewayCmd() *cobra.Command {
 				load = func(context.Context) ([]*manifest.Manifest, error) { return loadGatewayManifests(src) }
 			}
 			var st store.Store
+			var runs *kube.Runs
 			switch storeKind {
 			case "memory":
 				st = store.NewMemory(nil)
@@ -107,6 +109,10 @@ func newGatewayCmd() *cobra.Command {
 					return err
 				}
 				st = kst
+				if runs, err = kubeRuns(cmd.Context(), st, kubeconfig, namespace, cmd.ErrOrStderr()); err != nil {
+					return err
+				}
+				st = runs
 			}
 			defer st.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -126,6 +132,9 @@ func newGatewayCmd() *cobra.Command {
 				return err
 			}
 			defer gw.Close()
+			if runs != nil {
+				runs.Attach(gw) // spec.rollback of a ReversiRun runs through this gateway
+			}
 			reloadTriggers(ctx, gw, src, pc)
 			err = gw.Serve(ctx)
 			if errors.Is(err, context.Canceled) {
@@ -148,8 +157,8 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&runID, "run-id", "", "continue this run (stdio)")
 	f.StringVar(&signingKey, "signing-key", "", "Ed25519 private key (reversi keygen) that signs reversi.export_evidence")
 	cmd.AddCommand(newGatewayKeysCmd())
-	f.StringVar(&kubeconfig, "kubeconfig", "", "keep the approval queue as ApprovalRequests in Kubernetes, reached with this kubeconfig")
-	f.StringVar(&namespace, "namespace", "", "namespace of the ApprovalRequests (default: the kubeconfig's; with only --namespace: in-cluster)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "keep the approval queue (ApprovalRequests) and the runs (ReversiRuns) in Kubernetes, reached with this kubeconfig")
+	f.StringVar(&namespace, "namespace", "", "namespace of the ApprovalRequests and ReversiRuns (default: the kubeconfig's; with only --namespace: in-cluster)")
 	return cmd
 }
 
