@@ -187,8 +187,8 @@ func (m *Runs) Attach(rb Rollbacker) {
 	}
 }
 
-// Close writes the status of every run with unwritten changes (without waiting for the
-// interval: the gateway is stopping), stops the informer and the queues, and closes inner.
+// Close writes the last status of every run it has not written as idle yet (without waiting
+// for the interval: the gateway is stopping, so the runs are Idle), stops the informer and the queues, and closes inner.
 // A rollback running in this process is interrupted; it stays Running with this replica's name
 // and resumes when a replica of the same name starts again.
 func (m *Runs) Close() error {
@@ -198,19 +198,17 @@ func (m *Runs) Close() error {
 		return m.Store.Close()
 	}
 	m.closed = true
-	var dirty []string
-	for id, st := range m.runs {
-		if st.dirty {
-			dirty = append(dirty, id)
-		}
+	var open []string // runs written Active, or with unwritten changes
+	for id := range m.runs {
+		open = append(open, id)
 	}
 	m.mu.Unlock()
 	m.flushQ.ShutDownWithDrain()
 	m.rollbackQ.ShutDown()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, id := range dirty {
-		if err := m.write(ctx, id); err != nil {
+	for _, id := range open {
+		if err := m.write(ctx, id, true); err != nil {
 			m.warn("the last status of ReversiRun %s/%s was not written: %v", m.o.Namespace, id, err)
 		}
 	}
@@ -279,7 +277,7 @@ func (m *Runs) flush(id string) {
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 	defer cancel()
-	if err := m.write(ctx, id); err != nil {
+	if err := m.write(ctx, id, false); err != nil {
 		if m.ctx.Err() == nil {
 			m.warn("writing the status of ReversiRun %s/%s (retried): %v", m.o.Namespace, id, err)
 		}
@@ -374,8 +372,9 @@ func truncate(s string, n int) string {
 
 // write folds the run's new ledger records and writes its status: it creates the ReversiRun
 // when there is none yet, then updates the status with the resourceVersion it read, reading
-// again from the API server on a conflict.
-func (m *Runs) write(ctx context.Context, id string) error {
+// again from the API server on a conflict. stopping: the gateway is closing, so no session of
+// its is attached any more (Idle), whether or not the store has been told yet.
+func (m *Runs) write(ctx context.Context, id string, stopping bool) error {
 	m.mu.Lock()
 	st := m.runs[id]
 	m.mu.Unlock()
@@ -414,7 +413,11 @@ func (m *Runs) write(ctx context.Context, id string) error {
 		}
 		s.StepCount, s.Counts, s.PendingApprovals = st.stepCount, st.counts, names
 		s.Steps = slices.Clone(st.steps)
-		runPhase(next, run.Status)
+		status := run.Status
+		if stopping {
+			status = store.RunIdle
+		}
+		runPhase(next, status)
 		if equality.Semantic.DeepEqual(obj.Status, next.Status) {
 			return nil
 		}

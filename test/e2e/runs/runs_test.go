@@ -94,7 +94,9 @@ func setupNamespace(t *testing.T, name string) string {
 	objs := []client.Object{
 		role("gateway",
 			rbacv1.PolicyRule{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
-			rbacv1.PolicyRule{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns/status"}, Verbs: []string{"update"}}),
+			rbacv1.PolicyRule{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns/status"}, Verbs: []string{"update"}},
+			// `reversi gateway --kubeconfig` also keeps its approval queue in the namespace.
+			rbacv1.PolicyRule{APIGroups: []string{"reversi.dev"}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "list", "watch", "create", "patch"}}),
 		bind("gateway", actor),
 		role("ops", rbacv1.PolicyRule{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "list", "watch", "patch"}}),
 		bind("ops", "ops"),
@@ -573,5 +575,73 @@ func TestStatusWritesAreBatched(t *testing.T) {
 		if gap := ts[i].Sub(ts[i-1]); gap < kube.DefaultStatusInterval-50*time.Millisecond {
 			t.Errorf("status writes %d and %d only %s apart", i-1, i, gap)
 		}
+	}
+}
+
+// `reversi gateway --kubeconfig --namespace` (the built binary, over stdio, as an agent spawns
+// it) mirrors its run as a ReversiRun and executes spec.rollback set with kubectl, with the
+// final status written when the agent disconnects.
+func TestGatewayCommandMirrorsRuns(t *testing.T) {
+	ns := setupNamespace(t, "command")
+	f := newFixture(t, ns)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "reversi")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/reversi-gitops/reversi").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	mpath := filepath.Join(dir, "m.yaml")
+	if err := os.WriteFile(mpath, []byte(manifests), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	node, args, _ := upstreams.MemoryAt(t, f.graph)
+	cfg := fmt.Sprintf("mode: enforce\nactor: %s\nupstreams:\n  - name: mem\n    command: %q\n    args: [%q]\n    env: { MEMORY_FILE_PATH: %q }\n", actor, node, args[0], f.graph)
+	cpath := filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(cpath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "gateway", "--config", cpath, "--manifests", mpath, "--data", f.data, "--kubeconfig", kubeconfigOf(t, actor), "--namespace", ns)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("starting reversi gateway: %v\n%s", err, stderr.String())
+	}
+	before := f.direct(t, "read_graph", map[string]any{})
+	call(t, cs, "mem.create_entities", map[string]any{"entities": []any{map[string]any{"name": "gamma", "entityType": "service", "observations": []any{"x"}}}})
+	_ = cs.Close() // the agent goes away: the run is Idle, its last status written
+	var name string
+	waitFor(t, 30*time.Second, func() string {
+		var list v1alpha1.ReversiRunList
+		if err := env.Client.List(t.Context(), &list, client.InNamespace(ns)); err != nil || len(list.Items) != 1 {
+			return fmt.Sprintf("%d runs %v", len(list.Items), err)
+		}
+		r := list.Items[0]
+		name = r.Name
+		if r.Status.StepCount != 1 || r.Status.Counts.Succeeded != 1 || r.Status.Phase != v1alpha1.RunIdle || r.Spec.Gateway != proxy.Name {
+			return fmt.Sprintf("run %s: spec %+v status %+v", r.Name, r.Spec, r.Status)
+		}
+		return ""
+	})
+	// A second gateway process on the same data folder serves the rollback (the first is gone).
+	cmd2 := exec.Command(bin, "gateway", "--config", cpath, "--manifests", mpath, "--data", f.data, "--kubeconfig", kubeconfigOf(t, actor), "--namespace", ns)
+	cmd2.Dir, cmd2.Stderr = dir, &stderr
+	cs2, err := mcp.NewClient(&mcp.Implementation{Name: "idle", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd2}, nil)
+	if err != nil {
+		t.Fatalf("starting reversi gateway again: %v\n%s", err, stderr.String())
+	}
+	defer cs2.Close()
+	kubectl(t, "ops", "patch", "reversirun", name, "-n", ns, "--type", "merge", "-p", `{"spec":{"rollback":{"confirm":true}}}`)
+	waitFor(t, 30*time.Second, func() string {
+		rb := run(t, ns, name).Status.Rollback
+		if rb == nil || rb.Phase != v1alpha1.RollbackSucceeded || len(rb.Steps) != 1 || rb.Steps[0].Result != "verified" {
+			return fmt.Sprintf("status.rollback %+v\n%s", rb, stderr.String())
+		}
+		return ""
+	})
+	if after := f.direct(t, "read_graph", map[string]any{}); !reflect.DeepEqual(after, before) {
+		t.Errorf("the graph after the rollback differs from before the run:\nbefore %v\nafter  %v", before, after)
 	}
 }
