@@ -91,6 +91,7 @@ func newGatewayCmd() *cobra.Command {
 				load = func(context.Context) ([]*manifest.Manifest, error) { return loadGatewayManifests(src) }
 			}
 			var st store.Store
+			var runs *kube.Runs
 			switch storeKind {
 			case "memory":
 				st = store.NewMemory(nil)
@@ -116,6 +117,10 @@ func newGatewayCmd() *cobra.Command {
 					return err
 				}
 				st = kst
+				if runs, err = kubeRuns(cmd.Context(), st, kubeconfig, namespace, cmd.ErrOrStderr()); err != nil {
+					return err
+				}
+				st = runs
 			}
 			defer st.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -135,6 +140,9 @@ func newGatewayCmd() *cobra.Command {
 				return err
 			}
 			defer gw.Close()
+			if runs != nil {
+				runs.Attach(gw) // spec.rollback of a ReversiRun runs through this gateway
+			}
 			reloadTriggers(ctx, gw, src, pc)
 			if kubeRun != nil {
 				go kubeRun(ctx, gw)
@@ -160,10 +168,10 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&runID, "run-id", "", "continue this run (stdio)")
 	f.StringVar(&signingKey, "signing-key", "", "Ed25519 private key (reversi keygen) that signs reversi.export_evidence")
 	cmd.AddCommand(newGatewayKeysCmd())
-	f.StringVar(&kubeconfig, "kubeconfig", "", "keep the approval queue as ApprovalRequests in Kubernetes, reached with this kubeconfig")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "keep the approval queue (ApprovalRequests) and the runs (ReversiRuns) in Kubernetes, reached with this kubeconfig")
 	f.StringVar(&kubeCM, "kube-configmap", "", "follow the manifests rendered into this ConfigMap (NAMESPACE/NAME) through the API, instead of --manifests")
 	f.StringVar(&kubeKeys, "kube-trusted-keys", "", "with --kube-configmap: the Secret (in that namespace) of the Ed25519 public keys every manifest must be signed by")
-	f.StringVar(&namespace, "namespace", "", "namespace of the ApprovalRequests (default: the kubeconfig's; with only --namespace: in-cluster)")
+	f.StringVar(&namespace, "namespace", "", "namespace of the ApprovalRequests and ReversiRuns (default: the kubeconfig's; with only --namespace: in-cluster)")
 	return cmd
 }
 
