@@ -149,7 +149,7 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"manifest-keys"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
 		{APIGroups: []string{"reversi.dev"}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
-		{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "create", "update", "patch"}},
+		{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
 		{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns/status"}, Verbs: []string{"get", "update", "patch"}},
 		{APIGroups: []string{"reversi.dev"}, Resources: []string{"approvals"}, Verbs: []string{"get", "list", "watch"}},
 	}

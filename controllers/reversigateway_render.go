@@ -241,7 +241,7 @@ func gatewayRules(gw *v1alpha1.ReversiGateway, shards int) []rbacv1.PolicyRule {
 	return append(rules,
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
-		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "create", "update", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns/status"}, Verbs: []string{"get", "update", "patch"}},
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"approvals"}, Verbs: []string{"get", "list", "watch"}},
 	)
