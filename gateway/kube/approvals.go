@@ -101,18 +101,9 @@ func New(ctx context.Context, inner store.Store, o Options) (*Store, error) {
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stop = stop
-	errc := make(chan error, 1)
-	go func() { errc <- ca.Start(runCtx) }()
-	syncCtx, cancel := context.WithTimeout(ctx, o.SyncTimeout)
-	defer cancel()
-	if !ca.WaitForCacheSync(syncCtx) {
-		stop()
-		select {
-		case err := <-errc:
-			return nil, fmt.Errorf("kube: watching ApprovalRequests in %s: %w", o.Namespace, err)
-		default:
-		}
-		return nil, fmt.Errorf("kube: the ApprovalRequests of namespace %s were not listed within %s: check the gateway's RBAC (get, list, watch, create, patch on approvalrequests.reversi.dev)", o.Namespace, o.SyncTimeout)
+	if err := startCache(ctx, runCtx, stop, ca, o.SyncTimeout, "ApprovalRequests", o.Namespace,
+		"get, list, watch, create, patch on approvalrequests.reversi.dev"); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

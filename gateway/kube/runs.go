@@ -152,18 +152,9 @@ func NewRuns(ctx context.Context, inner store.Store, o RunsOptions) (*Runs, erro
 		stop()
 		return nil, err
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- ca.Start(runCtx) }()
-	syncCtx, cancel := context.WithTimeout(ctx, o.SyncTimeout)
-	defer cancel()
-	if !ca.WaitForCacheSync(syncCtx) {
-		stop()
-		select {
-		case err := <-errc:
-			return nil, fmt.Errorf("kube: watching ReversiRuns in %s: %w", o.Namespace, err)
-		default:
-		}
-		return nil, fmt.Errorf("kube: the ReversiRuns of namespace %s were not listed within %s: check the gateway's RBAC (get, list, watch, create, update on reversiruns.reversi.dev; update on reversiruns/status)", o.Namespace, o.SyncTimeout)
+	if err := startCache(ctx, runCtx, stop, ca, o.SyncTimeout, "ReversiRuns", o.Namespace,
+		"get, list, watch, create, update on reversiruns.reversi.dev; update on reversiruns/status"); err != nil {
+		return nil, err
 	}
 	for range 2 {
 		m.wg.Add(2)
