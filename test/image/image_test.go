@@ -52,7 +52,9 @@ func run(t *testing.T, bin, root string, args ...string) string {
 func TestImageRunsReversiVersion(t *testing.T) {
 	bin := buildah(t)
 	root := t.TempDir()
-	t.Cleanup(func() { _ = exec.Command(bin, "--storage-driver", "vfs", "--root", filepath.Join(root, "storage"), "--runroot", filepath.Join(root, "run"), "rm", "--all").Run() })
+	t.Cleanup(func() {
+		_ = exec.Command(bin, "--storage-driver", "vfs", "--root", filepath.Join(root, "storage"), "--runroot", filepath.Join(root, "run"), "rm", "--all").Run()
+	})
 
 	// The build context holds only what the prebuilt stage copies.
 	ctxDir := filepath.Join(root, "context")
