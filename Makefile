@@ -19,7 +19,8 @@ build:
 ## which builds it once into a cache outside the repository. The real MCP servers (npm, pinned in
 ## test/upstreams/package-lock.json) come from hack/upstreams.sh (npm ci into test/upstreams/node_modules).
 test: fmt-check vet
-	@assets=$$(hack/setup-envtest.sh) && \
+	@hack/system-packages.sh && \
+	assets=$$(hack/setup-envtest.sh) && \
 	echo "KUBEBUILDER_ASSETS=$$assets" && \
 	upstreams=$$(hack/upstreams.sh) && \
 	echo "REVERSI_UPSTREAMS=$$upstreams" && \

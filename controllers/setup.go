@@ -17,6 +17,9 @@ type Options struct {
 	MaxShardBytes int
 	// Webhooks registers the Approval admission webhooks on the manager's webhook server.
 	Webhooks bool
+	// GatewayImage is the image of ReversiGateways without spec.image (DefaultGatewayImage
+	// when empty).
+	GatewayImage string
 }
 
 // Setup registers every reconciler with the manager.
@@ -28,6 +31,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return err
 	}
 	if err := (&ToolManifestReconciler{Client: mgr.GetClient(), KeysSecret: o.ToolManifestKeysSecret}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&ReversiGatewayReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
+		Image: o.GatewayImage, MaxShardBytes: o.MaxShardBytes}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return setupApprovals(mgr, o)

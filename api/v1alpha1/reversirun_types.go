@@ -13,6 +13,16 @@ const (
 	RunPartiallyRolledBack = "PartiallyRolledBack"
 )
 
+// Phases of status.rollback of a confirmed rollback (issue 8: "Pending → Running → Succeeded |
+// PartiallySucceeded | Failed").
+const (
+	RollbackPending            = "Pending"
+	RollbackRunning            = "Running"
+	RollbackSucceeded          = "Succeeded"
+	RollbackPartiallySucceeded = "PartiallySucceeded"
+	RollbackFailed             = "Failed"
+)
+
 // Bounds of ReversiRun status lists.
 const (
 	// MaxRunSteps bounds status.steps (the most recent steps) and status.rollback.steps.
@@ -179,6 +189,28 @@ type RunRollbackStatus struct {
 	// +optional
 	DryRun bool `json:"dryRun,omitempty"`
 
+	// Phase of a confirmed rollback: Pending (asked for, not claimed yet), Running (claimed
+	// by the gateway replica named in replica), then Succeeded (every step undone),
+	// PartiallySucceeded (some steps undone) or Failed (none undone, or the rollback could
+	// not run; see message). Empty for a dry run.
+	// +optional
+	// +kubebuilder:validation:Enum=Pending;Running;Succeeded;PartiallySucceeded;Failed
+	Phase string `json:"phase,omitempty"`
+
+	// ObservedGeneration is the metadata.generation whose spec.rollback this status answers.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Replica is the gateway replica that claimed (and runs or ran) the rollback.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Replica string `json:"replica,omitempty"`
+
+	// Message sums the rollback up, or says why it failed (truncated to 1024 characters).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
 	// StartedAt is when the confirmed rollback started.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
@@ -235,6 +267,8 @@ type RollbackStep struct {
 // +kubebuilder:printcolumn:name="Steps",type=integer,JSONPath=`.status.stepCount`
 // +kubebuilder:printcolumn:name="Blocked",type=integer,JSONPath=`.status.counts.blocked`,priority=1
 // +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.counts.pendingApproval`,priority=1
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.counts.failed`,priority=1
+// +kubebuilder:printcolumn:name="Rollback",type=string,JSONPath=`.status.rollback.phase`
 // +kubebuilder:printcolumn:name="Last Activity",type=date,JSONPath=`.status.lastActivityAt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 

@@ -244,16 +244,9 @@ func (g *Gateway) Close() error {
 
 // succeeded reports whether tool succeeded earlier in run (manifest `requires`).
 func (g *Gateway) succeeded(ctx context.Context, run, tool string) bool {
-	recs, err := g.store.Records(ctx, run, 0, 0)
-	if err != nil {
-		return false
-	}
-	for _, r := range recs {
-		if r.Kind == store.KindOutcome && r.Tool == tool && r.Status == store.Succeeded {
-			return true
-		}
-	}
-	return false
+	// Only outcome records carry the status succeeded; one is enough.
+	recs, err := g.store.SearchRecords(ctx, store.RecordSearch{Run: run, Tool: tool, Status: store.Succeeded, Limit: 1})
+	return err == nil && len(recs) > 0
 }
 
 // MaxRunIDLength leaves room for the shadow run's suffix within a Kubernetes object name.
@@ -479,33 +472,6 @@ func anyArgs(args map[string]any) any {
 		return map[string]any{}
 	}
 	return args
-}
-
-// resultValue is the result compensation arguments resolve `$result` against:
-// structuredContent, or a single text block holding JSON; nil otherwise.
-func resultValue(res *mcp.CallToolResult) any {
-	if res.StructuredContent != nil {
-		b, err := json.Marshal(res.StructuredContent)
-		if err == nil {
-			var v any
-			if json.Unmarshal(b, &v) == nil {
-				return v
-			}
-		}
-		return nil
-	}
-	if len(res.Content) != 1 {
-		return nil
-	}
-	t, ok := res.Content[0].(*mcp.TextContent)
-	if !ok {
-		return nil
-	}
-	var v any
-	if json.Unmarshal([]byte(t.Text), &v) != nil {
-		return nil
-	}
-	return v
 }
 
 // forward sends the call to its upstream with the decision's timeout, retrying (read_only and

@@ -323,3 +323,34 @@ func TestFingerprint(t *testing.T) {
 func mcpCall(tool string) *mcp.CallToolParams {
 	return &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}}
 }
+
+// TestRequiresThroughTheGateway: a tool whose manifest requires another is blocked until that
+// one succeeded earlier in the same run, and only in that run.
+func TestRequiresThroughTheGateway(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "m.yaml"), memoryManifests+`
+- tool: memory.search_nodes
+  description: Search.
+  effect: read_only
+  permission: memory:read
+  requires: [memory.read_graph]
+`)
+	ms, err := dirLoader(dir)(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms})
+	cs := f.client(t)
+	q := map[string]any{"query": "x"}
+	if res := call(t, cs, "memory.search_nodes", q); !res.IsError || !strings.Contains(strings.Join(texts(res), ""), "memory.read_graph") {
+		t.Fatalf("search_nodes before read_graph: %v", texts(res))
+	}
+	call(t, cs, "memory.read_graph", map[string]any{})
+	if res := call(t, cs, "memory.search_nodes", q); res.IsError {
+		t.Fatalf("search_nodes after read_graph: %v", texts(res))
+	}
+	other := f.client(t) // another session is another run
+	if res := call(t, other, "memory.search_nodes", q); !res.IsError {
+		t.Fatalf("search_nodes in another run passed: %v", texts(res))
+	}
+}

@@ -183,6 +183,14 @@ func planStep(sr StepRecords, ms Manifests, sums map[*manifest.Manifest]string) 
 	} else if m == nil && in.ManifestChecksum != "" {
 		s.ManifestNote = fmt.Sprintf("no manifest for %s is loaded now (the call ran under version %s, checksum %s)", in.Tool, in.ManifestVersion, in.ManifestChecksum)
 	}
+	if m != nil && m.Effect == manifest.ReadOnly {
+		// Whatever its outcome, a read changed nothing (seed: "read_only: Skipped on rollback").
+		s.Action, s.Reason = manifest.PlanSkip, "read_only: changes nothing"
+		if out != nil {
+			s.Status = string(out.Status)
+		}
+		return s
+	}
 	if out == nil {
 		s.Action, s.Reason = manifest.PlanNotUndone, InFlightReason
 		return s

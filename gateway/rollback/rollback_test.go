@@ -189,3 +189,25 @@ func TestOutlook(t *testing.T) {
 		t.Errorf("outlook without a manifest: %+v", o)
 	}
 }
+
+// TestPlanReadOnlyWhateverTheOutcome: a read changed nothing, so even an uncertain or
+// unfinished read_only call is skipped, not left for a person to check.
+func TestPlanReadOnlyWhateverTheOutcome(t *testing.T) {
+	read := mustValidate(t, map[string]any{"tool": "pay.get", "effect": "read_only", "permission": "pay:read"})
+	st := ledger(t, []step{
+		{tool: "pay.get", checksum: "x", decision: "allow", out: &store.StepOutcome{Status: store.Uncertain}},
+		{tool: "pay.get", checksum: "x", decision: "allow"}, // in flight
+	})
+	p, err := rollback.Build(context.Background(), st, manifests{"pay.get": read}, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Steps) != 2 || p.Summary != (rollback.Summary{Skip: 2}) {
+		t.Fatalf("plan %+v", p)
+	}
+	for _, s := range p.Steps {
+		if s.Action != manifest.PlanSkip || s.Reason != "read_only: changes nothing" {
+			t.Errorf("step %+v, want skip", s)
+		}
+	}
+}

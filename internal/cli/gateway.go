@@ -15,6 +15,7 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/config"
+	"github.com/reversi-gitops/reversi/gateway/kube"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
 	"github.com/reversi-gitops/reversi/gateway/store"
 	projconfig "github.com/reversi-gitops/reversi/internal/config"
@@ -32,7 +33,7 @@ const DefaultDataDir = ".reversi"
 func newGatewayCmd() *cobra.Command {
 	var (
 		cfgFile, manifests, data, storeKind, runID, signingKey, dbURL string
-		kubeconfig, namespace                                         string
+		kubeconfig, namespace, kubeCM, kubeKeys                       string
 		flags                                                         config.Flags
 	)
 	cmd := &cobra.Command{
@@ -75,13 +76,22 @@ func newGatewayCmd() *cobra.Command {
 			}
 			var ms []*manifest.Manifest
 			var load proxy.LoadFunc
-			if src != "" {
+			var kubeRun func(context.Context, kube.Target)
+			if kubeCM != "" { // the manifests come from the API server (ReversiGateway pods)
+				km, kms, err := kubeManifests(cmd.Context(), kubeCM, kubeKeys, kubeconfig, namespace, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				defer km.Close()
+				ms, load, src, kubeRun = kms, km.Load, "", km.Run
+			} else if src != "" {
 				if ms, err = loadGatewayManifests(src); err != nil {
 					return err
 				}
 				load = func(context.Context) ([]*manifest.Manifest, error) { return loadGatewayManifests(src) }
 			}
 			var st store.Store
+			var runs *kube.Runs
 			switch storeKind {
 			case "memory":
 				st = store.NewMemory(nil)
@@ -107,6 +117,10 @@ func newGatewayCmd() *cobra.Command {
 					return err
 				}
 				st = kst
+				if runs, err = kubeRuns(cmd.Context(), st, kubeconfig, namespace, cmd.ErrOrStderr()); err != nil {
+					return err
+				}
+				st = runs
 			}
 			defer st.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -126,7 +140,13 @@ func newGatewayCmd() *cobra.Command {
 				return err
 			}
 			defer gw.Close()
+			if runs != nil {
+				runs.Attach(gw) // spec.rollback of a ReversiRun runs through this gateway
+			}
 			reloadTriggers(ctx, gw, src, pc)
+			if kubeRun != nil {
+				go kubeRun(ctx, gw)
+			}
 			err = gw.Serve(ctx)
 			if errors.Is(err, context.Canceled) {
 				return nil
@@ -148,8 +168,10 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&runID, "run-id", "", "continue this run (stdio)")
 	f.StringVar(&signingKey, "signing-key", "", "Ed25519 private key (reversi keygen) that signs reversi.export_evidence")
 	cmd.AddCommand(newGatewayKeysCmd())
-	f.StringVar(&kubeconfig, "kubeconfig", "", "keep the approval queue as ApprovalRequests in Kubernetes, reached with this kubeconfig")
-	f.StringVar(&namespace, "namespace", "", "namespace of the ApprovalRequests (default: the kubeconfig's; with only --namespace: in-cluster)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "keep the approval queue (ApprovalRequests) and the runs (ReversiRuns) in Kubernetes, reached with this kubeconfig")
+	f.StringVar(&kubeCM, "kube-configmap", "", "follow the manifests rendered into this ConfigMap (NAMESPACE/NAME) through the API, instead of --manifests")
+	f.StringVar(&kubeKeys, "kube-trusted-keys", "", "with --kube-configmap: the Secret (in that namespace) of the Ed25519 public keys every manifest must be signed by")
+	f.StringVar(&namespace, "namespace", "", "namespace of the ApprovalRequests and ReversiRuns (default: the kubeconfig's; with only --namespace: in-cluster)")
 	return cmd
 }
 

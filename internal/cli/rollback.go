@@ -34,6 +34,7 @@ func newRunRollbackCmd() *cobra.Command {
 		sf                           storeFlags
 		cfgFile, manifests, operator string
 		confirm, approveComp, asJSON bool
+		kubeconfig, namespace        string
 	)
 	cmd := &cobra.Command{
 		Use:   "rollback RUN",
@@ -46,9 +47,13 @@ func newRunRollbackCmd() *cobra.Command {
 			"resumes: steps already undone are skipped, an unfinished compensation is retried with\n" +
 			"the same key.\n\n" +
 			"  reversi rollback run-7f3a --config gateway.yaml\n" +
-			"  reversi rollback run-7f3a --config gateway.yaml --confirm",
+			"  reversi rollback run-7f3a --config gateway.yaml --confirm\n" +
+			"  reversi rollback run-7f3a --confirm --kubeconfig ~/.kube/config -n agents   # sets spec.rollback",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if kubeconfig != "" || namespace != "" {
+				return kubeRollback(cmd.Context(), cmd.OutOrStdout(), args[0], kubeconfig, namespace, confirm, approveComp)
+			}
 			if cfgFile == "" {
 				return errors.New("--config is required: the gateway config whose upstreams run the compensations")
 			}
@@ -117,6 +122,8 @@ func newRunRollbackCmd() *cobra.Command {
 	f.BoolVar(&approveComp, "approve-compensations", false, "run compensations that require approval without waiting for the approval queue")
 	f.StringVar(&operator, "operator", defaultOperator(), "who runs the rollback, noted in the ledger")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "Kubernetes mode: set spec.rollback of the ReversiRun RUN (reached with this kubeconfig); a gateway replica executes it")
+	f.StringVarP(&namespace, "namespace", "n", "", "Kubernetes mode: namespace of the ReversiRun (default: the kubeconfig's)")
 	return cmd
 }
 

@@ -206,7 +206,10 @@ func TestRollbackResumesAfterCrashes(t *testing.T) {
 			t.Errorf("%s call %d reached the upstream with key %v, want %s", c.Name, seen[c.Name], got, w)
 		}
 	}
-	if seen["delete_relations"] != 2 || seen["delete_entities"] != 2 {
-		t.Errorf("compensation calls received by the upstreams: %v, want 2 each (one lost to each fault, one that completed)", seen)
+	// delete_relations: one swallowed, one that completed. delete_entities: at least one lost
+	// to the exiting upstream and one that completed; the gateway restarts a lost upstream, so
+	// a later attempt of the second rollback may reach (and lose) a restarted process too.
+	if seen["delete_relations"] != 2 || seen["delete_entities"] < 2 || seen["delete_entities"] > 4 {
+		t.Errorf("compensation calls received by the upstreams: %v, want delete_relations 2 and delete_entities 2 to 4", seen)
 	}
 }

@@ -82,7 +82,9 @@ func TestInstallWithKubectl(t *testing.T) {
 		{[]string{"create", "events", "-n", "agents"}, "yes"},
 		{[]string{"update", "leases.coordination.k8s.io", "-n", "reversi-system"}, "yes"},
 		{[]string{"update", "leases.coordination.k8s.io", "-n", "agents"}, "no"},
-		{[]string{"create", "deployments.apps", "-n", "agents"}, "no"},
+		{[]string{"create", "deployments.apps", "-n", "agents"}, "yes"}, // ReversiGateway
+		{[]string{"create", "roles.rbac.authorization.k8s.io", "-n", "agents"}, "yes"},
+		{[]string{"create", "pods", "-n", "agents"}, "no"},
 	} {
 		out, _ := kubectl(t, append(append([]string{"auth", "can-i"}, c.args...), sa)...)
 		if got := strings.TrimSpace(out); got != c.want {

@@ -86,7 +86,7 @@ func startController(ctx context.Context) error {
 	return nil
 }
 
-func kubeconfigOf(t *testing.T, who string) string {
+func kubeconfigOf(t testing.TB, who string) string {
 	t.Helper()
 	if envErr != nil {
 		t.Fatalf("control plane: %v", envErr)
@@ -97,7 +97,7 @@ func kubeconfigOf(t *testing.T, who string) string {
 // setupNamespace makes a namespace where every authenticated user is an approver
 // (config/rbac/approver_role.yaml's rules) and the agent's identity may run a gateway's
 // approval queue (get, list, watch, create, patch ApprovalRequests).
-func setupNamespace(t *testing.T, name string) string {
+func setupNamespace(t testing.TB, name string) string {
 	t.Helper()
 	kubeconfigOf(t, actor)
 	ctx := t.Context()
@@ -152,7 +152,7 @@ const manifests = `
 
 // gateway is a gateway (proxy.New, as `reversi gateway --kubeconfig` builds it) fronting
 // server-memory, authenticated to the API server as the agent, with a session connected.
-func gateway(t *testing.T, ns string) (*mcp.ClientSession, store.Store) {
+func gateway(t testing.TB, ns string) (*mcp.ClientSession, store.Store) {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "m.yaml")
 	if err := os.WriteFile(p, []byte(manifests), 0o600); err != nil {
@@ -200,7 +200,7 @@ func gateway(t *testing.T, ns string) (*mcp.ClientSession, store.Store) {
 	return cs, st
 }
 
-func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) (string, bool) {
+func call(t testing.TB, cs *mcp.ClientSession, tool string, args map[string]any) (string, bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -220,7 +220,7 @@ func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any)
 var requestID = regexp.MustCompile(`request (apr-[0-9a-f]+) is waiting`)
 
 // blocked calls tool and expects the approval block; it returns the request's name.
-func blocked(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) string {
+func blocked(t testing.TB, cs *mcp.ClientSession, tool string, args map[string]any) string {
 	t.Helper()
 	text, isErr := call(t, cs, tool, args)
 	m := requestID.FindStringSubmatch(text)
@@ -230,7 +230,7 @@ func blocked(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]a
 	return m[1]
 }
 
-func kubectl(t *testing.T, who, stdin string, args ...string) (string, error) {
+func kubectl(t testing.TB, who, stdin string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(env.Kubectl(), append([]string{"--kubeconfig", kubeconfigOf(t, who)}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
@@ -242,7 +242,7 @@ func approvalYAML(ns, name, request, decision string) string {
 	return fmt.Sprintf("apiVersion: reversi.dev/v1alpha1\nkind: Approval\nmetadata: {name: %s, namespace: %s}\nspec:\n  requestRef: {name: %s}\n  decision: %s\n", name, ns, request, decision)
 }
 
-func request(t *testing.T, ns, name string) *v1alpha1.ApprovalRequest {
+func request(t testing.TB, ns, name string) *v1alpha1.ApprovalRequest {
 	t.Helper()
 	ar := &v1alpha1.ApprovalRequest{}
 	if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, ar); err != nil {
@@ -251,7 +251,7 @@ func request(t *testing.T, ns, name string) *v1alpha1.ApprovalRequest {
 	return ar
 }
 
-func waitFor(t *testing.T, timeout time.Duration, cond func() string) {
+func waitFor(t testing.TB, timeout time.Duration, cond func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

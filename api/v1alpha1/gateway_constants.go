@@ -1,0 +1,45 @@
+package v1alpha1
+
+// Labels, annotations and reasons of ReversiGateway and its pods (DESIGN.md "ReversiGateway",
+// issue 9).
+const (
+	// LabelGateway on a gateway's owned objects and pods names the ReversiGateway.
+	LabelGateway = "reversi.dev/gateway"
+
+	// AnnotationManifestDigest on a gateway pod: the digest (`sha256:<hex>`, the bundle digest
+	// of internal/bundle) of the manifests the pod enforces. The pod writes it on itself after
+	// every load; the controller counts the pods whose value is the desired one.
+	AnnotationManifestDigest = "reversi.dev/manifest-digest"
+	// AnnotationManifestRevision on a gateway pod: the source revision of the manifests it
+	// enforces (informational).
+	AnnotationManifestRevision = "reversi.dev/manifest-revision"
+	// AnnotationManifestError on a gateway pod: why the pod refused the last rendering it saw
+	// (it keeps serving the previous one); absent after a successful load.
+	AnnotationManifestError = "reversi.dev/manifest-error"
+	// AnnotationConfigDigest on a gateway's pod template: the digest of the rendered
+	// gateway.yaml and container settings, so that a change rolls the pods (gateway.yaml is
+	// read at start only).
+	AnnotationConfigDigest = "reversi.dev/config-digest"
+)
+
+// Condition reasons of ReversiGateway.
+const (
+	// ReasonDuplicateTool: two manifest sources of a gateway define the same tool. The
+	// controller does not pick one: it keeps the last good rendering until one source drops it.
+	ReasonDuplicateTool = "DuplicateTool"
+	// ReasonSourceNotReady: a referenced ManifestRegistry does not exist or has not rendered a
+	// verified artifact yet.
+	ReasonSourceNotReady = "SourceNotReady"
+	// ReasonRolloutInProgress: the Deployment is rolling out, or not every ready pod serves the
+	// desired manifests yet.
+	ReasonRolloutInProgress = "RolloutInProgress"
+	// ReasonApplyFailed: writing an owned object (ConfigMap, RBAC, Deployment, Service) failed.
+	ReasonApplyFailed = "ApplyFailed"
+)
+
+// Event reasons of ReversiGateway.
+const (
+	// EventManifestsRendered (Normal): a new manifest set was rendered into
+	// `<gateway>-manifests`; the note names the digest and the sources' revisions.
+	EventManifestsRendered = "ManifestsRendered"
+)

@@ -1,0 +1,544 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/internal/registry"
+	"github.com/reversi-gitops/reversi/internal/signing"
+)
+
+// ReversiGatewayReconciler deploys a gateway (DESIGN.md "ReversiGateway"): it renders
+// `<gateway>-config` (gateway.yaml) and `<gateway>-manifests` (the manifests of the referenced
+// ManifestRegistries and selected ToolManifests, merged, with their signatures so the pods
+// verify them again), and owns the ServiceAccount, Role, RoleBinding, Deployment, Service and
+// (sqlite) PersistentVolumeClaim. A merge that fails (a tool defined twice, a source not
+// ready, a signature that does not verify) leaves the last good rendering in place.
+//
+// Status: kstatus conditions, readyReplicas from the Deployment, the desired manifest digest
+// and how many ready pods report it (the pods annotate themselves with
+// reversi.dev/manifest-digest after each load).
+type ReversiGatewayReconciler struct {
+	client.Client
+	Recorder recorder.EventRecorder
+	// Image is the gateway image when spec.image is empty (DefaultGatewayImage when empty).
+	Image string
+	// MaxShardBytes is the manifest bytes per rendered ConfigMap (bundle.MaxShardBytes when 0).
+	MaxShardBytes int
+}
+
+// gatewayRetry is how soon a gateway waiting for a source or a rollout is looked at again
+// when no watch fires.
+const gatewayRetry = 30 * time.Second
+
+// SetupWithManager watches gateways, what they own, and what they read: the registries'
+// ConfigMaps, ToolManifests, Secrets and the gateway pods' reports.
+func (r *ReversiGatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.ReversiGateway{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.PersistentVolumeClaim{}).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysForRegistryConfigMap)).
+		Watches(&v1alpha1.ToolManifest{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysInNamespace)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysInNamespace)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPod)).
+		Named("reversigateway").
+		Complete(r)
+}
+
+func (r *ReversiGatewayReconciler) gatewaysInNamespace(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list v1alpha1.ReversiGatewayList
+	if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, gw := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}})
+	}
+	return out
+}
+
+// gatewaysForRegistryConfigMap maps a registry's rendering to the gateways that load it.
+func (r *ReversiGatewayReconciler) gatewaysForRegistryConfigMap(ctx context.Context, obj client.Object) []reconcile.Request {
+	reg, ok := obj.GetLabels()[LabelRegistry]
+	if !ok {
+		return nil
+	}
+	var list v1alpha1.ReversiGatewayList
+	if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, gw := range list.Items {
+		if m := gw.Spec.Manifests; m != nil && containsString(m.Registries, reg) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}})
+		}
+	}
+	return out
+}
+
+func gatewayOfPod(_ context.Context, obj client.Object) []reconcile.Request {
+	name, ok := obj.GetLabels()[v1alpha1.LabelGateway]
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+}
+
+func containsString(l []string, s string) bool {
+	for _, e := range l {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Reconcile renders one gateway and patches its status.
+func (r *ReversiGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	gw := &v1alpha1.ReversiGateway{}
+	if err := r.Get(ctx, req.NamespacedName, gw); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !gw.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // owner references delete what it owns
+	}
+	base := gw.DeepCopy()
+	res, serr := r.reconcile(ctx, gw)
+	gw.Status.ObservedGeneration = gw.Generation
+	if serr != nil {
+		markFailed(gw, serr.reason, serr.msg, serr.stalled)
+		r.event(gw, corev1.EventTypeWarning, serr.reason, serr.msg)
+		if err := r.patchStatus(ctx, gw, base); err != nil {
+			return ctrl.Result{}, err
+		}
+		if serr.stalled {
+			return ctrl.Result{}, nil // a change to the spec or a source triggers the next attempt
+		}
+		return ctrl.Result{RequeueAfter: gatewayRetry}, nil
+	}
+	return res, r.patchStatus(ctx, gw, base)
+}
+
+func (r *ReversiGatewayReconciler) patchStatus(ctx context.Context, gw, base *v1alpha1.ReversiGateway) error {
+	return client.IgnoreNotFound(r.Status().Patch(ctx, gw, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
+}
+
+func (r *ReversiGatewayReconciler) event(gw *v1alpha1.ReversiGateway, typ, reason, note string) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(gw, nil, typ, reason, "Reconcile", "%s", note)
+	}
+}
+
+func (r *ReversiGatewayReconciler) image(gw *v1alpha1.ReversiGateway) string {
+	switch {
+	case gw.Spec.Image != "":
+		return gw.Spec.Image
+	case r.Image != "":
+		return r.Image
+	}
+	return DefaultGatewayImage
+}
+
+// reconcile renders and applies everything, in an order that never leaves a pod without
+// access: RBAC first (the Role names the manifest shards), then the ConfigMaps (shard 0
+// last), then the Deployment and Service; then it reads the rollout.
+func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.ReversiGateway) (ctrl.Result, *stepError) {
+	n := namesOf(gw)
+	rc, err := renderConfig(gw)
+	if err != nil {
+		return ctrl.Result{}, fail(v1alpha1.ReasonInvalidSpec, true, "%v", err)
+	}
+	trust, serr := r.trust(ctx, gw)
+	if serr != nil {
+		return ctrl.Result{}, serr
+	}
+	b, sources, serr := r.merge(ctx, gw, trust)
+	if serr != nil {
+		return ctrl.Result{}, serr
+	}
+	shards, err := b.Shards(r.MaxShardBytes)
+	if err != nil {
+		return ctrl.Result{}, fail(v1alpha1.ReasonStorageFailed, true, "%v: split the tools across gateways or shorten the manifests", err)
+	}
+
+	own := func(obj client.Object, mutate func() error) *stepError {
+		_, err := controllerutil.CreateOrUpdate(ctx, r.Client, obj, func() error {
+			obj.SetLabels(mergeLabels(obj.GetLabels(), gatewayLabels(gw)))
+			if err := mutate(); err != nil {
+				return err
+			}
+			return controllerutil.SetControllerReference(gw, obj, r.Scheme())
+		})
+		if err != nil {
+			return fail(v1alpha1.ReasonApplyFailed, false, "writing %T %s: %v", obj, obj.GetName(), err)
+		}
+		return nil
+	}
+	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: gw.Namespace, Name: name} }
+
+	if e := own(&corev1.ServiceAccount{ObjectMeta: meta(n.object)}, func() error { return nil }); e != nil {
+		return ctrl.Result{}, e
+	}
+	role := &rbacv1.Role{ObjectMeta: meta(n.object)}
+	if e := own(role, func() error { role.Rules = gatewayRules(gw, len(shards)); return nil }); e != nil {
+		return ctrl.Result{}, e
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: meta(n.object)}
+	if e := own(rb, func() error {
+		rb.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: n.object}
+		rb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: n.object, Namespace: gw.Namespace}}
+		return nil
+	}); e != nil {
+		return ctrl.Result{}, e
+	}
+	cfg := &corev1.ConfigMap{ObjectMeta: meta(n.config)}
+	if e := own(cfg, func() error { cfg.Data = map[string]string{GatewayConfigKey: string(rc.data)}; return nil }); e != nil {
+		return ctrl.Result{}, e
+	}
+	digest := b.Digest()
+	prev := r.renderedDigest(ctx, n)
+	for i := len(shards) - 1; i >= 0; i-- {
+		cm := &corev1.ConfigMap{ObjectMeta: meta(n.manifestShard(i))}
+		if e := own(cm, func() error {
+			if cm.Annotations == nil {
+				cm.Annotations = map[string]string{}
+			}
+			cm.Annotations[AnnotationRevision] = b.Revision
+			cm.Data = shards[i]
+			return nil
+		}); e != nil {
+			return ctrl.Result{}, e
+		}
+	}
+	if e := r.deleteStaleShards(ctx, gw, len(shards)); e != nil {
+		return ctrl.Result{}, e
+	}
+	if prev != digest {
+		r.event(gw, corev1.EventTypeNormal, v1alpha1.EventManifestsRendered,
+			fmt.Sprintf("rendered %d tools into %s, digest %s (revision %s)", len(b.Entries), n.manifests, digest, b.Revision))
+	}
+
+	if storeType(gw) == v1alpha1.StoreSQLite {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: meta(n.data)}
+		if e := own(pvc, func() error {
+			if !pvc.CreationTimestamp.IsZero() {
+				return nil // a claim's spec is immutable once bound
+			}
+			size := resource.MustParse("1Gi")
+			var class *string
+			if s := gw.Spec.Store; s != nil && s.SQLite != nil {
+				if s.SQLite.Size != nil {
+					size = *s.SQLite.Size
+				}
+				class = s.SQLite.StorageClassName
+			}
+			pvc.Spec = corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: class,
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+			}
+			return nil
+		}); e != nil {
+			return ctrl.Result{}, e
+		}
+	}
+	dep := &appsv1.Deployment{ObjectMeta: meta(n.object)}
+	if e := own(dep, func() error { mutateDeployment(dep, gw, r.image(gw), rc); return nil }); e != nil {
+		return ctrl.Result{}, e
+	}
+	svc := &corev1.Service{ObjectMeta: meta(n.object)}
+	if e := own(svc, func() error {
+		svc.Spec.Type = corev1.ServiceTypeClusterIP
+		svc.Spec.Selector = selectorLabels(gw)
+		svc.Spec.Ports = []corev1.ServicePort{{Name: GatewayPortName, Port: gatewayPort(gw), TargetPort: intstr.FromString(GatewayPortName), Protocol: corev1.ProtocolTCP}}
+		return nil
+	}); e != nil {
+		return ctrl.Result{}, e
+	}
+	return r.rollout(ctx, gw, dep, b, digest, sources, trust != nil)
+}
+
+// rollout fills the status from the Deployment and the pods' reports, and sets Ready when
+// every desired pod is ready and serves the desired manifests.
+func (r *ReversiGatewayReconciler) rollout(ctx context.Context, gw *v1alpha1.ReversiGateway, dep *appsv1.Deployment, b bundle.Bundle, digest, sources string, signed bool) (ctrl.Result, *stepError) {
+	want := int32(1)
+	if gw.Spec.Replicas != nil {
+		want = *gw.Spec.Replicas
+	}
+	sel := labels.SelectorFromSet(selectorLabels(gw))
+	gw.Status.Selector = sel.String()
+	gw.Status.Replicas = dep.Status.Replicas
+	gw.Status.ReadyReplicas = dep.Status.ReadyReplicas
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(gw.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return ctrl.Result{}, fail(v1alpha1.ReasonApplyFailed, false, "listing the gateway's pods: %v", err)
+	}
+	ms := &v1alpha1.GatewayManifestsStatus{DesiredRevision: digest, Tools: int32(len(b.Entries))}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !p.DeletionTimestamp.IsZero() || !podReady(p) {
+			continue
+		}
+		switch {
+		case p.Annotations[v1alpha1.AnnotationManifestDigest] == digest:
+			ms.LoadedReplicas++
+		case p.Annotations[v1alpha1.AnnotationManifestError] != "":
+			ms.LastLoadError = truncate(p.Name+": "+p.Annotations[v1alpha1.AnnotationManifestError], 4096)
+		}
+	}
+	gw.Status.Manifests = ms
+	note := ""
+	if !signed {
+		note = "; the pods do not verify signatures: set spec.trustedKeysSecretRef"
+	}
+	rolledOut := dep.Status.ObservedGeneration >= dep.Generation && dep.Status.UpdatedReplicas >= want &&
+		dep.Status.ReadyReplicas >= want && dep.Status.Replicas == dep.Status.UpdatedReplicas
+	if rolledOut && ms.LoadedReplicas >= want {
+		markReady(gw, v1alpha1.ReasonSucceeded, fmt.Sprintf("%d/%d pods serve %d tools, digest %s (%s)%s", ms.LoadedReplicas, want, ms.Tools, digest, sources, note))
+		return ctrl.Result{}, nil
+	}
+	msg := fmt.Sprintf("waiting for the rollout: %d/%d pods ready, %d serve digest %s (%s)%s", dep.Status.ReadyReplicas, want, ms.LoadedReplicas, digest, sources, note)
+	if ms.LastLoadError != "" {
+		msg += "; a pod refused it: " + ms.LastLoadError
+	}
+	setCondition(gw, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonRolloutInProgress, msg)
+	setCondition(gw, v1alpha1.ConditionReconciling, metav1.ConditionTrue, v1alpha1.ReasonRolloutInProgress, msg)
+	removeCondition(gw, v1alpha1.ConditionStalled)
+	return ctrl.Result{RequeueAfter: gatewayRetry}, nil // the watches on pods and the Deployment usually come first
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// renderedDigest is the digest `<gw>-manifests` holds now ("" when absent).
+func (r *ReversiGatewayReconciler) renderedDigest(ctx context.Context, n gatewayNames) string {
+	var cm corev1.ConfigMap
+	if err := r.Get(ctx, types.NamespacedName{Namespace: n.ns, Name: n.manifests}, &cm); err != nil {
+		return ""
+	}
+	return cm.Data[bundle.KeyDigest]
+}
+
+func (r *ReversiGatewayReconciler) deleteStaleShards(ctx context.Context, gw *v1alpha1.ReversiGateway, shards int) *stepError {
+	n := namesOf(gw)
+	var cms corev1.ConfigMapList
+	if err := r.List(ctx, &cms, client.InNamespace(gw.Namespace), client.MatchingLabels{v1alpha1.LabelGateway: gw.Name}); err != nil {
+		return fail(v1alpha1.ReasonStorageFailed, false, "listing ConfigMaps: %v", err)
+	}
+	keep := map[string]bool{n.config: true}
+	for i := range shards {
+		keep[n.manifestShard(i)] = true
+	}
+	for i := range cms.Items {
+		cm := &cms.Items[i]
+		if !keep[cm.Name] && metav1.IsControlledBy(cm, gw) {
+			if err := r.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
+				return fail(v1alpha1.ReasonStorageFailed, false, "deleting stale shard %s: %v", cm.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// trust reads spec.trustedKeysSecretRef (nil when unset).
+func (r *ReversiGatewayReconciler) trust(ctx context.Context, gw *v1alpha1.ReversiGateway) (*signing.TrustSet, *stepError) {
+	ref := gw.Spec.TrustedKeysSecretRef
+	if ref == nil {
+		return nil, nil
+	}
+	var s corev1.Secret
+	err := r.Get(ctx, types.NamespacedName{Namespace: gw.Namespace, Name: ref.Name}, &s)
+	if apierrors.IsNotFound(err) {
+		return nil, fail(v1alpha1.ReasonSecretNotFound, false, "trusted keys Secret %s/%s not found: create it, or fix spec.trustedKeysSecretRef", gw.Namespace, ref.Name)
+	}
+	if err != nil {
+		return nil, fail(v1alpha1.ReasonSecretNotFound, false, "reading trusted keys Secret %s/%s: %v", gw.Namespace, ref.Name, err)
+	}
+	t, err := ParseTrustedKeys(s.Data)
+	if err != nil {
+		return nil, fail(v1alpha1.ReasonInvalidSecret, true, "trusted keys Secret %s: %v: put Ed25519 public keys (PEM) in it", ref.Name, err)
+	}
+	return t, nil
+}
+
+// ParseTrustedKeys reads a trusted-keys Secret's data: every value is one or more Ed25519
+// public keys (PEM), read in key order.
+func ParseTrustedKeys(data map[string][]byte) (*signing.TrustSet, error) {
+	var pem []byte
+	for _, k := range sortedKeys(data) {
+		pem = append(append(pem, data[k]...), '\n')
+	}
+	return signing.ParseTrustSet(pem)
+}
+
+// merge builds the gateway's bundle from its sources. Each registry's rendering is assembled
+// and, with trusted keys, verified; ToolManifests count when Ready=True for their current
+// generation. A tool defined by two sources is an error naming both (no silent pick). The
+// revision names every source's revision; the second result summarises the sources.
+func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.ReversiGateway, trust *signing.TrustSet) (bundle.Bundle, string, *stepError) {
+	var entries []bundle.Entry
+	from := map[string][]string{} // tool -> sources
+	var revs, summary []string
+	m := gw.Spec.Manifests
+	if m == nil {
+		m = &v1alpha1.GatewayManifests{}
+	}
+	for _, name := range m.Registries {
+		b, e := r.registryBundle(ctx, gw.Namespace, name)
+		if e != nil {
+			return bundle.Bundle{}, "", e
+		}
+		if trust != nil {
+			if _, errs := b.Verify(trust); len(errs) > 0 {
+				return bundle.Bundle{}, "", fail(v1alpha1.ReasonSignatureVerificationFailed, false,
+					"ManifestRegistry %s (revision %s) does not verify against spec.trustedKeysSecretRef, the last good rendering stays: %v", name, b.Revision, errs[0])
+			}
+		}
+		for _, e := range b.Entries {
+			from[e.Tool] = append(from[e.Tool], "ManifestRegistry "+name)
+		}
+		entries = append(entries, b.Entries...)
+		revs = append(revs, name+"="+b.Revision)
+		summary = append(summary, fmt.Sprintf("registry %s at %s", name, b.Revision))
+	}
+	if m.Selector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(m.Selector)
+		if err != nil {
+			return bundle.Bundle{}, "", fail(v1alpha1.ReasonInvalidSpec, true, "spec.manifests.selector: %v", err)
+		}
+		var tms v1alpha1.ToolManifestList
+		if err := r.List(ctx, &tms, client.InNamespace(gw.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return bundle.Bundle{}, "", fail(v1alpha1.ReasonApplyFailed, false, "listing ToolManifests: %v", err)
+		}
+		sort.Slice(tms.Items, func(i, j int) bool { return tms.Items[i].Name < tms.Items[j].Name })
+		h := sha256.New()
+		used := 0
+		for i := range tms.Items {
+			tm := &tms.Items[i]
+			c := apimeta.FindStatusCondition(tm.Status.Conditions, v1alpha1.ConditionReady)
+			if c == nil || c.Status != metav1.ConditionTrue || tm.Status.ObservedGeneration != tm.Generation {
+				continue // invalid or unverified: its own status says why
+			}
+			e, err := toolManifestEntry(tm)
+			if err != nil {
+				continue
+			}
+			from[e.Tool] = append(from[e.Tool], "ToolManifest "+tm.Name)
+			entries = append(entries, e)
+			fmt.Fprintf(h, "%s %s\n", tm.Name, e.Checksum)
+			used++
+		}
+		revs = append(revs, "toolmanifests="+hex.EncodeToString(h.Sum(nil))[:12])
+		summary = append(summary, fmt.Sprintf("%d ToolManifests", used))
+	}
+	var dups []string
+	for _, tool := range sortedStrings(from) {
+		if srcs := from[tool]; len(srcs) > 1 {
+			dups = append(dups, fmt.Sprintf("%s (%s)", tool, strings.Join(srcs, ", ")))
+		}
+	}
+	if len(dups) > 0 {
+		return bundle.Bundle{}, "", fail(v1alpha1.ReasonDuplicateTool, true,
+			"tools defined by more than one source, the last good rendering stays: %s: remove each from all but one source", strings.Join(dups, "; "))
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Tool < entries[j].Tool })
+	if len(summary) == 0 {
+		summary = []string{"no manifest sources"}
+	}
+	return bundle.Bundle{Revision: strings.Join(revs, ","), Entries: entries}, strings.Join(summary, ", "), nil
+}
+
+// registryBundle assembles a ManifestRegistry's rendering (its own ConfigMaps).
+func (r *ReversiGatewayReconciler) registryBundle(ctx context.Context, ns, name string) (bundle.Bundle, *stepError) {
+	var reg v1alpha1.ManifestRegistry
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &reg); err != nil {
+		if apierrors.IsNotFound(err) {
+			return bundle.Bundle{}, fail(v1alpha1.ReasonSourceNotReady, false, "ManifestRegistry %s/%s not found: create it, or remove it from spec.manifests.registries", ns, name)
+		}
+		return bundle.Bundle{}, fail(v1alpha1.ReasonSourceNotReady, false, "reading ManifestRegistry %s: %v", name, err)
+	}
+	var cms corev1.ConfigMapList
+	if err := r.List(ctx, &cms, client.InNamespace(ns), client.MatchingLabels{LabelRegistry: name}); err != nil {
+		return bundle.Bundle{}, fail(v1alpha1.ReasonSourceNotReady, false, "listing the ConfigMaps of ManifestRegistry %s: %v", name, err)
+	}
+	var shards []map[string]string
+	for i := range cms.Items {
+		if metav1.IsControlledBy(&cms.Items[i], &reg) {
+			shards = append(shards, cms.Items[i].Data)
+		}
+	}
+	if len(shards) == 0 {
+		return bundle.Bundle{}, fail(v1alpha1.ReasonSourceNotReady, false, "ManifestRegistry %s has no verified rendering yet: see its status", name)
+	}
+	b, err := bundle.Assemble(shards)
+	if err != nil {
+		return bundle.Bundle{}, fail(v1alpha1.ReasonSourceNotReady, false, "ManifestRegistry %s: %v", name, err)
+	}
+	return b, nil
+}
+
+// toolManifestEntry is a ToolManifest as a bundle entry: the canonical JSON of its spec, its
+// checksum, and the signature of its annotations (verified again by the pods).
+func toolManifestEntry(tm *v1alpha1.ToolManifest) (bundle.Entry, error) {
+	m, err := validateToolManifest(tm)
+	if err != nil {
+		return bundle.Entry{}, err
+	}
+	canonical, err := manifest.CanonicalJSON(m)
+	if err != nil {
+		return bundle.Entry{}, err
+	}
+	sum := sha256.Sum256(canonical)
+	return bundle.Entry{Tool: m.Tool, Manifest: canonical, Entry: registry.Entry{
+		Version: m.Version, Status: m.Status, Checksum: hex.EncodeToString(sum[:]),
+		Author: "ToolManifest " + tm.Namespace + "/" + tm.Name, Time: tm.CreationTimestamp.UTC(),
+		KeyID: tm.Annotations[v1alpha1.AnnotationKeyID], Signature: tm.Annotations[v1alpha1.AnnotationSignature],
+	}}, nil
+}

@@ -1,0 +1,394 @@
+package controllers
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/gateway/config"
+)
+
+// Where the gateway container finds its files, and the names the rendering uses. The
+// Deployment mounts `<gateway>-config` at GatewayConfigDir and the auth key file at
+// GatewayAuthDir; the sqlite store lives in GatewayDataDir.
+const (
+	GatewayConfigDir   = "/etc/reversi/config"
+	GatewayConfigKey   = "gateway.yaml"
+	GatewayAuthDir     = "/etc/reversi/auth"
+	GatewayAuthKey     = "keys.json"
+	GatewayDataDir     = "/var/lib/reversi"
+	GatewayContainer   = "gateway"
+	GatewayPortName    = "http"
+	GatewayUID         = 65532 // distroless "nonroot"
+	DefaultGatewayPort = 7431
+	// DefaultGatewayImage is the image of a ReversiGateway without spec.image when the
+	// controller was not given one (Options.GatewayImage).
+	DefaultGatewayImage = "reversi:latest"
+	// PodNameEnv tells a gateway pod its own name (downward API), so it can report the
+	// manifest digest it serves on itself.
+	PodNameEnv = "POD_NAME"
+	// DatabaseURLEnv carries the postgres store's URL (internal/cli reads it).
+	DatabaseURLEnv = "REVERSI_DATABASE_URL"
+)
+
+// gatewayNames are the names of a gateway's owned objects.
+type gatewayNames struct {
+	gw, ns    string
+	config    string // <gw>-config
+	manifests string // <gw>-manifests (shard 0)
+	object    string // ServiceAccount, Role, RoleBinding, Deployment, Service: <gw>-gateway
+	data      string // the sqlite PVC: <gw>-data
+}
+
+func namesOf(gw *v1alpha1.ReversiGateway) gatewayNames {
+	return gatewayNames{gw: gw.Name, ns: gw.Namespace, config: gw.Name + "-config", manifests: gw.Name + "-manifests",
+		object: gw.Name + "-gateway", data: gw.Name + "-data"}
+}
+
+// manifestShard is the name of shard i of `<gw>-manifests`.
+func (n gatewayNames) manifestShard(i int) string {
+	if i == 0 {
+		return n.manifests
+	}
+	return n.manifests + "-" + strconv.Itoa(i)
+}
+
+// gatewayLabels are the labels of every owned object and the pods' selector.
+func gatewayLabels(gw *v1alpha1.ReversiGateway) map[string]string {
+	return map[string]string{
+		"app.kubernetes.io/name":     "reversi-gateway",
+		"app.kubernetes.io/instance": gw.Name,
+		LabelManagedBy:               ManagedBy,
+		v1alpha1.LabelGateway:        gw.Name,
+	}
+}
+
+func selectorLabels(gw *v1alpha1.ReversiGateway) map[string]string {
+	return map[string]string{"app.kubernetes.io/name": "reversi-gateway", v1alpha1.LabelGateway: gw.Name}
+}
+
+func gatewayPort(gw *v1alpha1.ReversiGateway) int32 {
+	if gw.Spec.Port > 0 {
+		return gw.Spec.Port
+	}
+	return DefaultGatewayPort
+}
+
+// renderedConfig is the gateway.yaml of a gateway and the container environment its ${NAME}
+// references read (values from Secrets, by secretKeyRef: the Secret values never enter the
+// ConfigMap).
+type renderedConfig struct {
+	data []byte
+	env  []corev1.EnvVar
+}
+
+// renderConfig writes the gateway.yaml the pod runs with (gateway/config: the seed's field
+// names) from the spec, and checks it with the gateway's own parser so that a spec the
+// gateway would refuse at start is reported on the ReversiGateway instead of in a crash loop.
+func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
+	var rc renderedConfig
+	s := gw.Spec
+	doc := map[string]any{}
+	if s.Mode != "" {
+		doc["mode"] = s.Mode
+	}
+	if s.UnclassifiedReads != "" {
+		doc["unclassified_reads"] = s.UnclassifiedReads
+	}
+	if s.ValidateSchemas != nil {
+		doc["validate_schemas"] = *s.ValidateSchemas
+	}
+	if s.Actor != "" {
+		doc["actor"] = s.Actor
+	}
+	if len(s.Permissions) > 0 {
+		doc["permissions"] = s.Permissions
+	}
+	if len(s.Allow) > 0 {
+		doc["allow"] = s.Allow
+	}
+	if len(s.Deny) > 0 {
+		doc["deny"] = s.Deny
+	}
+	// value returns what the config says for v: the literal, or a ${NAME} reference to an
+	// env var of the container (a Secret's key, or a literal that itself contains "${",
+	// which gateway.yaml cannot write).
+	value := func(envName string, v v1alpha1.ValueFrom) string {
+		switch {
+		case v.SecretKeyRef != nil:
+			rc.env = append(rc.env, corev1.EnvVar{Name: envName, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: v.SecretKeyRef.Name}, Key: v.SecretKeyRef.Key}}})
+		case strings.Contains(v.Value, "${"):
+			rc.env = append(rc.env, corev1.EnvVar{Name: envName, Value: v.Value})
+		default:
+			return v.Value
+		}
+		return "${" + envName + "}"
+	}
+	var ups []any
+	for i, u := range s.Upstreams {
+		up := map[string]any{"name": u.Name}
+		if u.NamespaceTools != nil {
+			up["namespace"] = *u.NamespaceTools
+		}
+		if u.URL != "" {
+			up["url"] = u.URL
+			if len(u.Headers) > 0 {
+				h := map[string]any{}
+				for j, v := range u.Headers {
+					h[v.Name] = value(fmt.Sprintf("REVERSI_UPSTREAM_%d_HEADER_%d", i, j), v)
+				}
+				up["headers"] = h
+			}
+		} else {
+			up["command"] = u.Command
+			if len(u.Args) > 0 {
+				args := make([]string, len(u.Args))
+				for j, a := range u.Args {
+					args[j] = value(fmt.Sprintf("REVERSI_UPSTREAM_%d_ARG_%d", i, j), v1alpha1.ValueFrom{Value: a})
+				}
+				up["args"] = args
+			}
+			if len(u.Env) > 0 {
+				e := map[string]any{}
+				for j, v := range u.Env {
+					e[v.Name] = value(fmt.Sprintf("REVERSI_UPSTREAM_%d_ENV_%d", i, j), v)
+				}
+				up["env"] = e
+			}
+		}
+		ups = append(ups, up)
+	}
+	doc["upstreams"] = ups
+	doc["listen"] = map[string]any{"host": "0.0.0.0", "port": gatewayPort(gw)}
+	// The names clients reach the pods by: the Service's DNS names first (the first one is
+	// the derived resource URL), then loopback for kubectl port-forward.
+	svc := namesOf(gw).object
+	doc["allowed_hosts"] = []string{svc + "." + gw.Namespace + ".svc", svc + "." + gw.Namespace + ".svc.cluster.local",
+		svc + "." + gw.Namespace, svc, "localhost", "127.0.0.1"}
+	if a := s.Auth; a != nil {
+		au := map[string]any{}
+		if a.KeysSecretRef != nil {
+			au["keys"] = GatewayAuthDir + "/" + GatewayAuthKey
+		}
+		if o := a.OIDC; o != nil {
+			oi := map[string]any{"issuer": o.Issuer, "audience": o.Audience}
+			if len(o.RoleMap) > 0 {
+				oi["role_map"] = o.RoleMap
+			}
+			if o.RoleClaim != "" {
+				oi["role_claim"] = o.RoleClaim
+			}
+			if o.ActorClaim != "" {
+				oi["actor_claim"] = o.ActorClaim
+			}
+			if o.JWKSURI != "" {
+				oi["jwks_uri"] = o.JWKSURI
+			}
+			au["oidc"] = oi
+		}
+		doc["auth"] = au
+	}
+	data, err := yaml.Marshal(doc)
+	if err != nil {
+		return rc, err
+	}
+	rc.data = data
+	defined := map[string]bool{}
+	for _, e := range rc.env {
+		defined[e.Name] = true
+	}
+	if _, errs := config.Parse(GatewayConfigKey, data, func(name string) (string, bool) { return "set", defined[name] }); len(errs) > 0 {
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		return rc, errors.New("the rendered gateway.yaml would be refused by the gateway: " + strings.Join(msgs, "; "))
+	}
+	return rc, nil
+}
+
+// gatewayRules are the gateway's permissions, exactly (least privilege): read its own
+// ConfigMaps and the trusted-keys Secret by name; report on its own pod (pods cannot be named
+// in advance, so get and patch are not narrowed further); keep the approval queue and the
+// runs; read Approvals.
+func gatewayRules(gw *v1alpha1.ReversiGateway, shards int) []rbacv1.PolicyRule {
+	n := namesOf(gw)
+	cms := []string{n.config}
+	for i := range max(shards, 1) {
+		cms = append(cms, n.manifestShard(i))
+	}
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: cms, Verbs: []string{"get", "list", "watch"}},
+	}
+	if ref := gw.Spec.TrustedKeysSecretRef; ref != nil {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{ref.Name}, Verbs: []string{"get", "list", "watch"}})
+	}
+	return append(rules,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns/status"}, Verbs: []string{"get", "update", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"approvals"}, Verbs: []string{"get", "list", "watch"}},
+	)
+}
+
+// gatewayArgs are the container's arguments: `reversi gateway` with the rendered config, the
+// manifests ConfigMap watched through the API, and the approval queue in the namespace
+// (in-cluster credentials: --kubeconfig ”).
+func gatewayArgs(gw *v1alpha1.ReversiGateway) []string {
+	n := namesOf(gw)
+	args := []string{"gateway",
+		"--config", GatewayConfigDir + "/" + GatewayConfigKey,
+		"--kube-configmap", n.ns + "/" + n.manifests,
+	}
+	if ref := gw.Spec.TrustedKeysSecretRef; ref != nil {
+		args = append(args, "--kube-trusted-keys", ref.Name)
+	}
+	args = append(args, "--kubeconfig", "", "--namespace", n.ns)
+	if storeType(gw) == v1alpha1.StorePostgres {
+		args = append(args, "--store", "postgres")
+	} else {
+		args = append(args, "--store", "sqlite", "--data", GatewayDataDir)
+	}
+	return args
+}
+
+func storeType(gw *v1alpha1.ReversiGateway) string {
+	if gw.Spec.Store != nil && gw.Spec.Store.Type == v1alpha1.StorePostgres {
+		return v1alpha1.StorePostgres
+	}
+	return v1alpha1.StoreSQLite
+}
+
+// gatewayPodSpec is the pod the Deployment runs: non-root, read-only root filesystem, no
+// privilege escalation, every capability dropped, probes on /healthz and /readyz.
+func gatewayPodSpec(gw *v1alpha1.ReversiGateway, image string, rc renderedConfig) corev1.PodSpec {
+	n := namesOf(gw)
+	env := []corev1.EnvVar{{Name: PodNameEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}}}
+	env = append(env, rc.env...)
+	mounts := []corev1.VolumeMount{
+		{Name: "config", MountPath: GatewayConfigDir, ReadOnly: true},
+		{Name: "tmp", MountPath: "/tmp"},
+		{Name: "data", MountPath: GatewayDataDir},
+	}
+	volumes := []corev1.Volume{
+		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: n.config},
+			Items:                []corev1.KeyToPath{{Key: GatewayConfigKey, Path: GatewayConfigKey}}}}},
+		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("256Mi"))}}},
+	}
+	if storeType(gw) == v1alpha1.StorePostgres {
+		ref := gw.Spec.Store.Postgres.URLSecretRef
+		env = append(env, corev1.EnvVar{Name: DatabaseURLEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name}, Key: ref.Key}}})
+		// The data folder still holds nothing durable; an emptyDir keeps the root read-only.
+		volumes = append(volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	} else {
+		volumes = append(volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: n.data}}})
+	}
+	if a := gw.Spec.Auth; a != nil && a.KeysSecretRef != nil {
+		mounts = append(mounts, corev1.VolumeMount{Name: "auth", MountPath: GatewayAuthDir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: "auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: a.KeysSecretRef.Name, DefaultMode: ptr.To[int32](0o440),
+			Items: []corev1.KeyToPath{{Key: a.KeysSecretRef.Key, Path: GatewayAuthKey}}}}})
+	}
+	probe := func(path string, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:   corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(GatewayPortName)}},
+			TimeoutSeconds: 3, PeriodSeconds: 10, FailureThreshold: failures, SuccessThreshold: 1,
+		}
+	}
+	return corev1.PodSpec{
+		ServiceAccountName:           n.object,
+		AutomountServiceAccountToken: ptr.To(true),
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](GatewayUID), RunAsGroup: ptr.To[int64](GatewayUID),
+			FSGroup: ptr.To[int64](GatewayUID), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Containers: []corev1.Container{{
+			Name: GatewayContainer, Image: image, Args: gatewayArgs(gw), Env: env,
+			Ports:          []corev1.ContainerPort{{Name: GatewayPortName, ContainerPort: gatewayPort(gw), Protocol: corev1.ProtocolTCP}},
+			StartupProbe:   probe("/healthz", 30),
+			LivenessProbe:  probe("/healthz", 3),
+			ReadinessProbe: probe("/readyz", 3),
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+			},
+			SecurityContext: &corev1.SecurityContext{
+				RunAsNonRoot: ptr.To(true), ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			},
+			VolumeMounts: mounts,
+		}},
+		Volumes: volumes,
+	}
+}
+
+// configDigest hashes what a running pod read at start (gateway.yaml and the container
+// settings), for the pod template's annotation.
+func configDigest(rc renderedConfig, pod corev1.PodSpec) string {
+	h := sha256.New()
+	h.Write(rc.data)
+	fmt.Fprintf(h, "%v\n", pod.Containers[0].Args)
+	for _, e := range pod.Containers[0].Env {
+		fmt.Fprintf(h, "%s=%s %v\n", e.Name, e.Value, e.ValueFrom)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// mutateDeployment sets the fields of the gateway's Deployment that the controller owns.
+func mutateDeployment(d *appsv1.Deployment, gw *v1alpha1.ReversiGateway, image string, rc renderedConfig) {
+	replicas := int32(1)
+	if gw.Spec.Replicas != nil {
+		replicas = *gw.Spec.Replicas
+	}
+	pod := gatewayPodSpec(gw, image, rc)
+	d.Labels = mergeLabels(d.Labels, gatewayLabels(gw))
+	d.Spec.Replicas = &replicas
+	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: selectorLabels(gw)}
+	if storeType(gw) == v1alpha1.StoreSQLite {
+		// One pod holds the sqlite file at a time (a ReadWriteOnce volume).
+		d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+	} else {
+		d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType}
+	}
+	d.Spec.Template.Labels = gatewayLabels(gw)
+	d.Spec.Template.Annotations = map[string]string{v1alpha1.AnnotationConfigDigest: configDigest(rc, pod)}
+	d.Spec.Template.Spec = pod
+}
+
+func mergeLabels(have, want map[string]string) map[string]string {
+	if have == nil {
+		have = map[string]string{}
+	}
+	for k, v := range want {
+		have[k] = v
+	}
+	return have
+}
+
+// sortedStrings returns the map's keys in order.
+func sortedStrings(m map[string][]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,349 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/gateway/proxy"
+	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/internal/signing"
+)
+
+// ManifestOptions configure WatchManifests.
+type ManifestOptions struct {
+	// Config reaches the API server (in a pod: the ServiceAccount's token). Required.
+	Config *rest.Config
+	// Namespace and ConfigMap name shard 0 of the rendering (`<gateway>-manifests`); shards
+	// 1… are `<ConfigMap>-1`, … as shard 0's `shards` says. Required.
+	Namespace, ConfigMap string
+	// TrustedKeysSecret names the Secret whose values are the Ed25519 public keys (PEM) every
+	// manifest must be signed by. Empty: signatures are not checked, only each manifest's
+	// checksum and the rendering's digest.
+	TrustedKeysSecret string
+	// PodName is this pod (downward API): after each load the gateway writes the digest it
+	// serves, or why it refused a rendering, as annotations on it. Empty: no report.
+	PodName string
+	// SyncTimeout bounds the wait for the first list of each watched object (default 30 s).
+	SyncTimeout time.Duration
+	// Debounce lets the shards of one rendering arrive before a reload (default 100 ms).
+	Debounce time.Duration
+	// Logf receives what the watcher does (nil: nothing).
+	Logf func(format string, args ...any)
+}
+
+// Manifests follows a gateway's rendered manifests through the API server: one informer per
+// object (a watch with a field selector on its name, so the gateway's Role can name each
+// object), never the kubelet's volume refresh, which takes a minute or more. Load assembles
+// and verifies; Run reloads the gateway on every change and reports what it serves.
+// Source: DESIGN.md "Gateway pods watch their ConfigMap and hot-reload; they verify the
+// signatures again before they enforce anything"; issue 9.
+type Manifests struct {
+	o       ManifestOptions
+	cs      kubernetes.Interface
+	changed chan struct{}
+
+	mu      sync.Mutex
+	watches map[string]*watch // "configmaps/<name>" or "secrets/<name>"
+	loaded  string            // the revision of the last bundle Load returned
+	closed  bool
+}
+
+type watch struct {
+	inf  toolscache.SharedIndexInformer
+	stop chan struct{}
+}
+
+// WatchManifests starts the informers on shard 0 and the trusted-keys Secret (and on the
+// other shards shard 0 names), and waits until each has listed. Errors: a missing option, a
+// client that cannot be built, or an object that could not be listed in time (usually RBAC:
+// the gateway's Role must allow get, list and watch on it by name).
+func WatchManifests(ctx context.Context, o ManifestOptions) (*Manifests, error) {
+	if o.Config == nil || o.Namespace == "" || o.ConfigMap == "" {
+		return nil, errors.New("kube: Config, Namespace and ConfigMap are required")
+	}
+	if o.SyncTimeout <= 0 {
+		o.SyncTimeout = 30 * time.Second
+	}
+	if o.Debounce <= 0 {
+		o.Debounce = 100 * time.Millisecond
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	cs, err := kubernetes.NewForConfig(o.Config)
+	if err != nil {
+		return nil, fmt.Errorf("kube: a client for the API server: %w", err)
+	}
+	m := &Manifests{o: o, cs: cs, changed: make(chan struct{}, 1), watches: map[string]*watch{}}
+	if err := m.ensure(ctx, "configmaps", o.ConfigMap); err != nil {
+		m.Close()
+		return nil, err
+	}
+	if o.TrustedKeysSecret != "" {
+		if err := m.ensure(ctx, "secrets", o.TrustedKeysSecret); err != nil {
+			m.Close()
+			return nil, err
+		}
+	}
+	if _, err := m.shards(ctx); err != nil && !errors.Is(err, errIncomplete) {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// ensure starts the informer of one object unless it runs, and waits until it has listed.
+func (m *Manifests) ensure(ctx context.Context, resource, name string) error {
+	key := resource + "/" + name
+	m.mu.Lock()
+	w, ok := m.watches[key]
+	if !ok {
+		var obj k8sruntime.Object = &corev1.ConfigMap{}
+		if resource == "secrets" {
+			obj = &corev1.Secret{}
+		}
+		lw := toolscache.NewListWatchFromClient(m.cs.CoreV1().RESTClient(), resource, m.o.Namespace, fields.OneTermEqualSelector("metadata.name", name))
+		w = &watch{inf: toolscache.NewSharedIndexInformer(lw, obj, 0, toolscache.Indexers{}), stop: make(chan struct{})}
+		notify := func(any) { m.notify() }
+		_, _ = w.inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: notify, UpdateFunc: func(_, _ any) { m.notify() }, DeleteFunc: notify})
+		_ = w.inf.SetWatchErrorHandler(func(_ *toolscache.Reflector, err error) {
+			m.o.Logf("reversi-gateway: watching %s %s/%s: %v", resource, m.o.Namespace, name, err)
+		})
+		m.watches[key] = w
+		go w.inf.Run(w.stop)
+	}
+	m.mu.Unlock()
+	if w.inf.HasSynced() {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, m.o.SyncTimeout)
+	defer cancel()
+	if !toolscache.WaitForCacheSync(sctx.Done(), w.inf.HasSynced) {
+		return fmt.Errorf("kube: %s %s/%s was not listed within %s: check the gateway's RBAC (get, list, watch on %s named %s)", resource, m.o.Namespace, name, m.o.SyncTimeout, resource, name)
+	}
+	return nil
+}
+
+func (m *Manifests) notify() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// get returns the cached object (nil when it does not exist).
+func (m *Manifests) get(resource, name string) any {
+	m.mu.Lock()
+	w := m.watches[resource+"/"+name]
+	m.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	obj, ok, err := w.inf.GetStore().GetByKey(m.o.Namespace + "/" + name)
+	if err != nil || !ok {
+		return nil
+	}
+	return obj
+}
+
+var errIncomplete = errors.New("incomplete rendering")
+
+func shardName(base string, i int) string {
+	if i == 0 {
+		return base
+	}
+	return base + "-" + strconv.Itoa(i)
+}
+
+// shards returns the data of every shard shard 0 names, starting informers for shards not
+// watched yet and stopping those of shards no longer named.
+func (m *Manifests) shards(ctx context.Context) ([]map[string]string, error) {
+	first, _ := m.get("configmaps", m.o.ConfigMap).(*corev1.ConfigMap)
+	if first == nil {
+		return nil, fmt.Errorf("%w: ConfigMap %s/%s does not exist: the ReversiGateway controller renders it", errIncomplete, m.o.Namespace, m.o.ConfigMap)
+	}
+	n, err := strconv.Atoi(first.Data[bundle.KeyShards])
+	if err != nil || n < 1 || n > 1000 {
+		return nil, fmt.Errorf("ConfigMap %s/%s: shard count %q is not a number from 1 to 1000: it was not rendered by the controller", m.o.Namespace, m.o.ConfigMap, first.Data[bundle.KeyShards])
+	}
+	out := []map[string]string{first.Data}
+	for i := 1; i < n; i++ {
+		name := shardName(m.o.ConfigMap, i)
+		if err := m.ensure(ctx, "configmaps", name); err != nil {
+			return nil, err
+		}
+		cm, _ := m.get("configmaps", name).(*corev1.ConfigMap)
+		if cm == nil {
+			return nil, fmt.Errorf("%w: shard %d of %d (ConfigMap %s/%s) is missing", errIncomplete, i, n, m.o.Namespace, name)
+		}
+		out = append(out, cm.Data)
+	}
+	m.mu.Lock()
+	for key, w := range m.watches {
+		name, ok := strings.CutPrefix(key, "configmaps/"+m.o.ConfigMap+"-")
+		if i, err := strconv.Atoi(name); ok && err == nil && i >= n {
+			close(w.stop)
+			delete(m.watches, key)
+		}
+	}
+	m.mu.Unlock()
+	return out, nil
+}
+
+// trust reads the trusted keys from the cached Secret; nil when none are configured. A
+// configured Secret that is missing or unusable is an error (fail closed).
+func (m *Manifests) trust() (*signing.TrustSet, error) {
+	if m.o.TrustedKeysSecret == "" {
+		return nil, nil
+	}
+	s, _ := m.get("secrets", m.o.TrustedKeysSecret).(*corev1.Secret)
+	if s == nil {
+		return nil, fmt.Errorf("trusted keys Secret %s/%s does not exist: nothing can be verified, so nothing is loaded", m.o.Namespace, m.o.TrustedKeysSecret)
+	}
+	keys := make([]string, 0, len(s.Data))
+	for k := range s.Data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var pem []byte
+	for _, k := range keys {
+		pem = append(append(pem, s.Data[k]...), '\n')
+	}
+	t, err := signing.ParseTrustSet(pem)
+	if err != nil {
+		return nil, fmt.Errorf("trusted keys Secret %s/%s: %w", m.o.Namespace, m.o.TrustedKeysSecret, err)
+	}
+	return t, nil
+}
+
+// Load is the gateway's proxy.LoadFunc: it assembles the cached shards (refusing a missing,
+// repeated or mixed shard, and a digest that does not match the entries) and verifies every
+// entry (checksum, manifest validity, and the signature by a trusted key), then the set.
+// It returns the manifests only when all of it passes, else every problem at once.
+func (m *Manifests) Load(ctx context.Context) ([]*manifest.Manifest, error) {
+	data, err := m.shards(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b, err := bundle.Assemble(data)
+	if err != nil {
+		return nil, fmt.Errorf("ConfigMap %s/%s: %w", m.o.Namespace, m.o.ConfigMap, err)
+	}
+	trust, err := m.trust()
+	if err != nil {
+		return nil, err
+	}
+	ms, errs := b.Verify(trust)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("ConfigMap %s/%s (revision %s) was refused: %w", m.o.Namespace, m.o.ConfigMap, b.Revision, errors.Join(errs...))
+	}
+	m.mu.Lock()
+	m.loaded = b.Revision
+	m.mu.Unlock()
+	return ms, nil
+}
+
+// Revision is the source revision of the bundle Load last returned.
+func (m *Manifests) Revision() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.loaded
+}
+
+// Target is the gateway Run reloads: *proxy.Gateway.
+type Target interface {
+	Reload(ctx context.Context) proxy.ReloadResult
+	Digest() string
+	SetRevision(revision string)
+}
+
+// Run reports what gw serves now, then reloads gw after every change of a watched object
+// (debounced) until ctx ends. After a reload it sets the served revision and writes the
+// digest (or why the rendering was refused) on the pod. A refused rendering leaves gw
+// serving the previous manifests (proxy.Gateway.Reload journals reload_failed).
+func (m *Manifests) Run(ctx context.Context, gw Target) {
+	rev := m.Revision()
+	gw.SetRevision(rev)
+	m.report(ctx, gw.Digest(), rev, nil)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.changed:
+		}
+		select { // let the rest of a rendering's shards arrive
+		case <-ctx.Done():
+			return
+		case <-time.After(m.o.Debounce):
+		}
+		select {
+		case <-m.changed:
+		default:
+		}
+		res := gw.Reload(ctx)
+		if res.Err == nil {
+			rev = m.Revision()
+			gw.SetRevision(rev)
+			if res.Changed {
+				m.o.Logf("reversi-gateway: serving %d manifests, digest %s (revision %s)", res.Tools, res.Checksum, rev)
+			}
+		}
+		m.report(ctx, res.Checksum, rev, res.Err)
+	}
+}
+
+// report writes the served digest and revision, and the last refusal (removed on success),
+// on the pod's annotations with a merge patch.
+func (m *Manifests) report(ctx context.Context, digest, revision string, loadErr error) {
+	if m.o.PodName == "" {
+		return
+	}
+	var errText any // null removes the annotation
+	if loadErr != nil {
+		s := loadErr.Error()
+		if len(s) > 2048 {
+			s = s[:2045] + "..."
+		}
+		errText = s
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		v1alpha1.AnnotationManifestDigest:   digest,
+		v1alpha1.AnnotationManifestRevision: revision,
+		v1alpha1.AnnotationManifestError:    errText,
+	}}})
+	if _, err := m.cs.CoreV1().Pods(m.o.Namespace).Patch(ctx, m.o.PodName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		m.o.Logf("reversi-gateway: reporting the manifest digest on pod %s/%s: %v", m.o.Namespace, m.o.PodName, err)
+	}
+}
+
+// Close stops every informer.
+func (m *Manifests) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	m.closed = true
+	for key, w := range m.watches {
+		close(w.stop)
+		delete(m.watches, key)
+	}
+}

@@ -1,0 +1,463 @@
+// Package kubegateway tests a ReversiGateway end to end in one process: a real control plane
+// (envtest), the controllers, a signed git registry, and `reversi gateway` started with the
+// arguments of the rendered Deployment's container, the rendered gateway.yaml and a token of
+// the rendered ServiceAccount (so its RBAC is the real one), fronting
+// @modelcontextprotocol/server-memory (issue 9).
+package kubegateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	appsv1 "k8s.io/api/apps/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/controllers"
+	"github.com/reversi-gitops/reversi/gateway/auth"
+	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/internal/cli"
+	"github.com/reversi-gitops/reversi/internal/registry"
+	"github.com/reversi-gitops/reversi/internal/signing/signingtest"
+	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/internal/testenv"
+	"github.com/reversi-gitops/reversi/test/syncbuf"
+	"github.com/reversi-gitops/reversi/test/upstreams"
+)
+
+// memoryManifests are v1 of the registry: server-memory's tools, exposed as memory.<tool>.
+const memoryManifests = `
+- tool: memory.read_graph
+  description: Read the whole knowledge graph.
+  effect: read_only
+  permission: memory:read
+- tool: memory.create_entities
+  description: Create entities.
+  effect: compensable
+  permission: memory:write
+  compensation:
+    tool: memory.delete_entities
+    kind: compensation
+    argument_map:
+      name: $args.entities.0.name
+- tool: memory.delete_entities
+  description: Delete entities.
+  effect: irreversible
+  permission: memory:write
+`
+
+func parseManifests(t *testing.T, src string) []*manifest.Manifest {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "m.yaml")
+	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	docs, errs := manifest.ReadPaths(p)
+	ms, verrs := manifest.ValidateDocuments(docs)
+	if errs = append(errs, verrs...); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return ms
+}
+
+func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var why string
+	for time.Now().Before(deadline) {
+		if why = cond(); why == "" {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("after %s: %s", timeout, why)
+}
+
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// saKubeconfig mints a token of the ServiceAccount (TokenRequest) and writes a kubeconfig
+// using it; it returns the file and a rest.Config of the same identity.
+func saKubeconfig(t *testing.T, env *testenv.Env, ns, sa string) (string, *rest.Config) {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), sa, &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s: %v", sa, err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: sa, Namespace: ns}
+	kc.CurrentContext = "sa"
+	p := filepath.Join(t.TempDir(), "sa.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, p); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = nil, nil, "", ""
+	cfg.BearerToken = tr.Status.Token
+	return p, cfg
+}
+
+func TestReversiGatewayEndToEnd(t *testing.T) {
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatalf("control plane: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	k8s := env.Client
+	mgrCtx, stopMgr := context.WithCancel(context.Background())
+	defer stopMgr()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controllers.Setup(mgr, controllers.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	mgrDone := make(chan struct{})
+	go func() { defer close(mgrDone); _ = mgr.Start(mgrCtx) }()
+
+	ctx := t.Context()
+	ns := "agents"
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+
+	// The registry: a git repository of signed manifest versions.
+	key := signingtest.NewKey(t)
+	repo := sourcetest.NewRepo(t)
+	regDir := filepath.Join(repo.Dir, "reg")
+	v1 := parseManifests(t, memoryManifests)
+	_, err = registry.New(regDir).Publish(v1, manifest.Approved, registry.WriteOptions{By: "alice", Signer: key.Signer})
+	must(err)
+	repo.Commit("memory tools")
+
+	// The agent's API key and the Secrets.
+	entry, secret, err := auth.NewKey("agent-7", auth.Agent, nil, nil)
+	must(err)
+	keyFile, err := json.Marshal(auth.KeyFile{Keys: []auth.KeyEntry{entry}})
+	must(err)
+	for name, data := range map[string]map[string][]byte{
+		"manifest-keys": {"alice.pem": key.PublicPEM},
+		"gateway-keys":  {"keys.json": keyFile},
+		"unrelated":     {"password": []byte("hunter2")},
+	} {
+		must(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}))
+	}
+	must(k8s.Create(ctx, &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "memory"},
+		Spec: v1alpha1.ManifestRegistrySpec{URL: repo.FileURL(), Ref: &v1alpha1.GitRef{Branch: "main"}, Path: "reg",
+			Interval: &metav1.Duration{Duration: time.Hour},
+			Verify:   &v1alpha1.RegistryVerification{ManifestKeysSecretRef: &v1alpha1.LocalObjectReference{Name: "manifest-keys"}}}}))
+
+	node, args, uenv := upstreams.Memory(t)
+	var upEnv []v1alpha1.ValueFrom
+	for _, kv := range uenv {
+		k, v, _ := strings.Cut(kv, "=")
+		upEnv = append(upEnv, v1alpha1.ValueFrom{Name: k, Value: v})
+	}
+	port := freePort(t)
+	must(k8s.Create(ctx, &v1alpha1.ReversiGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pay"},
+		Spec: v1alpha1.ReversiGatewaySpec{
+			Mode: "enforce", Permissions: []string{"memory:read", "memory:write"}, Port: int32(port),
+			Upstreams:            []v1alpha1.GatewayUpstream{{Name: "memory", Command: node, Args: args, Env: upEnv}},
+			Manifests:            &v1alpha1.GatewayManifests{Registries: []string{"memory"}},
+			TrustedKeysSecretRef: &v1alpha1.LocalObjectReference{Name: "manifest-keys"},
+			Auth:                 &v1alpha1.GatewayAuth{KeysSecretRef: &v1alpha1.SecretKeyReference{Name: "gateway-keys", Key: "keys.json"}},
+		}}))
+
+	gwStatus := func() *v1alpha1.ReversiGateway {
+		gw := &v1alpha1.ReversiGateway{}
+		must(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pay"}, gw))
+		return gw
+	}
+	var dep appsv1.Deployment
+	eventually(t, 30*time.Second, func() string {
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pay-gateway"}, &dep); err != nil {
+			return err.Error()
+		}
+		if gw := gwStatus(); gw.Status.Manifests == nil || gw.Status.Manifests.Tools != 3 {
+			return fmt.Sprintf("status %+v", gw.Status)
+		}
+		return ""
+	})
+
+	// The ServiceAccount's RBAC, exactly: its keys and ConfigMaps by name, nothing else.
+	kubeconfig, saCfg := saKubeconfig(t, env, ns, "pay-gateway")
+	sa := kubernetes.NewForConfigOrDie(saCfg)
+	if _, err := sa.CoreV1().Secrets(ns).Get(ctx, "manifest-keys", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the gateway cannot read its trusted keys: %v", err)
+	}
+	if _, err := sa.CoreV1().ConfigMaps(ns).Get(ctx, "pay-manifests", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the gateway cannot read its manifests: %v", err)
+	}
+	for what, err := range map[string]error{
+		"get Secret unrelated":        second(sa.CoreV1().Secrets(ns).Get(ctx, "unrelated", metav1.GetOptions{})),
+		"get Secret gateway-keys":     second(sa.CoreV1().Secrets(ns).Get(ctx, "gateway-keys", metav1.GetOptions{})),
+		"list Secrets":                second(sa.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})),
+		"get ConfigMap memory-manif…": second(sa.CoreV1().ConfigMaps(ns).Get(ctx, "memory-manifests", metav1.GetOptions{})),
+		"list ConfigMaps":             second(sa.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})),
+		"delete Pods":                 sa.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}),
+	} {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s as the gateway's ServiceAccount: %v, want Forbidden", what, err)
+		}
+	}
+
+	// The pod the gateway reports on (envtest runs no kubelet: the test creates it and plays
+	// the Deployment controller's status).
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pay-gateway-0", Labels: dep.Spec.Template.Labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "gateway", Image: dep.Spec.Template.Spec.Containers[0].Image}}}}
+	must(k8s.Create(ctx, pod))
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	must(k8s.Status().Update(ctx, pod))
+	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+	must(k8s.Status().Update(ctx, &dep))
+
+	// `reversi gateway` as the container runs it: its args, the rendered gateway.yaml and key
+	// file at local paths, POD_NAME, and the ServiceAccount's credentials.
+	dir := t.TempDir()
+	var cfgMap corev1.ConfigMap
+	must(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pay-config"}, &cfgMap))
+	keysPath := filepath.Join(dir, "keys.json")
+	must(os.WriteFile(keysPath, keyFile, 0o600))
+	cfgPath := filepath.Join(dir, "gateway.yaml")
+	gwYAML := strings.ReplaceAll(cfgMap.Data[controllers.GatewayConfigKey], controllers.GatewayAuthDir+"/"+controllers.GatewayAuthKey, keysPath)
+	must(os.WriteFile(cfgPath, []byte(gwYAML), 0o600))
+	argv := append([]string(nil), dep.Spec.Template.Spec.Containers[0].Args...)
+	for i := range argv {
+		switch {
+		case i > 0 && argv[i-1] == "--config":
+			argv[i] = cfgPath
+		case i > 0 && argv[i-1] == "--data":
+			argv[i] = filepath.Join(dir, "data")
+		}
+	}
+	t.Logf("reversi %s", strings.Join(argv, " "))
+	t.Setenv("KUBECONFIG", kubeconfig)
+	t.Setenv(controllers.PodNameEnv, "pay-gateway-0")
+	gwCtx, stopGW := context.WithCancel(context.Background())
+	stderr := &syncbuf.Buffer{}
+	gwDone := make(chan error, 1)
+	go func() {
+		root := cli.NewRoot()
+		root.SetArgs(argv)
+		root.SetOut(&bytes.Buffer{})
+		root.SetErr(stderr)
+		gwDone <- root.ExecuteContext(gwCtx)
+	}()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			stopGW()
+			select {
+			case err := <-gwDone:
+				if err != nil {
+					t.Errorf("gateway: %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Error("the gateway did not stop")
+			}
+		})
+	}
+	t.Cleanup(func() { stop(); t.Logf("gateway stderr:\n%s", stderr.String()) })
+
+	annotations := func() map[string]string {
+		p := &corev1.Pod{}
+		must(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pay-gateway-0"}, p))
+		return p.Annotations
+	}
+	desired1 := gwStatus().Status.Manifests.DesiredRevision
+	eventually(t, 60*time.Second, func() string {
+		select {
+		case err := <-gwDone:
+			t.Fatalf("the gateway exited: %v\n%s", err, stderr.String())
+		default:
+		}
+		if a := annotations(); a[v1alpha1.AnnotationManifestDigest] != desired1 {
+			return fmt.Sprintf("pod annotations %v, want digest %s", a, desired1)
+		}
+		return ""
+	})
+	eventually(t, 20*time.Second, func() string {
+		gw := gwStatus()
+		c := apimetaReady(gw)
+		if gw.Status.Manifests.LoadedReplicas != 1 || c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Sprintf("status %+v, Ready %+v", gw.Status.Manifests, c)
+		}
+		return ""
+	})
+
+	// An agent: v1 lets it create entities.
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint: "http://127.0.0.1:" + strconv.Itoa(port) + "/mcp", HTTPClient: &http.Client{Transport: bearer{secret}}}, nil)
+	must(err)
+	defer cs.Close()
+	createEntity := func(name string) *mcp.CallToolResult {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "memory.create_entities", Arguments: map[string]any{
+			"entities": []any{map[string]any{"name": name, "entityType": "person", "observations": []any{"e2e"}}}}})
+		must(err)
+		return res
+	}
+	if res := createEntity("ada"); res.IsError {
+		t.Fatalf("v1 allows memory.create_entities: %s", text(res))
+	}
+
+	// A merged PR: create_entities now needs memory:admin, which the gateway's scope lacks.
+	v2 := parseManifests(t, strings.Replace(memoryManifests, "  permission: memory:write\n  compensation:", "  permission: memory:admin\n  compensation:", 1))
+	_, err = registry.New(regDir).Publish(v2[1:2], manifest.Approved, registry.WriteOptions{By: "alice", Signer: key.Signer})
+	must(err)
+	repo.Commit("create_entities needs memory:admin")
+	began := time.Now()
+	reg := &v1alpha1.ManifestRegistry{}
+	must(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "memory"}, reg))
+	patch := client.MergeFrom(reg.DeepCopy())
+	reg.Annotations = map[string]string{v1alpha1.AnnotationRequestedAt: began.Format(time.RFC3339Nano)}
+	must(k8s.Patch(ctx, reg, patch))
+	var desired2 string
+	eventually(t, 30*time.Second, func() string {
+		desired2 = gwStatus().Status.Manifests.DesiredRevision
+		if a := annotations(); desired2 == desired1 || a[v1alpha1.AnnotationManifestDigest] != desired2 {
+			return fmt.Sprintf("pod serves %s, desired %s", a[v1alpha1.AnnotationManifestDigest], desired2)
+		}
+		return ""
+	})
+	res := createEntity("bob")
+	latency := time.Since(began)
+	t.Logf("commit → requestedAt → rendered → enforced by the running gateway: %s", latency.Round(time.Millisecond))
+	if !res.IsError || !strings.Contains(text(res), "Blocked by Reversi") {
+		t.Fatalf("v2 must block memory.create_entities: %s", text(res))
+	}
+	if latency > 5*time.Second {
+		t.Errorf("the new rule took %s to be enforced, more than 5 s", latency)
+	}
+
+	// With the controller down, someone edits the rendering by hand: create_entities back to
+	// memory:write, checksum and digest recomputed, the old signature kept. The gateway itself
+	// refuses it and keeps enforcing v2.
+	stopMgr()
+	<-mgrDone
+	var cm corev1.ConfigMap
+	must(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pay-manifests"}, &cm))
+	b, err := bundle.Assemble([]map[string]string{cm.Data})
+	must(err)
+	loose, err := manifest.CanonicalJSON(v1[1])
+	must(err)
+	for i := range b.Entries {
+		if b.Entries[i].Tool == "memory.create_entities" {
+			b.Entries[i].Manifest = loose
+			b.Entries[i].Checksum, err = manifest.Checksum(v1[1])
+			must(err)
+			b.Entries[i].Version = v1[1].Version
+		}
+	}
+	shards, err := b.Shards(0)
+	must(err)
+	cm.Data = shards[0]
+	must(k8s.Update(ctx, &cm))
+	eventually(t, 10*time.Second, func() string {
+		if a := annotations(); !strings.Contains(a[v1alpha1.AnnotationManifestError], "memory.create_entities") {
+			return fmt.Sprintf("no refusal reported on the pod: %v", a)
+		}
+		return ""
+	})
+	a := annotations()
+	t.Logf("refused: %s", a[v1alpha1.AnnotationManifestError])
+	if a[v1alpha1.AnnotationManifestDigest] != desired2 {
+		t.Fatalf("the pod reports %s after a refused edit, want %s", a[v1alpha1.AnnotationManifestDigest], desired2)
+	}
+	if res := createEntity("eve"); !res.IsError || !strings.Contains(text(res), "Blocked by Reversi") {
+		t.Fatalf("a hand-edited rendering loosened the rules: %s", text(res))
+	}
+
+	// An unsigned entry is refused the same way.
+	for i := range b.Entries {
+		b.Entries[i].Signature, b.Entries[i].KeyID = "", ""
+	}
+	shards, err = b.Shards(0)
+	must(err)
+	must(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pay-manifests"}, &cm))
+	cm.Data = shards[0]
+	must(k8s.Update(ctx, &cm))
+	eventually(t, 10*time.Second, func() string {
+		if a := annotations(); !strings.Contains(a[v1alpha1.AnnotationManifestError], "not signed") {
+			return fmt.Sprintf("no refusal of the unsigned rendering: %v", a)
+		}
+		return ""
+	})
+	if res := createEntity("mallory"); !res.IsError {
+		t.Fatalf("an unsigned rendering loosened the rules: %s", text(res))
+	}
+	stop()
+	if !strings.Contains(stderr.String(), "reload refused") {
+		t.Errorf("no reload refusal on stderr:\n%s", stderr.String())
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+func apimetaReady(gw *v1alpha1.ReversiGateway) *metav1.Condition {
+	for i := range gw.Status.Conditions {
+		if gw.Status.Conditions[i].Type == v1alpha1.ConditionReady {
+			return &gw.Status.Conditions[i]
+		}
+	}
+	return nil
+}
