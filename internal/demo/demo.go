@@ -1120,4 +1120,3 @@ func tail(b []byte, n int) string {
 	}
 	return string(bytes.ToValidUTF8(b, nil))
 }
-
