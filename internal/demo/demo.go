@@ -96,6 +96,10 @@ type Report struct {
 	Forbidden string
 	// GatewayArgs is the argv the gateway process ran with (the Deployment's, localised).
 	GatewayArgs []string
+	// PIDs are the processes the story started (controller, gateway), and Dir its folder:
+	// all gone when Run returns (unless Options.Keep or Options.Dir).
+	PIDs []int
+	Dir  string
 }
 
 // The manifests of the story, for server-memory fronted as upstream "memory".
@@ -207,6 +211,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			_ = os.RemoveAll(s.dir)
 		}
 	}()
+	s.report.Dir = s.dir
 	for _, step := range []func(context.Context) error{
 		s.prepare, s.controlPlane, s.repository, s.controller, s.registry, s.gateway,
 		s.blocked, s.mergePR, s.approve, s.runs, s.rollback, s.forged, s.rbac,
@@ -437,6 +442,7 @@ func (s *story) start(name, bin string, argv, env []string) error {
 	}
 	s.say("    (%s running, pid %d, log %s)", name, cmd.Process.Pid, filepath.Base(logPath))
 	s.procs = append(s.procs, cmd)
+	s.report.PIDs = append(s.report.PIDs, cmd.Process.Pid)
 	s.logs = append(s.logs, logPath)
 	s.cleanupFn = append(s.cleanupFn, func() { _ = f.Close() })
 	return nil
