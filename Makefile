@@ -1,4 +1,4 @@
-# Reversi GitOps. `make test` runs every test; `make build` builds bin/reversi and bin/reversi-gateway.
+# Reversi GitOps. `make demo` tells the story on an embedded control plane; `make test` runs every test; `make build` builds bin/reversi and bin/reversi-gateway.
 GO ?= go
 
 # controller-gen writes the deepcopy methods, the CRDs and the RBAC. `go run pkg@version`
@@ -17,7 +17,6 @@ build:
 ## demo: the story on an embedded control plane (hack/demo, internal/demo): builds what it
 ## needs, prints every kubectl/git/reversi command it runs, stops everything it started.
 demo:
-	@hack/system-packages.sh
 	$(GO) run ./hack/demo
 
 ## test: formatting, vet, and every test (unit, fuzz seed corpora, CLI end to end, envtest).

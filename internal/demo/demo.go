@@ -299,6 +299,12 @@ func (s *story) write(path, content string) error {
 // prepare builds what the demo needs: the envtest binaries, the npm MCP servers and reversi.
 func (s *story) prepare(ctx context.Context) error {
 	s.section("Build what the demo needs")
+	s.say("The demo's folder is %s; the paths below are relative to it or to the repository.", s.dir)
+	for tool, pkg := range map[string]string{"git": "git", "ssh-keygen": "openssh-client", "node": "nodejs", "npm": "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s is needed by the demo and is not on PATH: install it (Debian: apt-get install %s)", tool, pkg)
+		}
+	}
 	for _, script := range []struct{ path, env string }{{"hack/setup-envtest.sh", "KUBEBUILDER_ASSETS"}, {"hack/upstreams.sh", upstreams.EnvDir}} {
 		if os.Getenv(script.env) != "" {
 			s.say("%s=%s (already set)", script.env, os.Getenv(script.env))
@@ -344,6 +350,7 @@ func (s *story) controlPlane(ctx context.Context) error {
 		return err
 	}
 	s.say("users: admin (system:masters), alice (group finance)")
+	s.say("(envtest installs config/crd/bases as it starts; kubectl applies the same files, as you would)")
 	for _, args := range [][]string{
 		{"apply", "--server-side", "-k", filepath.Join(s.root, "config", "crd")},
 		{"create", "namespace", Namespace},
@@ -389,6 +396,7 @@ func (s *story) repository(ctx context.Context) error {
 	if err := s.write(filepath.Join(s.repo, "drafts", "memory.yaml"), manifestsV1); err != nil {
 		return err
 	}
+	s.say("tool-manifests/drafts/memory.yaml:\n%s", indent(manifestsV1))
 	if _, err := s.exec(ctx, s.repo, nil, "", s.bin, "manifests", "publish", "drafts", "--registry", "registry", "--by", "platform-team",
 		"--key", filepath.Join(keys, "manifests.key"), "--status", "approved", "--note", "memory tools"); err != nil {
 		return err
@@ -1054,7 +1062,11 @@ func (s *story) summary() {
 	s.say("  approved     alice (finance) applied an Approval; the retry passed %s later", r.ApprovedAfter.Round(time.Millisecond))
 	s.say("  audit        kubectl get reversiruns shows run %s", r.Run)
 	s.say("  rollback     kubectl patch … spec.rollback.confirm=true: %s", r.RollbackPhase)
-	s.say("  forged       an unsigned commit was refused (%s); the gateway kept its rules: %v", oneLine(r.Forged, 120), r.ForgedDigestKept)
+	kept := "and the gateway kept the rules of the last signed commit"
+	if !r.ForgedDigestKept {
+		kept = "but the gateway's digest changed"
+	}
+	s.say("  forged       the controller refused an unsigned commit, %s", kept)
 	s.say("  RBAC         the gateway's ServiceAccount cannot read other Secrets")
 	s.say("Everything the demo started is stopped now.")
 }
