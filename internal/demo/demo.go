@@ -16,6 +16,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,8 +43,11 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
+	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/internal/bundle"
 	"github.com/reversi-gitops/reversi/internal/testenv"
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
@@ -92,6 +96,10 @@ type Report struct {
 	// StillHeld is the answer to create_relations after the forged commit (still held for
 	// approval: the rules of the last signed commit).
 	StillHeld string
+	// HandEdit is the refusal the gateway pod reports (annotation reversi.dev/manifest-error)
+	// after the ConfigMap was edited by hand to an unsigned, looser manifest, and
+	// HandEditHeld its answer to create_relations afterwards.
+	HandEdit, HandEditHeld string
 	// Forbidden is kubectl's answer to the gateway's identity reading another Secret.
 	Forbidden string
 	// GatewayArgs is the argv the gateway process ran with (the Deployment's, localised).
@@ -214,7 +222,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	s.report.Dir = s.dir
 	for _, step := range []func(context.Context) error{
 		s.prepare, s.controlPlane, s.repository, s.controller, s.registry, s.gateway,
-		s.blocked, s.mergePR, s.approve, s.runs, s.rollback, s.forged, s.rbac,
+		s.blocked, s.mergePR, s.approve, s.runs, s.rollback, s.forged, s.handEdit, s.rbac,
 	} {
 		if err := step(ctx); err != nil {
 			return &s.report, err
@@ -1040,9 +1048,95 @@ func (s *story) forged(ctx context.Context) error {
 	return nil
 }
 
+// handEdit: with the controller stopped (nothing re-renders), someone edits the gateway's
+// ConfigMap by hand: create_relations without its approval rule, unsigned. The gateway
+// verifies every signature itself, refuses the edit and keeps enforcing what it had.
+func (s *story) handEdit(ctx context.Context) error {
+	s.section("7. A ConfigMap edited by hand is refused by the gateway itself")
+	ctrlProc := s.procs[0]
+	_ = syscall.Kill(-ctrlProc.Process.Pid, syscall.SIGTERM)
+	s.say("(the controller, pid %d, is stopped: nothing re-renders the ConfigMap)", ctrlProc.Process.Pid)
+	name := Gateway + "-manifests"
+	var cm corev1.ConfigMap
+	if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: name}, &cm); err != nil {
+		return err
+	}
+	b, err := bundle.Assemble([]map[string]string{cm.Data})
+	if err != nil {
+		return err
+	}
+	edited := false
+	for i, e := range b.Entries {
+		if e.Tool != "memory.create_relations" {
+			continue
+		}
+		var raw map[string]any
+		if err := json.Unmarshal(e.Manifest, &raw); err != nil {
+			return err
+		}
+		delete(raw, "approval")
+		m, errs := manifest.Validate(raw)
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+		if b.Entries[i].Manifest, err = manifest.CanonicalJSON(m); err != nil {
+			return err
+		}
+		if b.Entries[i].Checksum, err = manifest.Checksum(m); err != nil {
+			return err
+		}
+		b.Entries[i].Signature, b.Entries[i].KeyID = "", ""
+		edited = true
+	}
+	if !edited {
+		return fmt.Errorf("ConfigMap %s has no memory.create_relations", name)
+	}
+	shards, err := b.Shards(0)
+	if err != nil {
+		return err
+	}
+	out := corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: cm.Labels, OwnerReferences: cm.OwnerReferences}, Data: shards[0]}
+	y, err := yaml.Marshal(out)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(s.dir, name+"-edited.yaml")
+	if err := s.write(path, string(y)); err != nil {
+		return err
+	}
+	s.say("%s: memory.create_relations without its approval rule, checksum recomputed, signature removed", filepath.Base(path))
+	if _, err := s.kubectl(ctx, "replace", "-f", path); err != nil {
+		return err
+	}
+	if err := poll(ctx, 30*time.Second, func() string {
+		p := &corev1.Pod{}
+		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.podName}, p); err != nil {
+			return err.Error()
+		}
+		if e := p.Annotations[v1alpha1.AnnotationManifestError]; e != "" {
+			s.report.HandEdit = e
+			return ""
+		}
+		return "the gateway pod reports no refusal"
+	}); err != nil {
+		return err
+	}
+	if _, err := s.kubectl(ctx, "get", "pod", s.podName, "-n", Namespace, "-o", `jsonpath={.metadata.annotations.reversi\.dev/manifest-error}{"\n"}`); err != nil {
+		return err
+	}
+	text, isErr, err := s.call(ctx, "memory.create_relations", relation)
+	if err != nil {
+		return err
+	}
+	s.showCall("memory.create_relations", text, isErr)
+	s.report.HandEditHeld = text
+	return nil
+}
+
 // rbac: the gateway's identity reads its own keys but no other Secret.
 func (s *story) rbac(ctx context.Context) error {
-	s.section("7. The gateway's RBAC is its own")
+	s.section("8. The gateway's RBAC is its own")
 	if _, err := s.kubectlAs(ctx, s.gwKube, "", "get", "secret", "manifest-keys", "-n", Namespace, "-o", "name"); err != nil {
 		return err
 	}
@@ -1067,6 +1161,7 @@ func (s *story) summary() {
 		kept = "but the gateway's digest changed"
 	}
 	s.say("  forged       the controller refused an unsigned commit, %s", kept)
+	s.say("  hand edit    an unsigned ConfigMap edit was refused by the gateway itself; the rule held")
 	s.say("  RBAC         the gateway's ServiceAccount cannot read other Secrets")
 	s.say("Everything the demo started is stopped now.")
 }

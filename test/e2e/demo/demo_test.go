@@ -78,7 +78,12 @@ func TestDemoStory(t *testing.T) {
 	if !strings.Contains(r.Forged, "not signed") || !r.ForgedDigestKept || !strings.Contains(r.StillHeld, "requires approval") {
 		t.Errorf("after the unsigned commit: registry %q, digest kept %v, gateway answers %q", r.Forged, r.ForgedDigestKept, r.StillHeld)
 	}
-	// 7. The ServiceAccount reads no other Secret.
+	// 7. A ConfigMap edited by hand (unsigned, looser) is refused by the gateway itself.
+	if !strings.Contains(r.HandEdit, "memory.create_relations") || !strings.Contains(r.HandEdit, "not signed") ||
+		!strings.Contains(r.HandEditHeld, "memory.create_relations requires approval") {
+		t.Errorf("after the hand edit: pod reports %q, gateway answers %q", r.HandEdit, r.HandEditHeld)
+	}
+	// 8. The ServiceAccount reads no other Secret.
 	if !strings.Contains(r.Forbidden, "Forbidden") || !strings.Contains(r.Forbidden, "system:serviceaccount:"+demo.Namespace+":"+demo.Gateway+"-gateway") {
 		t.Errorf("reading Secret committers as the gateway: %q", r.Forbidden)
 	}
