@@ -9,8 +9,9 @@
 // manifest that requires approval by finance, and the running gateway enforces it within
 // seconds, without a restart; alice (group finance) approves with kubectl; `kubectl get
 // reversiruns` shows the run; `kubectl patch` of spec.rollback undoes it; an unsigned (forged)
-// commit is refused and never reaches the gateway; the gateway's credentials cannot read other
-// Secrets. Everything it starts is stopped, and its folder removed, before Run returns.
+// commit is refused and never reaches the gateway; with the controller stopped, a hand edit of
+// the rendered ConfigMap is refused by the gateway itself; the gateway's credentials cannot read
+// other Secrets. Everything it starts is stopped, and its folder removed, before Run returns.
 package demo
 
 import (
