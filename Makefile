@@ -1,4 +1,4 @@
-# Reversi GitOps. `make test` runs every test; `make build` builds bin/reversi and bin/reversi-gateway.
+# Reversi GitOps. `make demo` tells the story on an embedded control plane; `make test` runs every test; `make build` builds bin/reversi and bin/reversi-gateway.
 GO ?= go
 
 # controller-gen writes the deepcopy methods, the CRDs and the RBAC. `go run pkg@version`
@@ -6,13 +6,18 @@ GO ?= go
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 
-.PHONY: all build test vet fmt-check bench generate manifests
+.PHONY: all build demo test vet fmt-check bench generate manifests
 
 all: build
 
 build:
 	$(GO) build -o bin/reversi .
 	$(GO) build -o bin/reversi-gateway ./cmd/reversi-gateway
+
+## demo: the story on an embedded control plane (hack/demo, internal/demo): builds what it
+## needs, prints every kubectl/git/reversi command it runs, stops everything it started.
+demo:
+	$(GO) run ./hack/demo
 
 ## test: formatting, vet, and every test (unit, fuzz seed corpora, CLI end to end, envtest).
 ## The envtest control plane (kube-apiserver, etcd, kubectl) comes from hack/setup-envtest.sh,

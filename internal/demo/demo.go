@@ -1,0 +1,1236 @@
+// Package demo is the story `make demo` tells (hack/demo) and test/e2e/demo asserts: on a
+// real control plane (envtest), the controller process (`reversi controller`) turns a signed
+// git repository of manifests into ConfigMaps, and a gateway process configured exactly as the
+// rendered Deployment's container (its args, its rendered gateway.yaml, a token of its
+// ServiceAccount) fronts @modelcontextprotocol/server-memory for an agent. Every step that a
+// person would do is a real kubectl, git or reversi command, printed as it runs (issue 9).
+//
+// The steps: a call without a manifest is blocked; a signed commit (a merged PR) adds a
+// manifest that requires approval by finance, and the running gateway enforces it within
+// seconds, without a restart; alice (group finance) approves with kubectl; `kubectl get
+// reversiruns` shows the run; `kubectl patch` of spec.rollback undoes it; an unsigned (forged)
+// commit is refused and never reaches the gateway; with the controller stopped, a hand edit of
+// the rendered ConfigMap is refused by the gateway itself; the gateway's credentials cannot read
+// other Secrets. Everything it starts is stopped, and its folder removed, before Run returns.
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	appsv1 "k8s.io/api/apps/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/internal/testenv"
+	"github.com/reversi-gitops/reversi/test/upstreams"
+)
+
+// Names of the story's objects.
+const (
+	Namespace = "agents"
+	Registry  = "memory"
+	Gateway   = "agents"
+	Agent     = "agent-7"
+	Approver  = "alice"
+)
+
+// Options configure Run.
+type Options struct {
+	// Out receives the story: each command as `$ …` and what it printed.
+	Out io.Writer
+	// Dir is the working folder (a new temporary one when empty). Run removes what it made
+	// there unless Keep is set.
+	Dir  string
+	Keep bool
+}
+
+// Report is what happened, for the summary and for test/e2e/demo's assertions.
+type Report struct {
+	// Blocked is the gateway's answer to the call without a manifest.
+	Blocked string
+	// Held is its answer to the same call after the merged PR (approval required), and
+	// Enforced how long from `git commit` to that answer.
+	Held     string
+	Enforced time.Duration
+	// Request is the ApprovalRequest; Approved is the answer to the retry after alice's
+	// Approval, ApprovedAfter the time from her kubectl apply to the retry passing.
+	Request       string
+	Approved      string
+	ApprovedAfter time.Duration
+	// Run is the ReversiRun of the agent's session; Runs is `kubectl get reversiruns`
+	// before the rollback and RolledBack after it; RollbackPhase its status.rollback.phase.
+	Run, Runs, RolledBack, RollbackPhase string
+	// GraphAfterRollback is memory.read_graph after the rollback.
+	GraphAfterRollback string
+	// Forged is the ManifestRegistry's Ready message after the unsigned commit, and
+	// ForgedDigestKept whether the gateway still serves the digest it served before.
+	Forged           string
+	ForgedDigestKept bool
+	// StillHeld is the answer to create_relations after the forged commit (still held for
+	// approval: the rules of the last signed commit).
+	StillHeld string
+	// HandEdit is the refusal the gateway pod reports (annotation reversi.dev/manifest-error)
+	// after the ConfigMap was edited by hand to an unsigned, looser manifest, and
+	// HandEditHeld its answer to create_relations afterwards.
+	HandEdit, HandEditHeld string
+	// Forbidden is kubectl's answer to the gateway's identity reading another Secret.
+	Forbidden string
+	// GatewayArgs is the argv the gateway process ran with (the Deployment's, localised).
+	GatewayArgs []string
+	// PIDs are the processes the story started (controller, gateway), and Dir its folder:
+	// all gone when Run returns (unless Options.Keep or Options.Dir).
+	PIDs []int
+	Dir  string
+}
+
+// The manifests of the story, for server-memory fronted as upstream "memory".
+const manifestsV1 = `# The memory tools the agent may use. Reviewed by the platform team.
+- tool: memory.read_graph
+  description: Read the whole knowledge graph.
+  effect: read_only
+  permission: memory:read
+- tool: memory.open_nodes
+  description: Read entities by name.
+  effect: read_only
+  permission: memory:read
+- tool: memory.create_entities
+  description: Create entities (existing names are left alone and not returned).
+  effect: reversible
+  permission: memory:write
+  compensation:
+    tool: memory.delete_entities
+    kind: inverse
+    argument_map:
+      entityNames: $result.entities.*.name
+    verification:
+      tool: memory.open_nodes
+      arguments: { names: $result.entities.*.name }
+      expect: { entities: [] }
+      retries: 3
+      backoff_ms: 50ms
+- tool: memory.delete_entities
+  description: Delete entities and their relations.
+  effect: idempotent
+  permission: memory:admin
+- tool: memory.delete_relations
+  description: Delete relations.
+  effect: idempotent
+  permission: memory:admin
+`
+
+// The merged PR: create_relations gets a manifest, and finance must approve each call.
+const manifestRelations = `# Relations link customers to invoices: finance signs off on each one.
+- tool: memory.create_relations
+  description: Create relations between existing entities.
+  effect: reversible
+  permission: memory:write
+  requires: [memory.create_entities]
+  approval: { roles: [finance], quorum: 1, timeout: 30m }
+  compensation:
+    tool: memory.delete_relations
+    kind: inverse
+    argument_map:
+      relations: $result.relations
+    verification:
+      tool: memory.open_nodes
+      arguments: { names: $result.relations.*.from }
+      expect: { relations: [] }
+      backoff_ms: 50ms
+`
+
+// story is one run's state.
+type story struct {
+	out       io.Writer
+	dir       string
+	root      string
+	bin       string // the reversi binary
+	kubectlB  string
+	admin     string // kubeconfigs
+	alice     string
+	gwKube    string
+	env       *testenv.Env
+	gitEnv    []string
+	repo      string
+	procs     []*exec.Cmd
+	report    Report
+	agent     *mcp.ClientSession
+	port      int
+	podName   string
+	logs      []string
+	cleanupFn []func()
+}
+
+// Run tells the story. It returns the report and the first error; on error the report holds
+// the steps that passed. Nothing it started is left running when it returns.
+func Run(ctx context.Context, o Options) (rep *Report, err error) {
+	s := &story{out: o.Out, root: testenv.Root}
+	if s.out == nil {
+		s.out = io.Discard
+	}
+	if o.Dir == "" {
+		if s.dir, err = os.MkdirTemp("", "reversi-demo-"); err != nil {
+			return nil, err
+		}
+	} else {
+		s.dir = o.Dir
+		if err := os.MkdirAll(s.dir, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		s.stop()
+		if err != nil {
+			for _, l := range s.logs {
+				if b, rerr := os.ReadFile(l); rerr == nil {
+					fmt.Fprintf(s.out, "\n--- %s (last 4 KiB) ---\n%s\n", filepath.Base(l), tail(b, 4096))
+				}
+			}
+		}
+		if o.Keep {
+			s.say("\nThe demo's files are kept in %s.", s.dir)
+		} else if o.Dir == "" {
+			_ = os.RemoveAll(s.dir)
+		}
+	}()
+	s.report.Dir = s.dir
+	for _, step := range []func(context.Context) error{
+		s.prepare, s.controlPlane, s.repository, s.controller, s.registry, s.gateway,
+		s.blocked, s.mergePR, s.approve, s.runs, s.rollback, s.forged, s.handEdit, s.rbac,
+	} {
+		if err := step(ctx); err != nil {
+			return &s.report, err
+		}
+	}
+	s.summary()
+	return &s.report, nil
+}
+
+func (s *story) say(format string, args ...any) { fmt.Fprintf(s.out, format+"\n", args...) }
+
+func (s *story) section(title string) { fmt.Fprintf(s.out, "\n== %s\n", title) }
+
+// show prints a command as a person would type it (paths relative to the demo folder).
+func (s *story) show(prefix string, argv []string) {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		a = strings.ReplaceAll(a, s.dir+string(filepath.Separator), "")
+		a = strings.ReplaceAll(a, s.root+string(filepath.Separator), "")
+		if a == "" || strings.ContainsAny(a, " '\"{}*$") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		q[i] = a
+	}
+	fmt.Fprintf(s.out, "%s$ %s\n", prefix, strings.Join(q, " "))
+}
+
+// exec runs a command in dir, printing it and its output; it fails on a non-zero exit.
+func (s *story) exec(ctx context.Context, dir string, env []string, stdin string, name string, args ...string) (string, error) {
+	out, err := s.try(ctx, dir, env, stdin, name, args...)
+	if err != nil {
+		return out, fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+	}
+	return out, nil
+}
+
+// try is exec that returns a failing command's output with its error, for expected refusals.
+func (s *story) try(ctx context.Context, dir string, env []string, stdin string, name string, args ...string) (string, error) {
+	s.show("", append([]string{filepath.Base(name)}, args...))
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if len(out) > 0 {
+		fmt.Fprintf(s.out, "%s", indent(string(out)))
+	}
+	return string(out), err
+}
+
+// kubectl runs the envtest kubectl as the admin user (system:masters).
+func (s *story) kubectl(ctx context.Context, args ...string) (string, error) {
+	return s.kubectlAs(ctx, s.admin, "", args...)
+}
+
+// kubectlAs runs kubectl with a user's kubeconfig (KUBECONFIG, so the printed command is
+// the one a person types).
+func (s *story) kubectlAs(ctx context.Context, kubeconfig, stdin string, args ...string) (string, error) {
+	if kubeconfig != s.admin {
+		fmt.Fprintf(s.out, "(as %s)\n", strings.TrimSuffix(filepath.Base(kubeconfig), ".kubeconfig"))
+	}
+	return s.exec(ctx, s.dir, []string{"KUBECONFIG=" + kubeconfig}, stdin, s.kubectlB, args...)
+}
+
+func (s *story) reversi(ctx context.Context, args ...string) (string, error) {
+	return s.exec(ctx, s.dir, nil, "", s.bin, args...)
+}
+
+func (s *story) git(ctx context.Context, args ...string) (string, error) {
+	return s.exec(ctx, s.repo, s.gitEnv, "", "git", args...)
+}
+
+func (s *story) write(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(content), 0o644)
+}
+
+// prepare builds what the demo needs: the envtest binaries, the npm MCP servers and reversi.
+func (s *story) prepare(ctx context.Context) error {
+	s.section("Build what the demo needs")
+	s.say("The demo's folder is %s; the paths below are relative to it or to the repository.", s.dir)
+	for tool, pkg := range map[string]string{"git": "git", "ssh-keygen": "openssh-client", "node": "nodejs", "npm": "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s is needed by the demo and is not on PATH: install it (Debian: apt-get install %s)", tool, pkg)
+		}
+	}
+	for _, script := range []struct{ path, env string }{{"hack/setup-envtest.sh", "KUBEBUILDER_ASSETS"}, {"hack/upstreams.sh", upstreams.EnvDir}} {
+		if os.Getenv(script.env) != "" {
+			s.say("%s=%s (already set)", script.env, os.Getenv(script.env))
+			continue
+		}
+		s.show("", []string{script.path})
+		cmd := exec.CommandContext(ctx, filepath.Join(s.root, script.path))
+		cmd.Stderr = s.out
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("%s: %w", script.path, err)
+		}
+		dir := strings.TrimSpace(string(out))
+		s.say("    %s=%s", script.env, dir)
+		if err := os.Setenv(script.env, dir); err != nil {
+			return err
+		}
+	}
+	s.bin = filepath.Join(s.dir, "bin", "reversi")
+	if _, err := s.exec(ctx, s.root, []string{"CGO_ENABLED=0"}, "", "go", "build", "-o", s.bin, "."); err != nil {
+		return err
+	}
+	_, err := s.reversi(ctx, "version")
+	return err
+}
+
+// controlPlane starts kube-apiserver and etcd, with the Approval webhooks pointing at the
+// address the controller process will serve, installs the CRDs and makes the namespace.
+func (s *story) controlPlane(ctx context.Context) error {
+	s.section("Start the control plane (envtest: kube-apiserver and etcd) and install the CRDs")
+	env, err := testenv.Start(testenv.Options{Webhooks: true})
+	if err != nil {
+		return err
+	}
+	s.env = env
+	s.cleanupFn = append(s.cleanupFn, func() { _ = env.Stop() })
+	s.kubectlB = env.Kubectl()
+	s.say("kube-apiserver at %s (up in %s)", env.Config.Host, env.Took.Round(time.Millisecond))
+	if s.admin, err = env.AdminKubeconfig(s.dir); err != nil {
+		return err
+	}
+	if s.alice, err = env.UserKubeconfig(s.dir, Approver, "finance"); err != nil {
+		return err
+	}
+	s.say("users: admin (system:masters), alice (group finance)")
+	s.say("(envtest installs config/crd/bases as it starts; kubectl applies the same files, as you would)")
+	for _, args := range [][]string{
+		{"apply", "--server-side", "-k", filepath.Join(s.root, "config", "crd")},
+		{"create", "namespace", Namespace},
+		{"apply", "-f", filepath.Join(s.root, "config", "rbac", "approver_role.yaml")},
+		{"create", "rolebinding", "finance-approvers", "-n", Namespace, "--clusterrole=approver", "--group=finance"},
+	} {
+		if _, err := s.kubectl(ctx, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// repository makes the team's manifest repository: a signed registry (reversi keygen,
+// manifests publish) in a git repository whose commits are signed with an SSH key.
+func (s *story) repository(ctx context.Context) error {
+	s.section("The team's manifest repository: signed manifests, signed commits")
+	keys := filepath.Join(s.dir, "keys")
+	if err := os.MkdirAll(keys, 0o700); err != nil {
+		return err
+	}
+	if _, err := s.reversi(ctx, "keygen", filepath.Join(keys, "manifests")); err != nil {
+		return err
+	}
+	if _, err := s.exec(ctx, s.dir, nil, "", "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "platform-team", "-f", filepath.Join(keys, "git_ed25519")); err != nil {
+		return err
+	}
+	home := filepath.Join(s.dir, "home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return err
+	}
+	s.gitEnv = []string{"HOME=" + home, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=" + os.DevNull, "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}
+	s.repo = filepath.Join(s.dir, "tool-manifests")
+	if _, err := s.exec(ctx, s.dir, s.gitEnv, "", "git", "init", "-q", "-b", "main", s.repo); err != nil {
+		return err
+	}
+	for _, kv := range [][2]string{{"user.name", "Platform Team"}, {"user.email", "platform@example.com"},
+		{"gpg.format", "ssh"}, {"user.signingkey", filepath.Join(keys, "git_ed25519")}, {"commit.gpgsign", "true"}} {
+		if _, err := s.git(ctx, "config", kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	if err := s.write(filepath.Join(s.repo, "drafts", "memory.yaml"), manifestsV1); err != nil {
+		return err
+	}
+	s.say("tool-manifests/drafts/memory.yaml:\n%s", indent(manifestsV1))
+	if _, err := s.exec(ctx, s.repo, nil, "", s.bin, "manifests", "publish", "drafts", "--registry", "registry", "--by", "platform-team",
+		"--key", filepath.Join(keys, "manifests.key"), "--status", "approved", "--note", "memory tools"); err != nil {
+		return err
+	}
+	if _, err := s.git(ctx, "add", "-A"); err != nil {
+		return err
+	}
+	_, err := s.git(ctx, "commit", "-q", "-m", "memory tools: read, create entities (undone by delete)")
+	return err
+}
+
+// controller starts `reversi controller` as its own process, serving the webhooks at the
+// address envtest registered.
+func (s *story) controller(ctx context.Context) error {
+	s.section("Start the controller")
+	wh := s.env.WebhookInstallOptions
+	argv := []string{"controller", "--kubeconfig", s.admin, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir,
+		"--temp-dir", filepath.Join(s.dir, "checkouts")}
+	if err := os.MkdirAll(filepath.Join(s.dir, "checkouts"), 0o700); err != nil {
+		return err
+	}
+	if err := s.start("controller", s.bin, argv, os.Environ()); err != nil {
+		return err
+	}
+	addr := net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort))
+	return poll(ctx, 60*time.Second, func() string {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return "the controller's webhook server is not listening on " + addr
+		}
+		_ = c.Close()
+		return ""
+	})
+}
+
+// start runs a long-lived process in its own process group, its output in a log file.
+func (s *story) start(name, bin string, argv, env []string) error {
+	s.show("", append([]string{filepath.Base(bin)}, argv...))
+	logPath := filepath.Join(s.dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, argv...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	s.say("    (%s running, pid %d, log %s)", name, cmd.Process.Pid, filepath.Base(logPath))
+	s.procs = append(s.procs, cmd)
+	s.report.PIDs = append(s.report.PIDs, cmd.Process.Pid)
+	s.logs = append(s.logs, logPath)
+	s.cleanupFn = append(s.cleanupFn, func() { _ = f.Close() })
+	return nil
+}
+
+// stop ends what the story started, newest first: processes (SIGTERM to their group, then
+// SIGKILL after 10 s), then the control plane.
+func (s *story) stop() {
+	if s.agent != nil {
+		_ = s.agent.Close()
+		s.agent = nil
+	}
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		p := s.procs[i]
+		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+	s.procs = nil
+	for i := len(s.cleanupFn) - 1; i >= 0; i-- {
+		s.cleanupFn[i]()
+	}
+	s.cleanupFn = nil
+}
+
+// registry applies the ManifestRegistry and its Secrets, and waits for the rendering.
+func (s *story) registry(ctx context.Context) error {
+	s.section("Point a ManifestRegistry at the repository")
+	keys := filepath.Join(s.dir, "keys")
+	for _, args := range [][]string{
+		{"create", "secret", "generic", "manifest-keys", "-n", Namespace, "--from-file=platform.pem=" + filepath.Join(keys, "manifests.pub")},
+		{"create", "secret", "generic", "committers", "-n", Namespace, "--from-file=platform.sshpub=" + filepath.Join(keys, "git_ed25519.pub")},
+	} {
+		if _, err := s.kubectl(ctx, args...); err != nil {
+			return err
+		}
+	}
+	y := fmt.Sprintf(`apiVersion: reversi.dev/v1alpha1
+kind: ManifestRegistry
+metadata: {name: %s, namespace: %s}
+spec:
+  url: file://%s
+  ref: {branch: main}
+  path: registry
+  format: Registry
+  interval: 1h
+  verify:
+    manifestKeysSecretRef: {name: manifest-keys}
+    commit: {mode: HEAD, secretRef: {name: committers}}
+`, Registry, Namespace, s.repo)
+	if err := s.apply(ctx, "registry.yaml", y); err != nil {
+		return err
+	}
+	if _, err := s.kubectl(ctx, "wait", "--for=condition=Ready", "manifestregistry/"+Registry, "-n", Namespace, "--timeout=60s"); err != nil {
+		return err
+	}
+	_, err := s.kubectl(ctx, "get", "manifestregistries", "-n", Namespace)
+	return err
+}
+
+// apply writes a manifest into the demo folder, prints it and applies it.
+func (s *story) apply(ctx context.Context, name, content string) error {
+	path := filepath.Join(s.dir, name)
+	if err := s.write(path, content); err != nil {
+		return err
+	}
+	s.say("%s:\n%s", name, indent(content))
+	_, err := s.kubectl(ctx, "apply", "-f", path)
+	return err
+}
+
+// gateway applies the ReversiGateway, waits for its rendering and runs its container's
+// command as a local process: the Deployment's args, its volumes' files at local paths, its
+// env, and a token of its ServiceAccount in place of the in-cluster credentials.
+func (s *story) gateway(ctx context.Context) error {
+	s.section("Deploy a ReversiGateway in front of server-memory")
+	keyOut, err := s.reversi(ctx, "gateway", "keys", "add", "--principal", Agent, "--role", "agent", "-f", filepath.Join(s.dir, "keys", "gateway-keys.json"))
+	if err != nil {
+		return err
+	}
+	secret := lastLine(keyOut)
+	if _, err := s.kubectl(ctx, "create", "secret", "generic", "gateway-keys", "-n", Namespace, "--from-file=keys.json="+filepath.Join(s.dir, "keys", "gateway-keys.json")); err != nil {
+		return err
+	}
+	node, args, env, err := upstreams.MemoryCommand(filepath.Join(s.dir, "memory.jsonl"))
+	if err != nil {
+		return err
+	}
+	if s.port, err = freePort(); err != nil {
+		return err
+	}
+	var envYAML strings.Builder
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		fmt.Fprintf(&envYAML, "\n    - {name: %s, value: %q}", k, v)
+	}
+	y := fmt.Sprintf(`apiVersion: reversi.dev/v1alpha1
+kind: ReversiGateway
+metadata: {name: %s, namespace: %s}
+spec:
+  mode: enforce
+  port: %d
+  permissions: [memory:read, memory:write, memory:admin]
+  upstreams:
+  - name: memory
+    command: %s
+    args: [%q]
+    env:%s
+  manifests: {registries: [%s]}
+  trustedKeysSecretRef: {name: manifest-keys}
+  auth: {keysSecretRef: {name: gateway-keys, key: keys.json}}
+`, Gateway, Namespace, s.port, node, args[0], envYAML.String(), Registry)
+	if err := s.apply(ctx, "gateway.yaml", y); err != nil {
+		return err
+	}
+	k8s := s.env.Client
+	gw := &v1alpha1.ReversiGateway{}
+	var dep appsv1.Deployment
+	depName := Gateway + "-gateway"
+	if err := poll(ctx, 60*time.Second, func() string {
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: depName}, &dep); err != nil {
+			return "the controller has not rendered Deployment " + depName + ": " + err.Error()
+		}
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: Gateway}, gw); err != nil {
+			return err.Error()
+		}
+		if gw.Status.Manifests == nil || gw.Status.Manifests.DesiredRevision == "" {
+			return "ReversiGateway status.manifests is empty"
+		}
+		return ""
+	}); err != nil {
+		return err
+	}
+	if _, err := s.kubectl(ctx, "get", "deployment,service,serviceaccount,role,rolebinding,configmap", "-n", Namespace, "-l", "app.kubernetes.io/instance="+Gateway); err != nil {
+		if _, err := s.kubectl(ctx, "get", "deployment,service,serviceaccount,role,rolebinding,configmap", "-n", Namespace); err != nil {
+			return err
+		}
+	}
+
+	// envtest runs no kubelet: the demo plays it for one pod of the Deployment.
+	s.podName = depName + "-demo"
+	tmpl := dep.Spec.Template
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: s.podName, Labels: tmpl.Labels, Annotations: tmpl.Annotations},
+		Spec: *tmpl.Spec.DeepCopy()}
+	if err := k8s.Create(ctx, pod); err != nil {
+		return err
+	}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		return err
+	}
+	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+	if err := k8s.Status().Update(ctx, &dep); err != nil {
+		return err
+	}
+	s.say("(envtest has no kubelet: the demo plays it for pod %s, and runs its container as a local process)", s.podName)
+
+	c := tmpl.Spec.Containers[0]
+	if s.gwKube, err = s.serviceAccountKubeconfig(ctx, tmpl.Spec.ServiceAccountName); err != nil {
+		return err
+	}
+	mounts, err := s.volumes(ctx, tmpl.Spec, c)
+	if err != nil {
+		return err
+	}
+	argv := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		argv[i] = localise(a, mounts)
+		if i > 0 && c.Args[i-1] == "--kubeconfig" && a == "" {
+			argv[i] = s.gwKube // in-cluster credentials: the ServiceAccount's token
+		}
+	}
+	s.report.GatewayArgs = argv
+	penv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(s.dir, "home"), "TMPDIR=" + mounts["/tmp"]}
+	for _, e := range c.Env {
+		v, err := s.envValue(ctx, e)
+		if err != nil {
+			return err
+		}
+		penv = append(penv, e.Name+"="+v)
+	}
+	if err := s.start("gateway", s.bin, argv, penv); err != nil {
+		return err
+	}
+	desired := gw.Status.Manifests.DesiredRevision
+	if err := poll(ctx, 60*time.Second, func() string {
+		if d := s.podDigest(ctx); d != desired {
+			return fmt.Sprintf("pod %s reports manifest digest %q, want %s", s.podName, d, desired)
+		}
+		return ""
+	}); err != nil {
+		return err
+	}
+	if _, err := s.kubectl(ctx, "get", "reversigateway", Gateway, "-n", Namespace, "-o", "wide"); err != nil {
+		return err
+	}
+	s.agent, err = mcp.NewClient(&mcp.Implementation{Name: "demo-agent", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint: "http://127.0.0.1:" + strconv.Itoa(s.port) + "/mcp", HTTPClient: &http.Client{Transport: bearer{secret}}}, nil)
+	if err != nil {
+		return fmt.Errorf("the agent cannot connect to the gateway: %w", err)
+	}
+	s.say("The agent %s is connected to http://127.0.0.1:%d/mcp with its API key.", Agent, s.port)
+	return nil
+}
+
+// serviceAccountKubeconfig mints a token of the ServiceAccount (TokenRequest, as the kubelet
+// does for a pod) and writes a kubeconfig with it.
+func (s *story) serviceAccountKubeconfig(ctx context.Context, sa string) (string, error) {
+	cs, err := kubernetes.NewForConfig(s.env.Config)
+	if err != nil {
+		return "", err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, sa, &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("TokenRequest for ServiceAccount %s: %w", sa, err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: s.env.Config.Host, CertificateAuthorityData: s.env.Config.CAData}
+	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts[sa] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: sa, Namespace: Namespace}
+	kc.CurrentContext = sa
+	p := filepath.Join(s.dir, sa+".kubeconfig")
+	s.say("(a token of ServiceAccount %s, as the kubelet mounts it: %s)", sa, filepath.Base(p))
+	return p, clientcmd.WriteToFile(*kc, p)
+}
+
+// volumes writes each mounted volume of the container to a local folder, as the kubelet
+// would: ConfigMap and Secret items, empty folders for emptyDir and the data volume. It
+// returns mountPath → local folder.
+func (s *story) volumes(ctx context.Context, pod corev1.PodSpec, c corev1.Container) (map[string]string, error) {
+	mounts := map[string]string{}
+	files := map[string]string{} // the ConfigMap and Secret mounts only
+	for _, m := range c.VolumeMounts {
+		local := filepath.Join(s.dir, "pod", m.Name)
+		if err := os.MkdirAll(local, 0o700); err != nil {
+			return nil, err
+		}
+		mounts[m.MountPath] = local
+		for _, v := range pod.Volumes {
+			if v.Name != m.Name {
+				continue
+			}
+			var data map[string][]byte
+			var items []corev1.KeyToPath
+			switch {
+			case v.ConfigMap != nil:
+				var cm corev1.ConfigMap
+				if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: v.ConfigMap.Name}, &cm); err != nil {
+					return nil, err
+				}
+				data = map[string][]byte{}
+				for k, val := range cm.Data {
+					data[k] = []byte(val)
+				}
+				items = v.ConfigMap.Items
+				files[m.MountPath] = local
+			case v.Secret != nil:
+				var sec corev1.Secret
+				if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: v.Secret.SecretName}, &sec); err != nil {
+					return nil, err
+				}
+				data, items = sec.Data, v.Secret.Items
+				files[m.MountPath] = local
+			}
+			if items == nil {
+				for k := range data {
+					items = append(items, corev1.KeyToPath{Key: k, Path: k})
+				}
+			}
+			for _, it := range items {
+				if err := os.WriteFile(filepath.Join(local, it.Path), data[it.Key], 0o600); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	// Files that name other files mounted from ConfigMaps or Secrets (gateway.yaml's
+	// auth.keys) name their local copies.
+	for _, local := range files {
+		entries, _ := os.ReadDir(local)
+		for _, e := range entries {
+			p := filepath.Join(local, e.Name())
+			b, err := os.ReadFile(p)
+			if err != nil || e.IsDir() {
+				continue
+			}
+			if l := localise(string(b), files); l != string(b) {
+				if err := os.WriteFile(p, []byte(l), 0o600); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return mounts, nil
+}
+
+// localise replaces every mount path in text by its local folder, in one pass (a local
+// folder may itself lie under a mount path such as /tmp).
+func localise(text string, mounts map[string]string) string {
+	if local, ok := mounts[text]; ok {
+		return local
+	}
+	paths := make([]string, 0, len(mounts))
+	for mp := range mounts {
+		paths = append(paths, mp)
+	}
+	sort.Slice(paths, func(i, j int) bool { return len(paths[i]) > len(paths[j]) })
+	var pairs []string
+	for _, mp := range paths {
+		pairs = append(pairs, mp+"/", mounts[mp]+"/")
+	}
+	return strings.NewReplacer(pairs...).Replace(text)
+}
+
+func (s *story) envValue(ctx context.Context, e corev1.EnvVar) (string, error) {
+	switch {
+	case e.ValueFrom == nil:
+		return e.Value, nil
+	case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+		return s.podName, nil
+	case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+		return Namespace, nil
+	case e.ValueFrom.SecretKeyRef != nil:
+		var sec corev1.Secret
+		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: e.ValueFrom.SecretKeyRef.Name}, &sec); err != nil {
+			return "", err
+		}
+		return string(sec.Data[e.ValueFrom.SecretKeyRef.Key]), nil
+	}
+	return "", fmt.Errorf("env %s: a source the demo does not play (%+v)", e.Name, e.ValueFrom)
+}
+
+func (s *story) podDigest(ctx context.Context) string {
+	p := &corev1.Pod{}
+	if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.podName}, p); err != nil {
+		return ""
+	}
+	return p.Annotations[v1alpha1.AnnotationManifestDigest]
+}
+
+// call makes one tool call as the agent and prints it; the text and whether it is an error.
+func (s *story) call(ctx context.Context, tool string, args map[string]any) (string, bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := s.agent.CallTool(cctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		return "", false, fmt.Errorf("the agent's call of %s: %w", tool, err)
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String(), res.IsError, nil
+}
+
+func (s *story) showCall(tool string, text string, isErr bool) {
+	mark := "ok"
+	if isErr {
+		mark = "error"
+	}
+	s.say("agent> %s\n    %s: %s", tool, mark, oneLine(text, 300))
+}
+
+var relation = map[string]any{"relations": []any{map[string]any{"from": "acme-corp", "to": "invoice-1042", "relationType": "owes"}}}
+
+// blocked: the agent creates two entities (allowed) and links them; create_relations has no
+// manifest, so the gateway blocks it.
+func (s *story) blocked(ctx context.Context) error {
+	s.section("1. A call without a manifest is blocked")
+	text, isErr, err := s.call(ctx, "memory.create_entities", map[string]any{"entities": []any{
+		map[string]any{"name": "acme-corp", "entityType": "customer", "observations": []any{"signed 2026-11"}},
+		map[string]any{"name": "invoice-1042", "entityType": "invoice", "observations": []any{"EUR 1,200"}}}})
+	if err != nil {
+		return err
+	}
+	s.showCall("memory.create_entities", text, isErr)
+	if isErr {
+		return fmt.Errorf("memory.create_entities was refused: %s", text)
+	}
+	text, isErr, err = s.call(ctx, "memory.create_relations", relation)
+	if err != nil {
+		return err
+	}
+	s.showCall("memory.create_relations", text, isErr)
+	if !isErr || !strings.HasPrefix(text, "Blocked by Reversi") {
+		return fmt.Errorf("memory.create_relations without a manifest was not blocked: %s", text)
+	}
+	s.report.Blocked = text
+	return nil
+}
+
+var requestID = regexp.MustCompile(`request (apr-[0-9a-z-]+) is waiting`)
+
+// mergePR: a signed commit adds create_relations (finance approves each call); the registry
+// is asked to reconcile now, and the running gateway enforces the new rule.
+func (s *story) mergePR(ctx context.Context) error {
+	s.section("2. A PR adds a manifest: enforced by the running gateway, no restart")
+	before := s.podDigest(ctx)
+	if err := s.write(filepath.Join(s.repo, "drafts", "relations.yaml"), manifestRelations); err != nil {
+		return err
+	}
+	s.say("drafts/relations.yaml:\n%s", indent(manifestRelations))
+	if _, err := s.exec(ctx, s.repo, nil, "", s.bin, "manifests", "publish", "drafts", "--registry", "registry",
+		"--by", "platform-team", "--key", filepath.Join(s.dir, "keys", "manifests.key"), "--status", "approved", "--note", "finance approves relations"); err != nil {
+		return err
+	}
+	if _, err := s.git(ctx, "add", "-A"); err != nil {
+		return err
+	}
+	began := time.Now()
+	if _, err := s.git(ctx, "commit", "-q", "-m", "memory.create_relations: finance approves each call (PR #7)"); err != nil {
+		return err
+	}
+	if _, err := s.kubectl(ctx, "annotate", "--overwrite", "manifestregistry/"+Registry, "-n", Namespace, v1alpha1.AnnotationRequestedAt+"="+time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		return err
+	}
+	var text string
+	if err := poll(ctx, 30*time.Second, func() string {
+		t, isErr, err := s.call(ctx, "memory.create_relations", relation)
+		if err != nil {
+			return err.Error()
+		}
+		if !isErr || !requestID.MatchString(t) {
+			return "memory.create_relations is still answered: " + oneLine(t, 200)
+		}
+		text = t
+		return ""
+	}); err != nil {
+		return err
+	}
+	s.report.Enforced = time.Since(began)
+	s.showCall("memory.create_relations", text, true)
+	s.report.Held = text
+	s.report.Request = requestID.FindStringSubmatch(text)[1]
+	s.say("git commit → enforced by the running gateway in %s (pod digest %s → %s)", s.report.Enforced.Round(time.Millisecond), short(before), short(s.podDigest(ctx)))
+	_, err := s.kubectl(ctx, "get", "approvalrequests", "-n", Namespace)
+	return err
+}
+
+// approve: alice (group finance) applies an Approval with kubectl; the agent's retry passes.
+func (s *story) approve(ctx context.Context) error {
+	s.section("3. Finance approves with kubectl; the agent's retry passes")
+	y := fmt.Sprintf("apiVersion: reversi.dev/v1alpha1\nkind: Approval\nmetadata: {name: %s-alice, namespace: %s}\nspec:\n  requestRef: {name: %s}\n  decision: Approve\n  reason: invoice 1042 checked (FIN-12)\n",
+		s.report.Request, Namespace, s.report.Request)
+	if err := s.write(filepath.Join(s.dir, "approval.yaml"), y); err != nil {
+		return err
+	}
+	s.say("approval.yaml:\n%s", indent(y))
+	began := time.Now()
+	if _, err := s.kubectlAs(ctx, s.alice, "", "apply", "-f", filepath.Join(s.dir, "approval.yaml")); err != nil {
+		return err
+	}
+	var text string
+	if err := poll(ctx, 30*time.Second, func() string {
+		t, isErr, err := s.call(ctx, "memory.create_relations", relation)
+		if err != nil {
+			return err.Error()
+		}
+		if isErr {
+			return "the retry is still blocked: " + oneLine(t, 200)
+		}
+		text = t
+		return ""
+	}); err != nil {
+		return err
+	}
+	s.report.ApprovedAfter = time.Since(began)
+	s.report.Approved = text
+	s.showCall("memory.create_relations (retry)", text, false)
+	_, err := s.kubectl(ctx, "get", "approvalrequests,approvals", "-n", Namespace)
+	return err
+}
+
+// runs: the agent's session is a ReversiRun.
+func (s *story) runs(ctx context.Context) error {
+	s.section("4. The audit view: kubectl get reversiruns")
+	if err := poll(ctx, 30*time.Second, func() string {
+		var l v1alpha1.ReversiRunList
+		if err := s.env.Client.List(ctx, &l, client.InNamespace(Namespace)); err != nil {
+			return err.Error()
+		}
+		for _, r := range l.Items {
+			if r.Spec.Actor == Agent && r.Status.Counts.Succeeded >= 2 {
+				s.report.Run = r.Name
+				return ""
+			}
+		}
+		return fmt.Sprintf("no ReversiRun of %s with the two calls that passed (%d runs)", Agent, len(l.Items))
+	}); err != nil {
+		return err
+	}
+	out, err := s.kubectl(ctx, "get", "reversiruns", "-n", Namespace)
+	s.report.Runs = out
+	return err
+}
+
+// rollback: an operator confirms the rollback with kubectl patch; the gateway undoes the
+// relation and the entities, each read back.
+func (s *story) rollback(ctx context.Context) error {
+	s.section("5. Roll the run back")
+	if _, err := s.kubectl(ctx, "patch", "reversirun", s.report.Run, "-n", Namespace, "--type", "merge", "-p", `{"spec":{"rollback":{"confirm":true}}}`); err != nil {
+		return err
+	}
+	if err := poll(ctx, 60*time.Second, func() string {
+		r := &v1alpha1.ReversiRun{}
+		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.report.Run}, r); err != nil {
+			return err.Error()
+		}
+		if rb := r.Status.Rollback; rb == nil || (rb.Phase != v1alpha1.RollbackSucceeded && rb.Phase != v1alpha1.RollbackPartiallySucceeded && rb.Phase != v1alpha1.RollbackFailed) {
+			return fmt.Sprintf("status.rollback %+v", r.Status.Rollback)
+		}
+		s.report.RollbackPhase = r.Status.Rollback.Phase
+		return ""
+	}); err != nil {
+		return err
+	}
+	out, err := s.kubectl(ctx, "get", "reversiruns", "-n", Namespace)
+	if err != nil {
+		return err
+	}
+	s.report.RolledBack = out
+	if _, err := s.kubectl(ctx, "get", "reversirun", s.report.Run, "-n", Namespace, "-o", "jsonpath={range .status.rollback.steps[*]}{.tool}{' -> '}{.result}{'\\n'}{end}"); err != nil {
+		return err
+	}
+	text, isErr, err := s.call(ctx, "memory.read_graph", map[string]any{})
+	if err != nil {
+		return err
+	}
+	s.showCall("memory.read_graph", text, isErr)
+	s.report.GraphAfterRollback = text
+	return nil
+}
+
+// forged: a commit that is not signed by a trusted committer loosens the rule; the controller
+// refuses it and the gateway keeps serving what it served.
+func (s *story) forged(ctx context.Context) error {
+	s.section("6. A forged (unsigned) commit never reaches the gateway")
+	before := s.podDigest(ctx)
+	p := filepath.Join(s.repo, "registry")
+	if err := s.write(filepath.Join(p, "NOTICE"), "approvals are no longer needed\n"); err != nil {
+		return err
+	}
+	if _, err := s.git(ctx, "add", "-A"); err != nil {
+		return err
+	}
+	if _, err := s.git(ctx, "-c", "commit.gpgsign=false", "-c", "user.name=Mallory", "commit", "-q", "-m", "drop the approval (unsigned)"); err != nil {
+		return err
+	}
+	if _, err := s.kubectl(ctx, "annotate", "--overwrite", "manifestregistry/"+Registry, "-n", Namespace, v1alpha1.AnnotationRequestedAt+"="+time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		return err
+	}
+	if err := poll(ctx, 30*time.Second, func() string {
+		r := &v1alpha1.ManifestRegistry{}
+		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: Registry}, r); err != nil {
+			return err.Error()
+		}
+		for _, c := range r.Status.Conditions {
+			if c.Type == v1alpha1.ConditionReady && c.Status == metav1.ConditionFalse {
+				s.report.Forged = c.Message
+				return ""
+			}
+		}
+		return "the registry still reports Ready"
+	}); err != nil {
+		return err
+	}
+	if _, err := s.kubectl(ctx, "get", "manifestregistries", "-n", Namespace); err != nil {
+		return err
+	}
+	s.report.ForgedDigestKept = s.podDigest(ctx) == before && before != ""
+	s.say("the gateway still serves %s", short(before))
+	text, isErr, err := s.call(ctx, "memory.create_relations", relation)
+	if err != nil {
+		return err
+	}
+	s.showCall("memory.create_relations", text, isErr)
+	s.report.StillHeld = text
+	return nil
+}
+
+// handEdit: with the controller stopped (nothing re-renders), someone edits the gateway's
+// ConfigMap by hand: create_relations without its approval rule, unsigned. The gateway
+// verifies every signature itself, refuses the edit and keeps enforcing what it had.
+func (s *story) handEdit(ctx context.Context) error {
+	s.section("7. A ConfigMap edited by hand is refused by the gateway itself")
+	ctrlProc := s.procs[0]
+	_ = syscall.Kill(-ctrlProc.Process.Pid, syscall.SIGTERM)
+	s.say("(the controller, pid %d, is stopped: nothing re-renders the ConfigMap)", ctrlProc.Process.Pid)
+	name := Gateway + "-manifests"
+	var cm corev1.ConfigMap
+	if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: name}, &cm); err != nil {
+		return err
+	}
+	b, err := bundle.Assemble([]map[string]string{cm.Data})
+	if err != nil {
+		return err
+	}
+	edited := false
+	for i, e := range b.Entries {
+		if e.Tool != "memory.create_relations" {
+			continue
+		}
+		var raw map[string]any
+		if err := json.Unmarshal(e.Manifest, &raw); err != nil {
+			return err
+		}
+		delete(raw, "approval")
+		m, errs := manifest.Validate(raw)
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+		if b.Entries[i].Manifest, err = manifest.CanonicalJSON(m); err != nil {
+			return err
+		}
+		if b.Entries[i].Checksum, err = manifest.Checksum(m); err != nil {
+			return err
+		}
+		b.Entries[i].Signature, b.Entries[i].KeyID = "", ""
+		edited = true
+	}
+	if !edited {
+		return fmt.Errorf("ConfigMap %s has no memory.create_relations", name)
+	}
+	shards, err := b.Shards(0)
+	if err != nil {
+		return err
+	}
+	out := corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: cm.Labels, OwnerReferences: cm.OwnerReferences}, Data: shards[0]}
+	y, err := yaml.Marshal(out)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(s.dir, name+"-edited.yaml")
+	if err := s.write(path, string(y)); err != nil {
+		return err
+	}
+	s.say("%s: memory.create_relations without its approval rule, checksum recomputed, signature removed", filepath.Base(path))
+	if _, err := s.kubectl(ctx, "replace", "-f", path); err != nil {
+		return err
+	}
+	if err := poll(ctx, 30*time.Second, func() string {
+		p := &corev1.Pod{}
+		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.podName}, p); err != nil {
+			return err.Error()
+		}
+		if e := p.Annotations[v1alpha1.AnnotationManifestError]; e != "" {
+			s.report.HandEdit = e
+			return ""
+		}
+		return "the gateway pod reports no refusal"
+	}); err != nil {
+		return err
+	}
+	if _, err := s.kubectl(ctx, "get", "pod", s.podName, "-n", Namespace, "-o", `jsonpath={.metadata.annotations.reversi\.dev/manifest-error}{"\n"}`); err != nil {
+		return err
+	}
+	text, isErr, err := s.call(ctx, "memory.create_relations", relation)
+	if err != nil {
+		return err
+	}
+	s.showCall("memory.create_relations", text, isErr)
+	s.report.HandEditHeld = text
+	return nil
+}
+
+// rbac: the gateway's identity reads its own keys but no other Secret.
+func (s *story) rbac(ctx context.Context) error {
+	s.section("8. The gateway's RBAC is its own")
+	if _, err := s.kubectlAs(ctx, s.gwKube, "", "get", "secret", "manifest-keys", "-n", Namespace, "-o", "name"); err != nil {
+		return err
+	}
+	out, err := s.try(ctx, s.dir, []string{"KUBECONFIG=" + s.gwKube}, "", s.kubectlB, "get", "secret", "committers", "-n", Namespace)
+	if err == nil || !strings.Contains(out, "Forbidden") {
+		return fmt.Errorf("the gateway's ServiceAccount read Secret committers: %v\n%s", err, out)
+	}
+	s.report.Forbidden = strings.TrimSpace(out)
+	return nil
+}
+
+func (s *story) summary() {
+	r := s.report
+	s.section("Summary")
+	s.say("  blocked      memory.create_relations had no manifest: blocked")
+	s.say("  merged PR    a signed commit made it need finance's approval: enforced in %s, no restart", r.Enforced.Round(time.Millisecond))
+	s.say("  approved     alice (finance) applied an Approval; the retry passed %s later", r.ApprovedAfter.Round(time.Millisecond))
+	s.say("  audit        kubectl get reversiruns shows run %s", r.Run)
+	s.say("  rollback     kubectl patch … spec.rollback.confirm=true: %s", r.RollbackPhase)
+	kept := "and the gateway kept the rules of the last signed commit"
+	if !r.ForgedDigestKept {
+		kept = "but the gateway's digest changed"
+	}
+	s.say("  forged       the controller refused an unsigned commit, %s", kept)
+	s.say("  hand edit    an unsigned ConfigMap edit was refused by the gateway itself; the rule held")
+	s.say("  RBAC         the gateway's ServiceAccount cannot read other Secrets")
+	s.say("Everything the demo started is stopped now.")
+}
+
+// poll calls cond every 50 ms until it returns "" or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, cond func() string) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		why := cond()
+		if why == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s: %s", timeout, why)
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), errors.New(why))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return "    " + strings.ReplaceAll(s, "\n", "\n    ") + "\n"
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+func short(digest string) string {
+	if i := strings.IndexByte(digest, ':'); i >= 0 && len(digest) > i+13 {
+		return digest[:i+13]
+	}
+	return digest
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(bytes.ToValidUTF8(b, nil))
+}

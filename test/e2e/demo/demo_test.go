@@ -1,0 +1,108 @@
+// Package demo runs the story of `make demo` (internal/demo) as the acceptance test of issue 9:
+// a real control plane (envtest), the `reversi controller` process, a signed git repository, and
+// a `reversi gateway` process started exactly as the rendered Deployment's container with a
+// token of the rendered ServiceAccount, fronting @modelcontextprotocol/server-memory; every
+// step is asserted here.
+package demo
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/reversi-gitops/reversi/internal/demo"
+	"github.com/reversi-gitops/reversi/test/syncbuf"
+)
+
+func TestDemoStory(t *testing.T) {
+	out := &syncbuf.Buffer{}
+	began := time.Now()
+	r, err := demo.Run(t.Context(), demo.Options{Out: out})
+	t.Logf("the demo took %s; its output:\n%s", time.Since(began).Round(time.Millisecond), out.String())
+	if err != nil {
+		t.Fatalf("the demo failed: %v", err)
+	}
+
+	// The gateway ran as the Deployment's container: its args, the manifests through the API,
+	// the ServiceAccount's kubeconfig in place of in-cluster credentials.
+	args := strings.Join(r.GatewayArgs, " ")
+	for _, want := range []string{"gateway --config ", "--kube-configmap " + demo.Namespace + "/" + demo.Gateway + "-manifests", "--kube-trusted-keys manifest-keys", "--namespace " + demo.Namespace} {
+		if !strings.Contains(args, want) {
+			t.Errorf("the gateway's args %q lack %q", args, want)
+		}
+	}
+	if i := slices.Index(r.GatewayArgs, "--kubeconfig"); i < 0 || !strings.HasSuffix(r.GatewayArgs[i+1], demo.Gateway+"-gateway.kubeconfig") {
+		t.Errorf("the gateway does not run with its ServiceAccount's kubeconfig: %q", args)
+	}
+
+	// 1. Blocked without a manifest.
+	if !strings.HasPrefix(r.Blocked, "Blocked by Reversi: there is no manifest for memory.create_relations") {
+		t.Errorf("the first call of memory.create_relations: %q", r.Blocked)
+	}
+	// 2. The merged PR is enforced by the running gateway in under 5 s.
+	if !strings.Contains(r.Held, "memory.create_relations requires approval: request "+r.Request+" is waiting") || r.Request == "" {
+		t.Errorf("after the PR: %q", r.Held)
+	}
+	t.Logf("git commit → new rule enforced by the running gateway: %s", r.Enforced.Round(time.Millisecond))
+	if r.Enforced <= 0 || r.Enforced > 5*time.Second {
+		t.Errorf("the new rule took %s to be enforced, want under 5 s", r.Enforced)
+	}
+	// 3. alice's Approval lets the retry through.
+	if !strings.Contains(r.Approved, `"relationType": "owes"`) {
+		t.Errorf("the approved retry: %q", r.Approved)
+	}
+	t.Logf("kubectl apply of the Approval → retry passes: %s", r.ApprovedAfter.Round(time.Millisecond))
+	// 4. kubectl get reversiruns shows the agent's run.
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(r.Run) + `\s+` + demo.Agent + `\s`).MatchString(r.Runs) {
+		t.Errorf("kubectl get reversiruns does not show run %q of %s:\n%s", r.Run, demo.Agent, r.Runs)
+	}
+	// 5. The rollback undid both changes: server-memory's graph is empty again.
+	if r.RollbackPhase != "Succeeded" || !regexp.MustCompile(regexp.QuoteMeta(r.Run)+`.*\sRolledBack\s.*\sSucceeded\s`).MatchString(r.RolledBack) {
+		t.Errorf("rollback %q:\n%s", r.RollbackPhase, r.RolledBack)
+	}
+	var graph struct {
+		Entities  []any `json:"entities"`
+		Relations []any `json:"relations"`
+	}
+	if err := json.Unmarshal([]byte(r.GraphAfterRollback), &graph); err != nil || len(graph.Entities) != 0 || len(graph.Relations) != 0 {
+		t.Errorf("the graph after the rollback: %v %q", err, r.GraphAfterRollback)
+	}
+	// 6. The forged commit never reached the gateway.
+	if !strings.Contains(r.Forged, "not signed") || !r.ForgedDigestKept || !strings.Contains(r.StillHeld, "requires approval") {
+		t.Errorf("after the unsigned commit: registry %q, digest kept %v, gateway answers %q", r.Forged, r.ForgedDigestKept, r.StillHeld)
+	}
+	// 7. A ConfigMap edited by hand (unsigned, looser) is refused by the gateway itself.
+	if !strings.Contains(r.HandEdit, "memory.create_relations") || !strings.Contains(r.HandEdit, "not signed") ||
+		!strings.Contains(r.HandEditHeld, "memory.create_relations requires approval") {
+		t.Errorf("after the hand edit: pod reports %q, gateway answers %q", r.HandEdit, r.HandEditHeld)
+	}
+	// 8. The ServiceAccount reads no other Secret.
+	if !strings.Contains(r.Forbidden, "Forbidden") || !strings.Contains(r.Forbidden, "system:serviceaccount:"+demo.Namespace+":"+demo.Gateway+"-gateway") {
+		t.Errorf("reading Secret committers as the gateway: %q", r.Forbidden)
+	}
+
+	// Nothing is left running, and the folder is gone.
+	if len(r.PIDs) != 2 {
+		t.Errorf("started processes %v, want the controller and the gateway", r.PIDs)
+	}
+	for _, pid := range r.PIDs {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("process %d is still there after the demo: %v", pid, err)
+		}
+	}
+	if _, err := os.Stat(r.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the demo folder %s is still there: %v", r.Dir, err)
+	}
+	for _, want := range []string{"$ kubectl apply -f gateway.yaml", "$ kubectl get reversiruns -n agents", "$ kubectl patch reversirun", "(as alice)", "== Summary"} {
+		if !bytes.Contains([]byte(out.String()), []byte(want)) {
+			t.Errorf("the demo's output lacks %q", want)
+		}
+	}
+}
