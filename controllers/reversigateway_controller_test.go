@@ -171,7 +171,7 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 	pod := dep.Spec.Template.Spec
 	c := pod.Containers[0]
 	wantArgs := []string{"gateway", "--config", "/etc/reversi/config/gateway.yaml", "--kube-configmap", ns + "/pay-manifests",
-		"--kube-trusted-keys", "manifest-keys", "--kubeconfig", "", "--namespace", ns, "--store", "sqlite", "--data", GatewayDataDir}
+		"--kube-trusted-keys", "manifest-keys", "--kubeconfig", "", "--namespace", ns, "--gateway-name", "pay", "--store", "sqlite", "--data", GatewayDataDir}
 	if !reflect.DeepEqual(c.Args, wantArgs) || c.Image != DefaultGatewayImage || pod.ServiceAccountName != "pay-gateway" {
 		t.Fatalf("container %v image %s sa %s", c.Args, c.Image, pod.ServiceAccountName)
 	}

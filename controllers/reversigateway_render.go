@@ -248,8 +248,8 @@ func gatewayRules(gw *v1alpha1.ReversiGateway, shards int) []rbacv1.PolicyRule {
 }
 
 // gatewayArgs are the container's arguments: `reversi gateway` with the rendered config, the
-// manifests ConfigMap watched through the API, and the approval queue in the namespace
-// (in-cluster credentials: --kubeconfig ”).
+// manifests ConfigMap watched through the API, the approval queue and runs in the namespace
+// (in-cluster credentials: --kubeconfig ”), named after the ReversiGateway.
 func gatewayArgs(gw *v1alpha1.ReversiGateway) []string {
 	n := namesOf(gw)
 	args := []string{"gateway",
@@ -259,7 +259,7 @@ func gatewayArgs(gw *v1alpha1.ReversiGateway) []string {
 	if ref := gw.Spec.TrustedKeysSecretRef; ref != nil {
 		args = append(args, "--kube-trusted-keys", ref.Name)
 	}
-	args = append(args, "--kubeconfig", "", "--namespace", n.ns)
+	args = append(args, "--kubeconfig", "", "--namespace", n.ns, "--gateway-name", gw.Name)
 	if storeType(gw) == v1alpha1.StorePostgres {
 		args = append(args, "--store", "postgres")
 	} else {

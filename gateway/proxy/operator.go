@@ -323,7 +323,7 @@ func (g *Gateway) exportEvidence(ctx context.Context, req *mcp.CallToolRequest, 
 		}
 		return nil, ExportEvidenceOut{}, ledgerErr(err)
 	}
-	p := EvidencePayload{Gateway: Name, ExportedAt: time.Now().UTC(), ExportedBy: g.principal(req), Run: in.Run, Records: []RecordView{}}
+	p := EvidencePayload{Gateway: g.name, ExportedAt: time.Now().UTC(), ExportedBy: g.principal(req), Run: in.Run, Records: []RecordView{}}
 	for _, run := range runs {
 		recs, err := g.store.Records(ctx, run, 0, 0)
 		if err != nil {

@@ -61,6 +61,9 @@ type Options struct {
 	// Store holds runs, the ledger and the approval queue. Required; the Gateway does not
 	// close it.
 	Store store.Store
+	// Name is the gateway's name on its runs ("" is Name, the program's name); a
+	// ReversiGateway's pods pass the object's name.
+	Name string
 	// RunID continues (or opens, with that id) a run for the stdio session: --run-id.
 	RunID string
 	// Stdin and Stdout carry MCP in stdio mode; nil means the process's own.
@@ -89,6 +92,7 @@ type Gateway struct {
 	stdin     io.Reader
 	stdout    io.Writer
 	runID     string
+	name      string // on runs: Options.Name
 
 	mu   sync.Mutex
 	runs map[*mcp.ServerSession]string
@@ -129,7 +133,10 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	stderr = &lockedWriter{w: stderr}
 	g := &Gateway{cfg: o.Config, store: o.Store, stderr: stderr, load: o.Load,
 		stdin: o.Stdin, stdout: o.Stdout, runID: o.RunID, runs: map[*mcp.ServerSession]string{},
-		started: make(chan struct{}), closed: make(chan struct{})}
+		started: make(chan struct{}), closed: make(chan struct{}), name: o.Name}
+	if g.name == "" {
+		g.name = Name
+	}
 	g.mode = engine.Mode(o.Config.Mode)
 	if g.mode == "" { // the automatic choice, made once (seed: Observe first)
 		g.mode = engine.Enforce
@@ -292,10 +299,10 @@ func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string,
 	if id != "" {
 		run, err = g.store.ContinueRun(ctx, id, actor)
 		if errors.Is(err, store.ErrNotFound) {
-			run, err = g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: Name})
+			run, err = g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: g.name})
 		}
 	} else {
-		run, err = g.store.CreateRun(ctx, store.Run{Actor: actor, Gateway: Name})
+		run, err = g.store.CreateRun(ctx, store.Run{Actor: actor, Gateway: g.name})
 	}
 	if err != nil {
 		return "", err
@@ -318,7 +325,7 @@ func (g *Gateway) ensureRun(ctx context.Context, id, actor string) error {
 	if _, err := g.store.GetRun(ctx, id); err == nil {
 		return nil
 	}
-	_, err := g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: Name})
+	_, err := g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: g.name})
 	if errors.Is(err, store.ErrExists) {
 		return nil
 	}

@@ -339,7 +339,7 @@ func TestRequiresThroughTheGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms})
+	f := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms, Name: "agents"})
 	cs := f.client(t)
 	q := map[string]any{"query": "x"}
 	if res := call(t, cs, "memory.search_nodes", q); !res.IsError || !strings.Contains(strings.Join(texts(res), ""), "memory.read_graph") {
@@ -352,5 +352,9 @@ func TestRequiresThroughTheGateway(t *testing.T) {
 	other := f.client(t) // another session is another run
 	if res := call(t, other, "memory.search_nodes", q); !res.IsError {
 		t.Fatalf("search_nodes in another run passed: %v", texts(res))
+	}
+	runs, _ := f.store.ListRuns(context.Background(), store.RunFilter{})
+	if len(runs) != 2 || runs[0].Gateway != "agents" || runs[1].Gateway != "agents" {
+		t.Errorf("runs %+v, want two of gateway agents (Options.Name)", runs)
 	}
 }

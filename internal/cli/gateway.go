@@ -33,7 +33,7 @@ const DefaultDataDir = ".reversi"
 func newGatewayCmd() *cobra.Command {
 	var (
 		cfgFile, manifests, data, storeKind, runID, signingKey, dbURL string
-		kubeconfig, namespace, kubeCM, kubeKeys                       string
+		kubeconfig, namespace, kubeCM, kubeKeys, gatewayName          string
 		flags                                                         config.Flags
 	)
 	cmd := &cobra.Command{
@@ -111,13 +111,13 @@ func newGatewayCmd() *cobra.Command {
 				return fmt.Errorf("--store %q: use sqlite, postgres or memory", storeKind)
 			}
 			if kubeconfig != "" || namespace != "" {
-				kst, err := kubeApprovals(cmd.Context(), st, kubeconfig, namespace)
+				kst, err := kubeApprovals(cmd.Context(), st, kubeconfig, namespace, gatewayName)
 				if err != nil {
 					_ = st.Close()
 					return err
 				}
 				st = kst
-				if runs, err = kubeRuns(cmd.Context(), st, kubeconfig, namespace, cmd.ErrOrStderr()); err != nil {
+				if runs, err = kubeRuns(cmd.Context(), st, kubeconfig, namespace, gatewayName, cmd.ErrOrStderr()); err != nil {
 					return err
 				}
 				st = runs
@@ -134,7 +134,7 @@ func newGatewayCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: ms, Load: load, Store: st, RunID: runID,
+			gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: ms, Load: load, Store: st, RunID: runID, Name: gatewayName,
 				Stdin: stdin(cmd), Stdout: stdout(cmd), Stderr: cmd.ErrOrStderr(), Egress: &pc.Egress, Signer: signer})
 			if err != nil {
 				return err
@@ -166,6 +166,7 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&flags.Mode, "mode", "", "enforce, advise or observe (default: observe without manifests, enforce with)")
 	f.StringVar(&flags.Actor, "actor", "", "principal of the session's run (default mcp-client)")
 	f.StringVar(&runID, "run-id", "", "continue this run (stdio)")
+	f.StringVar(&gatewayName, "gateway-name", proxy.Name, "this gateway's name on its runs and approval requests (a ReversiGateway's pods pass its name)")
 	f.StringVar(&signingKey, "signing-key", "", "Ed25519 private key (reversi keygen) that signs reversi.export_evidence")
 	cmd.AddCommand(newGatewayKeysCmd())
 	f.StringVar(&kubeconfig, "kubeconfig", "", "keep the approval queue (ApprovalRequests) and the runs (ReversiRuns) in Kubernetes, reached with this kubeconfig")

@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/reversi-gitops/reversi/gateway/kube"
-	"github.com/reversi-gitops/reversi/gateway/proxy"
 	"github.com/reversi-gitops/reversi/gateway/store"
 )
 
@@ -35,14 +34,14 @@ func kubeClientConfig(kubeconfig, namespace string) (*rest.Config, string, error
 
 // kubeApprovals wraps st so its approval queue is ApprovalRequests in the namespace (gateway
 // --kubeconfig/--namespace). On error it closes st.
-func kubeApprovals(ctx context.Context, st store.Store, kubeconfig, namespace string) (store.Store, error) {
+func kubeApprovals(ctx context.Context, st store.Store, kubeconfig, namespace, gateway string) (store.Store, error) {
 	cfg, ns, err := kubeClientConfig(kubeconfig, namespace)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
 	replica, _ := os.Hostname()
-	ks, err := kube.New(ctx, st, kube.Options{Config: cfg, Namespace: ns, Gateway: proxy.Name, Replica: replica})
+	ks, err := kube.New(ctx, st, kube.Options{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replica})
 	if err != nil {
 		_ = st.Close()
 		return nil, err

@@ -13,7 +13,6 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/gateway/kube"
-	"github.com/reversi-gitops/reversi/gateway/proxy"
 	"github.com/reversi-gitops/reversi/gateway/store"
 )
 
@@ -21,7 +20,7 @@ import (
 // spec.rollback on one is executed (gateway --kubeconfig/--namespace; the caller attaches the
 // gateway). The replica is named by the host name (the pod's name in a cluster). On error it
 // closes st.
-func kubeRuns(ctx context.Context, st store.Store, kubeconfig, namespace string, stderr io.Writer) (*kube.Runs, error) {
+func kubeRuns(ctx context.Context, st store.Store, kubeconfig, namespace, gateway string, stderr io.Writer) (*kube.Runs, error) {
 	cfg, ns, err := kubeClientConfig(kubeconfig, namespace)
 	if err != nil {
 		_ = st.Close()
@@ -31,7 +30,7 @@ func kubeRuns(ctx context.Context, st store.Store, kubeconfig, namespace string,
 	if err != nil || replica == "" {
 		replica = fmt.Sprintf("pid-%d", os.Getpid())
 	}
-	runs, err := kube.NewRuns(ctx, st, kube.RunsOptions{Config: cfg, Namespace: ns, Gateway: proxy.Name, Replica: replica, Stderr: stderr})
+	runs, err := kube.NewRuns(ctx, st, kube.RunsOptions{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replica, Stderr: stderr})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
