@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -103,7 +104,7 @@ func (r *ReversiGatewayReconciler) gatewaysForRegistryConfigMap(ctx context.Cont
 	}
 	var out []reconcile.Request
 	for _, gw := range list.Items {
-		if m := gw.Spec.Manifests; m != nil && containsString(m.Registries, reg) {
+		if m := gw.Spec.Manifests; m != nil && slices.Contains(m.Registries, reg) {
 			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}})
 		}
 	}
@@ -116,15 +117,6 @@ func gatewayOfPod(_ context.Context, obj client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
-}
-
-func containsString(l []string, s string) bool {
-	for _, e := range l {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Reconcile renders one gateway and patches its status.
