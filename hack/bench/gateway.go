@@ -51,6 +51,9 @@ type gatewayFlags struct {
 	cpuprofile    string
 	keep          bool
 	store         string
+	// postgres, when set, adds a gateway HTTP row journaling to PostgreSQL: it returns the
+	// URL of a new empty database (the suite starts a throwaway server with test/pgtest).
+	postgres func(context.Context) (string, error)
 }
 
 func gatewayMain(argv []string) error {
@@ -80,7 +83,12 @@ func gatewayMain(argv []string) error {
 	if f.calls < 1 || f.warmup < 0 {
 		return errors.New("-calls must be positive and -warmup not negative")
 	}
-	return runGateway(f)
+	rows, notes, err := runGateway(f)
+	if err != nil {
+		return err
+	}
+	printTable(os.Stdout, rows, notes)
+	return nil
 }
 
 // env is what every row shares: the seeded memory file, the manifest, the config, the binary.
@@ -95,10 +103,11 @@ type env struct {
 	store     string // sqlite or memory
 }
 
-func runGateway(f gatewayFlags) error {
+// runGateway measures every row of f and returns them with the table's notes.
+func runGateway(f gatewayFlags) ([]row, []string, error) {
 	dir, err := os.MkdirTemp("", "reversi-bench-")
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if f.keep {
 		fmt.Fprintln(os.Stderr, "bench: keeping", dir)
@@ -106,10 +115,10 @@ func runGateway(f gatewayFlags) error {
 		defer os.RemoveAll(dir)
 	}
 	e, err := setup(dir, f.reversi)
-	e.store = f.store
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
+	e.store = f.store
 	ctx := context.Background()
 	maxN := 0
 	for _, n := range f.sessions {
@@ -134,12 +143,12 @@ func runGateway(f gatewayFlags) error {
 		// one session.
 		d, err := e.directStdio(ctx, n)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		direct, err := m("direct stdio", fmt.Sprintf("%d server-memory process(es), one session each", n), d.sessions, directTool)
 		d.close()
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		rows = append(rows, direct)
 		httpBase := direct
@@ -149,7 +158,7 @@ func runGateway(f gatewayFlags) error {
 			// its baseline is one server-memory process with n concurrent callers.
 			d, err := e.directStdio(ctx, 1)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			shared := make([]*mcp.ClientSession, n)
 			for i := range shared {
@@ -158,7 +167,7 @@ func runGateway(f gatewayFlags) error {
 			sr, err := m("direct stdio, 1 upstream", fmt.Sprintf("1 server-memory process, %d callers on its one session", n), shared, directTool)
 			d.close()
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			rows = append(rows, sr)
 			httpBase = sr
@@ -169,15 +178,15 @@ func runGateway(f gatewayFlags) error {
 		data := filepath.Join(dir, fmt.Sprintf("stdio-%d", n))
 		g, err := e.gatewayStdio(ctx, n, data)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		gr, err := m("gateway stdio ("+label+")", fmt.Sprintf("%d reversi gateway process(es), each with its own server-memory; one SQLite file", n), g.sessions, gatewayTool)
 		g.close()
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		if err := e.checkJournal(ctx, data, n*(f.warmup+per)); err != nil {
-			return fmt.Errorf("gateway stdio, %d sessions: %w", n, err)
+			return nil, nil, fmt.Errorf("gateway stdio, %d sessions: %w", n, err)
 		}
 		gr.base = &direct
 		rows = append(rows, gr)
@@ -185,9 +194,9 @@ func runGateway(f gatewayFlags) error {
 		// gateway HTTP: one gateway (in this process, so that it can be profiled), one
 		// server-memory, n Streamable HTTP sessions over loopback.
 		data = filepath.Join(dir, fmt.Sprintf("http-%d", n))
-		h, err := e.gatewayHTTP(ctx, n, data)
+		h, err := e.gatewayHTTP(ctx, n, data, "")
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		var stopProfile func() error
 		if f.cpuprofile != "" && n == maxN {
@@ -213,13 +222,36 @@ func runGateway(f gatewayFlags) error {
 		}
 		h.close()
 		if err != nil {
-			return fmt.Errorf("gateway HTTP, %d sessions: %w", n, err)
+			return nil, nil, fmt.Errorf("gateway HTTP, %d sessions: %w", n, err)
 		}
 		if err := e.checkJournal(ctx, data, n*(f.warmup+per)); err != nil {
-			return fmt.Errorf("gateway HTTP, %d sessions: %w", n, err)
+			return nil, nil, fmt.Errorf("gateway HTTP, %d sessions: %w", n, err)
 		}
 		rows = append(rows, row{name: "gateway HTTP (" + label + ")", topology: fmt.Sprintf("1 gateway (in the bench process), 1 server-memory, %d HTTP session(s)", n),
 			sessions: n, res: hres, base: &httpBase})
+
+		if f.postgres != nil {
+			// The same HTTP gateway journaling to PostgreSQL (its own database per row).
+			pgURL, err := f.postgres(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			h, err := e.gatewayHTTP(ctx, n, "", pgURL)
+			if err != nil {
+				return nil, nil, err
+			}
+			fmt.Fprintf(os.Stderr, "bench: gateway HTTP (PostgreSQL), %d session(s), %d calls each ...\n", n, per)
+			pres, err := measure(ctx, h.sessions, gatewayTool, f.warmup, per)
+			h.close()
+			if err != nil {
+				return nil, nil, fmt.Errorf("gateway HTTP (PostgreSQL), %d sessions: %w", n, err)
+			}
+			if err := e.checkJournalPostgres(ctx, pgURL, n*(f.warmup+per)); err != nil {
+				return nil, nil, fmt.Errorf("gateway HTTP (PostgreSQL), %d sessions: %w", n, err)
+			}
+			rows = append(rows, row{name: "gateway HTTP (PostgreSQL)", topology: fmt.Sprintf("as gateway HTTP (SQLite), journaling to PostgreSQL (test/pgtest on 127.0.0.1), %d HTTP session(s)", n),
+				sessions: n, res: pres, base: &httpBase})
+		}
 	}
 	if f.store != "sqlite" {
 		notes = append(notes, "THE GATEWAY ROWS USED THE MEMORY STORE (-store "+f.store+"), NOT SQLITE: not the recorded configuration.")
@@ -228,11 +260,13 @@ func runGateway(f gatewayFlags) error {
 		"direct HTTP: not measured: @modelcontextprotocol/server-memory speaks stdio only.",
 		fmt.Sprintf("journal: every gateway row's SQLite file was read back: one allowed intent and one succeeded outcome per call (%d warm-up calls per session included).", f.warmup),
 		"added p50: the row's p50 minus the p50 of the direct row with the same upstream topology (gateway stdio vs direct stdio; gateway HTTP vs direct stdio, 1 upstream).")
+	if f.postgres != nil {
+		notes = append(notes, "PostgreSQL rows: a throwaway server (test/pgtest, Debian's PostgreSQL, defaults: fsync=on, synchronous_commit=on) on 127.0.0.1, a new database per row, read back the same way.")
+	}
 	if f.cpuprofile != "" {
 		notes = append(notes, fmt.Sprintf("CPU profile of the %d-session gateway HTTP row: %s", maxN, f.cpuprofile))
 	}
-	printTable(os.Stdout, rows, notes)
-	return nil
+	return rows, notes, nil
 }
 
 // setup writes the seeded memory graph, the manifest and the gateway config, and builds the
@@ -379,7 +413,9 @@ func (e *env) gatewayStdio(ctx context.Context, n int, data string) (*fleet, err
 	})
 }
 
-func (e *env) gatewayHTTP(ctx context.Context, n int, data string) (*fleet, error) {
+// gatewayHTTP starts one gateway in this process journaling to SQLite in data (or, with
+// pgURL, to that PostgreSQL database) and connects n Streamable HTTP sessions to it.
+func (e *env) gatewayHTTP(ctx context.Context, n int, data, pgURL string) (*fleet, error) {
 	cfg, errs := config.Load(e.cfgFile)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -390,7 +426,13 @@ func (e *env) gatewayHTTP(ctx context.Context, n int, data string) (*fleet, erro
 		return nil, errors.Join(errs...)
 	}
 	var st store.Store = store.NewMemory(nil)
-	if e.store == "sqlite" {
+	if pgURL != "" {
+		s, err := store.OpenPostgres(ctx, pgURL, nil)
+		if err != nil {
+			return nil, err
+		}
+		st = s
+	} else if e.store == "sqlite" {
 		s, err := store.OpenSQLite(data, nil)
 		if err != nil {
 			return nil, err
@@ -507,6 +549,22 @@ func (e *env) checkJournal(ctx context.Context, data string, want int) error {
 		return err
 	}
 	defer st.Close()
+	return countJournal(ctx, st, st.Path(), want)
+}
+
+// checkJournalPostgres is checkJournal for a PostgreSQL database.
+func (e *env) checkJournalPostgres(ctx context.Context, url string, want int) error {
+	st, err := store.OpenPostgres(ctx, url, nil)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return countJournal(ctx, st, "PostgreSQL", want)
+}
+
+// countJournal checks that st holds exactly want calls of read_graph, each an allowed intent
+// followed by a succeeded outcome; where names the journal in errors.
+func countJournal(ctx context.Context, st store.Store, where string, want int) error {
 	runs, err := st.ListRuns(ctx, store.RunFilter{})
 	if err != nil {
 		return err
@@ -527,13 +585,13 @@ func (e *env) checkJournal(ctx context.Context, data string, want int) error {
 			case rec.Kind == store.KindOutcome && rec.Status == store.Succeeded:
 				outcomes++
 			default:
-				return fmt.Errorf("journal %s: unexpected record %+v", st.Path(), rec)
+				return fmt.Errorf("journal %s: unexpected record %+v", where, rec)
 			}
 		}
 	}
 	if intents != want || outcomes != want {
 		return fmt.Errorf("journal %s: %d allowed intents and %d succeeded outcomes of %s, want %d of each",
-			st.Path(), intents, outcomes, gatewayTool, want)
+			where, intents, outcomes, gatewayTool, want)
 	}
 	return nil
 }

@@ -7,6 +7,8 @@
 //
 //	gateway   read_graph of @modelcontextprotocol/server-memory direct vs through the gateway
 //	          (stdio and Streamable HTTP, SQLite journal): calls/s, p50/p99 (issue 5)
+//	suite     every figure of issue 10 side by side with its baseline; writes BENCHMARKS.md
+//	          (`make bench`)
 //	auth-load 200 concurrent authenticated HTTP sessions (API keys and OIDC) for 60 s: no
 //	          error, goroutines and heap back to the baseline (issue 7)
 //
@@ -20,7 +22,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./hack/bench gateway|auth-load [flags]  (-h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: go run ./hack/bench suite|gateway|auth-load [flags]  (-h for the flags)")
 		os.Exit(2)
 	}
 	var err error
@@ -29,8 +31,10 @@ func main() {
 		err = gatewayMain(os.Args[2:])
 	case "auth-load":
 		err = authLoadMain(os.Args[2:])
+	case "suite":
+		err = suiteMain(os.Args[2:])
 	default:
-		fmt.Fprintf(os.Stderr, "bench: unknown subcommand %q; use gateway or auth-load\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "bench: unknown subcommand %q; use suite, gateway or auth-load\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {

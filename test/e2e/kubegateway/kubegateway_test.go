@@ -71,7 +71,7 @@ const memoryManifests = `
   permission: memory:write
 `
 
-func parseManifests(t *testing.T, src string) []*manifest.Manifest {
+func parseManifests(t testing.TB, src string) []*manifest.Manifest {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "m.yaml")
 	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
@@ -85,7 +85,7 @@ func parseManifests(t *testing.T, src string) []*manifest.Manifest {
 	return ms
 }
 
-func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+func eventually(t testing.TB, timeout time.Duration, cond func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var why string
@@ -106,7 +106,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -118,7 +118,7 @@ func freePort(t *testing.T) int {
 
 // saKubeconfig mints a token of the ServiceAccount (TokenRequest) and writes a kubeconfig
 // using it; it returns the file and a rest.Config of the same identity.
-func saKubeconfig(t *testing.T, env *testenv.Env, ns, sa string) (string, *rest.Config) {
+func saKubeconfig(t testing.TB, env *testenv.Env, ns, sa string) (string, *rest.Config) {
 	t.Helper()
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), sa, &authnv1.TokenRequest{
@@ -141,7 +141,32 @@ func saKubeconfig(t *testing.T, env *testenv.Env, ns, sa string) (string, *rest.
 	return p, cfg
 }
 
-func TestReversiGatewayEndToEnd(t *testing.T) {
+// world is a running end-to-end set-up: the control plane, the controllers, a signed git
+// registry (v1: memoryManifests), a ReversiGateway "pay" in namespace "agents" and `reversi
+// gateway` run as its container would, with an agent session connected (create_entities
+// allowed under v1). Shared by TestReversiGatewayEndToEnd and BenchmarkPRToEnforcement.
+type world struct {
+	env          *testenv.Env
+	k8s          client.Client
+	ctx          context.Context
+	ns           string
+	must         func(error)
+	key          signingtest.Key
+	repo         *sourcetest.Repo
+	regDir       string
+	v1           []*manifest.Manifest
+	cs           *mcp.ClientSession
+	gwStatus     func() *v1alpha1.ReversiGateway
+	annotations  func() map[string]string
+	createEntity func(name string) *mcp.CallToolResult
+	stopMgr      func()
+	mgrDone      chan struct{}
+	stop         func()
+	stderr       *syncbuf.Buffer
+	desired1     string
+}
+
+func startWorld(t testing.TB) *world {
 	env, err := testenv.Start()
 	if err != nil {
 		t.Fatalf("control plane: %v", err)
@@ -149,7 +174,7 @@ func TestReversiGatewayEndToEnd(t *testing.T) {
 	t.Cleanup(func() { _ = env.Stop() })
 	k8s := env.Client
 	mgrCtx, stopMgr := context.WithCancel(context.Background())
-	defer stopMgr()
+	t.Cleanup(stopMgr)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		t.Fatal(err)
@@ -338,7 +363,7 @@ func TestReversiGatewayEndToEnd(t *testing.T) {
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint: "http://127.0.0.1:" + strconv.Itoa(port) + "/mcp", HTTPClient: &http.Client{Transport: bearer{secret}}}, nil)
 	must(err)
-	defer cs.Close()
+	t.Cleanup(func() { _ = cs.Close() })
 	createEntity := func(name string) *mcp.CallToolResult {
 		t.Helper()
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "memory.create_entities", Arguments: map[string]any{
@@ -349,6 +374,16 @@ func TestReversiGatewayEndToEnd(t *testing.T) {
 	if res := createEntity("ada"); res.IsError {
 		t.Fatalf("v1 allows memory.create_entities: %s", text(res))
 	}
+	return &world{env: env, k8s: k8s, ctx: ctx, ns: ns, must: must, key: key, repo: repo, regDir: regDir, v1: v1, cs: cs,
+		gwStatus: gwStatus, annotations: annotations, createEntity: createEntity, stopMgr: stopMgr, mgrDone: mgrDone,
+		stop: stop, stderr: stderr, desired1: desired1}
+}
+
+func TestReversiGatewayEndToEnd(t *testing.T) {
+	w := startWorld(t)
+	k8s, ctx, ns, must, key, repo, regDir, v1 := w.k8s, w.ctx, w.ns, w.must, w.key, w.repo, w.regDir, w.v1
+	gwStatus, annotations, createEntity, stopMgr, mgrDone, stop, stderr, desired1 := w.gwStatus, w.annotations, w.createEntity, w.stopMgr, w.mgrDone, w.stop, w.stderr, w.desired1
+	var err error
 
 	// A merged PR: create_entities now needs memory:admin, which the gateway's scope lacks.
 	v2 := parseManifests(t, strings.Replace(memoryManifests, "  permission: memory:write\n  compensation:", "  permission: memory:admin\n  compensation:", 1))
