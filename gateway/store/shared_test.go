@@ -159,3 +159,40 @@ func TestRecoverLeavesLiveInstances(t *testing.T) {
 		t.Fatalf("instance locks left: %v %v, want only the live one", entries, err)
 	}
 }
+
+// TestInstancesStartingTogether: stores opening on one folder while others recover never take
+// a starting instance for dead (its lock file appears already locked).
+func TestInstancesStartingTogether(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	const n = 24
+	errs := make(chan error, n)
+	stores := make(chan *SQLite, n)
+	for range n {
+		go func() {
+			s, err := OpenSQLite(dir, nil)
+			if err == nil {
+				_, err = s.Recover(ctx)
+				stores <- s
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("open or recover: %v", err)
+		}
+	}
+	close(stores)
+	var all []*SQLite
+	for s := range stores {
+		all = append(all, s)
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, instancesDir))
+	if len(entries) != len(all) {
+		t.Errorf("%d lock files for %d open stores: a live instance's lock was taken for dead", len(entries), len(all))
+	}
+	for _, s := range all {
+		_ = s.Close()
+	}
+}

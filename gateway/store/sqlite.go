@@ -49,7 +49,7 @@ type SQLite struct {
 	now      Clock
 	closed   atomic.Bool
 	instance string       // this store's instance id
-	lock     *flock.Flock // held while open: the instance is alive
+	lock     *instanceLock // held while open: the instance is alive
 
 	queue     chan *writeReq // unbuffered: a request is handed over only when the writer takes it
 	stop      chan struct{}  // closed by Close
@@ -176,14 +176,10 @@ func OpenSQLite(dir string, clock Clock) (*SQLite, error) {
 		return nil, fmt.Errorf("store: %s: schema: %w", path, err)
 	}
 	instance := newID("gw-")
-	if err := os.MkdirAll(filepath.Join(dir, instancesDir), 0o700); err != nil {
+	lock, err := lockInstance(filepath.Join(dir, instancesDir), instance)
+	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("store: data folder: %w", err)
-	}
-	lock := flock.New(filepath.Join(dir, instancesDir, instance+".lock"))
-	if ok, err := lock.TryLock(); !ok || err != nil {
-		w.Close()
-		return nil, fmt.Errorf("store: lock instance %s: %v", instance, err)
+		return nil, err
 	}
 	r, err := sql.Open("sqlite", base+"&_pragma=query_only(1)")
 	if err != nil {
@@ -218,9 +214,36 @@ func (s *SQLite) Close() error {
 // instancesDir holds one lock file per open store instance.
 const instancesDir = "instances"
 
+// instanceLock is a held instance lock and the name its file is published under.
+type instanceLock struct {
+	*flock.Flock
+	path string // <dir>/<instance>.lock
+}
+
+// lockInstance creates the instance's lock file already locked: it is locked under a temporary
+// name and then renamed to <instance>.lock, so a peer listing the folder never finds (and takes
+// for dead) the file of an instance that is still starting.
+func lockInstance(dir, instance string) (*instanceLock, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: data folder: %w", err)
+	}
+	tmp := filepath.Join(dir, instance+".starting")
+	l := flock.New(tmp)
+	if ok, err := l.TryLock(); !ok || err != nil {
+		return nil, fmt.Errorf("store: lock instance %s: %v", instance, err)
+	}
+	path := filepath.Join(dir, instance+".lock")
+	if err := os.Rename(tmp, path); err != nil {
+		_ = l.Unlock()
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("store: publish the lock of instance %s: %w", instance, err)
+	}
+	return &instanceLock{Flock: l, path: path}, nil
+}
+
 // releaseInstance unlocks and removes an instance's lock file.
-func releaseInstance(l *flock.Flock) {
-	_ = os.Remove(l.Path()) // first: a recovering peer that locks it then finds nothing to do
+func releaseInstance(l *instanceLock) {
+	_ = os.Remove(l.path) // first: a recovering peer that locks it then finds nothing to do
 	_ = l.Unlock()
 }
 
@@ -228,7 +251,7 @@ func releaseInstance(l *flock.Flock) {
 // locked by this store until done is called; "" (intents from before instances) is always dead.
 func (s *SQLite) deadInstances(ids []string) (dead map[string]bool, done func()) {
 	dead = map[string]bool{}
-	var held []*flock.Flock
+	var held []*instanceLock
 	dir := filepath.Join(filepath.Dir(s.path), instancesDir)
 	for _, id := range ids {
 		switch {
@@ -236,10 +259,11 @@ func (s *SQLite) deadInstances(ids []string) (dead map[string]bool, done func())
 		case id == "":
 			dead[id] = true
 		default:
-			l := flock.New(filepath.Join(dir, id+".lock"))
+			path := filepath.Join(dir, id+".lock")
+			l := flock.New(path)
 			if ok, err := l.TryLock(); ok && err == nil {
 				dead[id] = true
-				held = append(held, l)
+				held = append(held, &instanceLock{Flock: l, path: path})
 			}
 		}
 	}
