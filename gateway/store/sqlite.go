@@ -48,7 +48,7 @@ type SQLite struct {
 	path     string
 	now      Clock
 	closed   atomic.Bool
-	instance string       // this store's instance id
+	instance string        // this store's instance id
 	lock     *instanceLock // held while open: the instance is alive
 
 	queue     chan *writeReq // unbuffered: a request is handed over only when the writer takes it
