@@ -15,7 +15,7 @@ import (
 // next rollback runs it. Seed "MCP gateway", execute_rollback ("with approve_compensations:
 // true also approves compensations that need it").
 func TestRollbackWaitsForApproval(t *testing.T) {
-	f := newRollbackFixture(t, strings.Replace(rollbackManifests, "    kind: inverse\n    argument_map:\n      entityNames",
+	f := newRollbackFixture(t, strings.Replace(upstreams.MemoryRollbackManifests, "    kind: inverse\n    argument_map:\n      entityNames",
 		"    kind: inverse\n    requires_approval: true\n    argument_map:\n      entityNames", 1))
 	before := f.seedGraph(t)
 	cfg := f.config(t, "gateway.yaml", "enforce", "")

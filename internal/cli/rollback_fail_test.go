@@ -128,7 +128,7 @@ func countCalls(calls []upstreams.MetaCall, name string) int {
 // The third completes. The graph read directly equals the graph before the run, and the
 // upstream saw each compensation's idempotency key unchanged in every attempt it received.
 func TestRollbackResumesAfterCrashes(t *testing.T) {
-	f := newRollbackFixture(t, rollbackManifests)
+	f := newRollbackFixture(t, upstreams.MemoryRollbackManifests)
 	before := f.seedGraph(t)
 	cfg := f.config(t, "gateway.yaml", "enforce", "")
 	for i, r := range f.agentRun(t, cfg, "run-crash", agentCalls[:2]...) {

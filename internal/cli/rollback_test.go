@@ -20,59 +20,6 @@ import (
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
 
-// rollbackManifests describe server-memory (namespaced mem.) the way issue 6's acceptance
-// needs: creations undone by their inverse deletes, with `*` references mapping the created
-// objects to names, read back with open_nodes. The deletes are denied to the agent by the
-// gateway config; a rollback still runs them (compensations bypass allow/deny).
-const rollbackManifests = `
-- tool: mem.read_graph
-  description: Read the whole knowledge graph.
-  effect: read_only
-  permission: mem:read
-- tool: mem.open_nodes
-  description: Read entities by name.
-  effect: read_only
-  permission: mem:read
-- tool: mem.create_entities
-  description: Create entities (existing names are left alone and not returned).
-  effect: reversible
-  permission: mem:write
-  compensation:
-    tool: mem.delete_entities
-    kind: inverse
-    argument_map:
-      entityNames: $result.entities.*.name
-    verification:
-      tool: mem.open_nodes
-      arguments: { names: $result.entities.*.name }
-      expect: { entities: [] }
-      retries: 3
-      backoff_ms: 50ms
-- tool: mem.create_relations
-  description: Create relations between existing entities.
-  effect: reversible
-  permission: mem:write
-  requires: [mem.create_entities]
-  compensation:
-    tool: mem.delete_relations
-    kind: inverse
-    argument_map:
-      relations: $result.relations
-    verification:
-      tool: mem.open_nodes
-      arguments: { names: $result.relations.*.from }
-      expect: { relations: [] }
-      backoff_ms: 50ms
-- tool: mem.delete_entities
-  description: Delete entities and their relations.
-  effect: idempotent
-  permission: mem:admin
-- tool: mem.delete_relations
-  description: Delete relations.
-  effect: idempotent
-  permission: mem:admin
-`
-
 // rollbackFixture is a folder with the manifests, the graph file of server-memory, the
 // gateway's data folder and the file the upstream records its tools/call `_meta` in.
 type rollbackFixture struct {
@@ -255,7 +202,7 @@ func (f rollbackFixture) seedGraph(t *testing.T) string {
 // the graph read directly from the upstream equals the graph before the run. Each
 // compensation reached the upstream with its idempotency key in _meta.
 func TestRollbackRestoresTheGraph(t *testing.T) {
-	f := newRollbackFixture(t, rollbackManifests)
+	f := newRollbackFixture(t, upstreams.MemoryRollbackManifests)
 	before := f.seedGraph(t)
 	cfg := f.config(t, "gateway.yaml", "enforce", "")
 	res := f.agentRun(t, cfg, "run-agent", agentCalls...)

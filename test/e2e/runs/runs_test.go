@@ -114,57 +114,6 @@ func setupNamespace(t *testing.T, name string) string {
 	return ns
 }
 
-// manifests describe server-memory (upstream mem) as internal/cli's rollback tests do:
-// creations undone by their inverse deletes, read back with open_nodes.
-const manifests = `
-- tool: mem.read_graph
-  description: Read the whole knowledge graph.
-  effect: read_only
-  permission: mem:read
-- tool: mem.open_nodes
-  description: Read entities by name.
-  effect: read_only
-  permission: mem:read
-- tool: mem.create_entities
-  description: Create entities (existing names are left alone and not returned).
-  effect: reversible
-  permission: mem:write
-  compensation:
-    tool: mem.delete_entities
-    kind: inverse
-    argument_map:
-      entityNames: $result.entities.*.name
-    verification:
-      tool: mem.open_nodes
-      arguments: { names: $result.entities.*.name }
-      expect: { entities: [] }
-      retries: 3
-      backoff_ms: 50ms
-- tool: mem.create_relations
-  description: Create relations between existing entities.
-  effect: reversible
-  permission: mem:write
-  requires: [mem.create_entities]
-  compensation:
-    tool: mem.delete_relations
-    kind: inverse
-    argument_map:
-      relations: $result.relations
-    verification:
-      tool: mem.open_nodes
-      arguments: { names: $result.relations.*.from }
-      expect: { relations: [] }
-      backoff_ms: 50ms
-- tool: mem.delete_entities
-  description: Delete entities and their relations.
-  effect: idempotent
-  permission: mem:admin
-- tool: mem.delete_relations
-  description: Delete relations.
-  effect: idempotent
-  permission: mem:admin
-`
-
 // fixture is what the gateways of one test share: the SQLite data folder, server-memory's
 // graph file and the file the upstreams record every tools/call (with _meta) in.
 type fixture struct {
@@ -176,7 +125,7 @@ func newFixture(t *testing.T, ns string) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "m.yaml")
-	if err := os.WriteFile(p, []byte(manifests), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte(upstreams.MemoryRollbackManifests), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	docs, errs := manifest.ReadPaths(p)
@@ -590,7 +539,7 @@ func TestGatewayCommandMirrorsRuns(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	mpath := filepath.Join(dir, "m.yaml")
-	if err := os.WriteFile(mpath, []byte(manifests), 0o600); err != nil {
+	if err := os.WriteFile(mpath, []byte(upstreams.MemoryRollbackManifests), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	node, args, _ := upstreams.MemoryAt(t, f.graph)
