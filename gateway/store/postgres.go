@@ -31,7 +31,8 @@ const postgresWriteTimeout = 30 * time.Second
 // several replicas: they share runs, ledger, duplicate-call keys and approvals.
 //
 // Durability: a write returns after its transaction commits; with the server's defaults
-// (fsync on, synchronous_commit on) the commit is flushed to the server's WAL first.
+// (fsync on, synchronous_commit on) the commit is flushed to the server's WAL first. Outcomes
+// and events are the exception: they commit asynchronously (see txLazy).
 //
 // Concurrency across replicas comes from the database, never from a read then a write in Go:
 // a duplicate-call key is one INSERT ... ON CONFLICT DO NOTHING against its primary key; a
@@ -338,6 +339,20 @@ func (s *Postgres) tx(ctx context.Context, fn func(ctx context.Context, tx pgx.T
 	return pgx.BeginFunc(wctx, s.pool, func(tx pgx.Tx) error { return fn(wctx, tx) })
 }
 
+// txLazy is tx for records of what already happened (outcomes, events): the transaction
+// commits with synchronous_commit off, so it returns without waiting for the server's WAL flush.
+// It survives a crash of the gateway; a crash of the server inside the WAL writer's delay can
+// lose it, and Recover then completes the step as uncertain (the safe reading). A later
+// synchronous commit (the next intent) flushes it too.
+func (s *Postgres) txLazy(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return s.tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			return err
+		}
+		return fn(ctx, tx)
+	})
+}
+
 // exec runs one statement (its own transaction) under the same rules as tx.
 func (s *Postgres) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if err := s.check(); err != nil {
@@ -578,7 +593,7 @@ func (s *Postgres) RecordOutcome(ctx context.Context, run string, step int64, o 
 		return 0, err
 	}
 	var rec Record
-	err = s.tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err = s.txLazy(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		rec, err = s.outcomeTx(ctx, tx, run, step, o, enc)
 		return err
@@ -592,7 +607,7 @@ func (s *Postgres) AppendEvent(ctx context.Context, e Event) (int64, error) {
 		return 0, fmt.Errorf("%w: event kind %q", ErrInvalid, e.Kind)
 	}
 	rec := Record{Run: e.Run, Kind: e.Kind, Note: e.Note, ManifestVersion: e.ManifestVersion, ManifestChecksum: e.ManifestChecksum}
-	err := s.tx(ctx, func(ctx context.Context, tx pgx.Tx) error { return s.appendTx(ctx, tx, &rec, "") })
+	err := s.txLazy(ctx, func(ctx context.Context, tx pgx.Tx) error { return s.appendTx(ctx, tx, &rec, "") })
 	return rec.Seq, err
 }
 

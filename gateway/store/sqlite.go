@@ -23,11 +23,15 @@ const SQLiteFile = "reversi-gateway.db"
 
 // SQLite is a Store in one SQLite file (modernc.org/sqlite, no cgo).
 //
-// Durability: the database is in WAL mode with synchronous=FULL, so every committed write
-// transaction is fsynced to the WAL before the call that made it returns: an intent survives
-// a crash of the process and a power loss alike. (synchronous=NORMAL with WAL would survive a
-// crashed process but could lose the last commits on power loss, which would break "the intent
-// is on disk before the upstream sees the call".) Writes go through a single connection, so
+// Durability: the database is in WAL mode. Writes that must be on disk before the gateway goes
+// on (intents, rollback entries, runs, keys claimed, approvals) commit with synchronous=FULL:
+// the WAL is fsynced before the call returns, so they survive a crash of the process and a
+// power loss alike. Writes that only record what already happened (outcomes, events, run status,
+// keys released: see Lazy) commit with synchronous=NORMAL: they are in the WAL when the call
+// returns, so they survive a crash of the process, and they reach the disk with the next fsync:
+// the next FULL commit (an fsync of the WAL covers every frame before it) or, when none comes,
+// a flush by the writer within lazyFlushInterval. A power loss inside that window can lose an
+// outcome; Recover then completes its step as uncertain, which is the safe reading. Writes go through a single connection, so
 // they are serialised in the process and never meet SQLITE_BUSY from each other; reads use a
 // separate pool of read-only connections and do not wait for writers (WAL readers see the last
 // committed state).
@@ -51,17 +55,24 @@ type SQLite struct {
 	instance string        // this store's instance id
 	lock     *instanceLock // held while open: the instance is alive
 
-	queue     chan *writeReq // unbuffered: a request is handed over only when the writer takes it
-	stop      chan struct{}  // closed by Close
-	writerEnd chan struct{}  // closed when the writer goroutine has returned
+	queue     chan *writeReq       // unbuffered: a request is handed over only when the writer takes it
+	sync      string               // the write connection's synchronous setting (writer goroutine only)
+	stmts     map[string]*sql.Stmt // prepared on the write connection (see prep)
+	stop      chan struct{}        // closed by Close
+	writerEnd chan struct{}        // closed when the writer goroutine has returned
 }
 
 // writeReq is one write waiting for the writer goroutine.
 type writeReq struct {
 	ctx  context.Context
 	fn   func(ctx context.Context, tx *sql.Tx) error
+	lazy bool       // may commit without an fsync (see SQLite's durability)
 	done chan error // buffered (1): the writer never blocks on an answer
 }
+
+// lazyFlushInterval bounds how long a lazy commit may wait for an fsync when no durable write
+// follows it.
+const lazyFlushInterval = 500 * time.Millisecond
 
 // maxWriteBatch bounds how many requests share one transaction.
 const maxWriteBatch = 256
@@ -69,6 +80,10 @@ const maxWriteBatch = 256
 var _ Store = (*SQLite)(nil)
 
 const sqliteSchema = `
+CREATE TABLE IF NOT EXISTS flush_mark (
+	id INTEGER PRIMARY KEY CHECK (id = 1),
+	at INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS runs (
 	id            TEXT PRIMARY KEY,
 	actor         TEXT NOT NULL,
@@ -189,7 +204,14 @@ func OpenSQLite(dir string, clock Clock) (*SQLite, error) {
 	}
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
-	s := &SQLite{w: w, r: r, path: path, now: clock, instance: instance, lock: lock,
+	stmts, err := prepareHot(w)
+	if err != nil {
+		r.Close()
+		w.Close()
+		releaseInstance(lock)
+		return nil, fmt.Errorf("store: %s: prepare: %w", path, err)
+	}
+	s := &SQLite{w: w, r: r, path: path, now: clock, instance: instance, lock: lock, sync: "FULL", stmts: stmts,
 		queue: make(chan *writeReq), stop: make(chan struct{}), writerEnd: make(chan struct{})}
 	go s.writer()
 	return s, nil
@@ -205,8 +227,12 @@ func (s *SQLite) Close() error {
 		return nil
 	}
 	close(s.stop)
-	<-s.writerEnd // the batch in hand is committed (or rolled back) and answered
-	err := errors.Join(s.r.Close(), s.w.Close())
+	<-s.writerEnd // the batch in hand is committed (or rolled back) and answered, lazy commits flushed
+	var errs []error
+	for _, st := range s.stmts {
+		errs = append(errs, st.Close())
+	}
+	err := errors.Join(append(errs, s.r.Close(), s.w.Close())...)
 	releaseInstance(s.lock)
 	return err
 }
@@ -288,13 +314,24 @@ func (s *SQLite) check() error {
 // the writer reaches it is not run and returns ctx's error. Once the writer has taken a request,
 // write waits for the commit whatever ctx does, so its answer always matches what is on disk.
 func (s *SQLite) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.submit(ctx, fn, false)
+}
+
+// writeLazy is write for records of what already happened: the commit is in the WAL when it
+// returns (it survives a crash of the process) and is fsynced with the next durable commit or
+// within lazyFlushInterval.
+func (s *SQLite) writeLazy(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.submit(ctx, fn, true)
+}
+
+func (s *SQLite) submit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, lazy bool) error {
 	if err := s.check(); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	req := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	req := &writeReq{ctx: ctx, fn: fn, lazy: lazy, done: make(chan error, 1)}
 	select {
 	case s.queue <- req:
 	case <-s.stop:
@@ -305,14 +342,28 @@ func (s *SQLite) write(ctx context.Context, fn func(ctx context.Context, tx *sql
 	return <-req.done
 }
 
-// writer owns the write connection: it runs waiting requests in batches until Close.
+// writer owns the write connection: it runs waiting requests in batches until Close. After a
+// lazy commit it flushes (one durable commit) if no durable write comes within lazyFlushInterval.
 func (s *SQLite) writer() {
 	defer close(s.writerEnd)
 	batch := make([]*writeReq, 0, maxWriteBatch)
+	flush := time.NewTimer(lazyFlushInterval)
+	flush.Stop()
+	unsynced := false
+	defer func() {
+		if unsynced {
+			s.flushLazy()
+		}
+	}()
 	for {
 		select {
 		case <-s.stop:
 			return
+		case <-flush.C:
+			if unsynced && s.flushLazy() == nil {
+				unsynced = false
+			}
+			continue
 		case req := <-s.queue:
 			batch = append(batch[:0], req)
 		}
@@ -325,15 +376,106 @@ func (s *SQLite) writer() {
 				break gather
 			}
 		}
-		s.commitBatch(batch)
+		lazy := true
+		for _, req := range batch {
+			lazy = lazy && req.lazy
+		}
+		if s.commitBatch(batch, lazy) {
+			if lazy && !unsynced {
+				unsynced = true
+				flush.Reset(lazyFlushInterval)
+			} else if !lazy {
+				unsynced = false
+			}
+		}
 		clear(batch)
 	}
 }
 
+// The hot path's statements, prepared once when the store opens instead of at every call
+// (parsing SQL was a fifth of the writer's CPU).
+const (
+	sqlSavepoint     = `SAVEPOINT req`
+	sqlRelease       = `RELEASE req`
+	sqlNextSeq       = `UPDATE runs SET next_seq = next_seq + 1, last_activity = CASE WHEN id = '' THEN last_activity ELSE ? END WHERE id = ? RETURNING next_seq`
+	sqlInsertRecord  = `INSERT INTO records (run, seq, kind, time, step, tool, args_digest, reason, idempotency_key, manifest_version, manifest_checksum, mode, decision, status, compensation_tool, handle, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertPending = `INSERT INTO pending (run, step, tool, instance) VALUES (?, ?, ?, ?)`
+	sqlDeletePending = `DELETE FROM pending WHERE run = ? AND step = ? RETURNING tool`
+)
+
+// prepareHot prepares the hot statements on the write connection (before the writer holds it).
+func prepareHot(w *sql.DB) (map[string]*sql.Stmt, error) {
+	stmts := map[string]*sql.Stmt{}
+	for _, q := range []string{sqlSavepoint, sqlRelease, sqlNextSeq, sqlInsertRecord, sqlInsertPending, sqlDeletePending} {
+		st, err := w.Prepare(q)
+		if err != nil {
+			for _, st := range stmts {
+				st.Close()
+			}
+			return nil, err
+		}
+		stmts[q] = st
+	}
+	return stmts, nil
+}
+
+// prep returns the hot statement query for tx (database/sql reuses the one prepared on the
+// write connection).
+func (s *SQLite) prep(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	st, ok := s.stmts[query]
+	if !ok {
+		return nil, fmt.Errorf("store: statement not prepared: %s", query)
+	}
+	return tx.StmtContext(ctx, st), nil
+}
+
+// execPrep runs a prepared statement in tx.
+func (s *SQLite) execPrep(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+	st, err := s.prep(ctx, tx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// queryRowPrep runs a prepared one-row query in tx; the error comes from Scan.
+func (s *SQLite) queryRowPrep(ctx context.Context, tx *sql.Tx, query string, args ...any) *sql.Row {
+	st, err := s.prep(ctx, tx, query)
+	if err != nil {
+		return tx.QueryRowContext(ctx, query, args...) // unprepared: the same result, slower
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// setSync sets the write connection's synchronous mode (FULL or NORMAL) if it differs.
+func (s *SQLite) setSync(mode string) error {
+	if s.sync == mode {
+		return nil
+	}
+	// Not a prepared statement: SQLite applies PRAGMA synchronous when it compiles it.
+	if _, err := s.w.ExecContext(context.Background(), "PRAGMA synchronous = "+mode); err != nil {
+		s.sync = "" // unknown: set it again next time
+		return fmt.Errorf("store: synchronous=%s: %w", mode, err)
+	}
+	s.sync = mode
+	return nil
+}
+
+// flushLazy makes every lazy commit durable: a durable commit fsyncs the WAL, which holds them.
+func (s *SQLite) flushLazy() error {
+	if err := s.setSync("FULL"); err != nil {
+		return err
+	}
+	_, err := s.w.ExecContext(context.Background(), `INSERT INTO flush_mark (id, at) VALUES (1, ?)
+		ON CONFLICT (id) DO UPDATE SET at = excluded.at`, time.Now().UnixNano())
+	return err
+}
+
 // commitBatch runs batch in one IMMEDIATE transaction, each request in a SAVEPOINT, commits
-// and answers every request. If the transaction itself fails (begin, savepoint bookkeeping or
-// commit), nothing in it is committed and every request that had succeeded gets that error.
-func (s *SQLite) commitBatch(batch []*writeReq) {
+// (with an fsync unless lazy) and answers every request. If the transaction itself fails
+// (begin, savepoint bookkeeping or commit), nothing in it is committed and every request that
+// had succeeded gets that error. It reports whether it committed.
+func (s *SQLite) commitBatch(batch []*writeReq, lazy bool) (committed bool) {
 	bg := context.Background()
 	errs := make([]error, len(batch))
 	answer := func() {
@@ -348,6 +490,14 @@ func (s *SQLite) commitBatch(batch []*writeReq) {
 			}
 		}
 		answer()
+	}
+	mode := "FULL"
+	if lazy {
+		mode = "NORMAL"
+	}
+	if err := s.setSync(mode); err != nil {
+		fail(err)
+		return
 	}
 	tx, err := s.w.BeginTx(bg, nil)
 	if err != nil {
@@ -367,6 +517,8 @@ func (s *SQLite) commitBatch(batch []*writeReq) {
 		}
 		if err := tx.Commit(); err != nil {
 			errs[0] = fmt.Errorf("store: commit: %w", err)
+		} else {
+			committed = true
 		}
 		answer()
 		return
@@ -376,7 +528,7 @@ func (s *SQLite) commitBatch(batch []*writeReq) {
 			errs[i] = err // not run: nothing of it is written
 			continue
 		}
-		if _, err := tx.ExecContext(bg, `SAVEPOINT req`); err != nil {
+		if _, err := s.execPrep(bg, tx, sqlSavepoint); err != nil {
 			tx.Rollback()
 			fail(fmt.Errorf("store: savepoint: %w", err))
 			return
@@ -390,7 +542,7 @@ func (s *SQLite) commitBatch(batch []*writeReq) {
 				return
 			}
 		}
-		if _, err := tx.ExecContext(bg, `RELEASE req`); err != nil {
+		if _, err := s.execPrep(bg, tx, sqlRelease); err != nil {
 			tx.Rollback()
 			fail(fmt.Errorf("store: release savepoint: %w", err))
 			return
@@ -401,6 +553,7 @@ func (s *SQLite) commitBatch(batch []*writeReq) {
 		return
 	}
 	answer()
+	return true
 }
 
 func tn(t time.Time) int64 {
@@ -534,7 +687,7 @@ func (s *SQLite) SetRunStatus(ctx context.Context, id string, status RunStatus) 
 	if !validRunStatus(status) {
 		return fmt.Errorf("%w: run status %q", ErrInvalid, status)
 	}
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.writeLazy(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE runs SET status = ? WHERE id = ? AND id != ''`, string(status), id)
 		if err != nil {
 			return fmt.Errorf("store: set run status: %w", err)
@@ -549,9 +702,7 @@ func (s *SQLite) SetRunStatus(ctx context.Context, id string, status RunStatus) 
 // appendTx numbers rec in its run (touching the run's last activity) and inserts it.
 func (s *SQLite) appendTx(ctx context.Context, tx *sql.Tx, rec *Record, handle string) error {
 	rec.Time = s.stamp()
-	err := tx.QueryRowContext(ctx, `UPDATE runs SET next_seq = next_seq + 1,
-		last_activity = CASE WHEN id = '' THEN last_activity ELSE ? END WHERE id = ? RETURNING next_seq`,
-		tn(rec.Time), rec.Run).Scan(&rec.Seq)
+	err := s.queryRowPrep(ctx, tx, sqlNextSeq, tn(rec.Time), rec.Run).Scan(&rec.Seq)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: run %q", ErrNotFound, rec.Run)
 	}
@@ -561,9 +712,7 @@ func (s *SQLite) appendTx(ctx context.Context, tx *sql.Tx, rec *Record, handle s
 	if rec.Kind == KindIntent {
 		rec.Step = rec.Seq
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO records (run, seq, kind, time, step, tool, args_digest, reason,
-		idempotency_key, manifest_version, manifest_checksum, mode, decision, status, compensation_tool, handle, note)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = s.execPrep(ctx, tx, sqlInsertRecord,
 		rec.Run, rec.Seq, string(rec.Kind), tn(rec.Time), rec.Step, rec.Tool, rec.ArgsDigest, rec.Reason,
 		rec.IdempotencyKey, rec.ManifestVersion, rec.ManifestChecksum, rec.Mode, rec.Decision,
 		string(rec.Status), rec.CompensationTool, handle, rec.Note)
@@ -585,7 +734,7 @@ func (s *SQLite) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 		if err := s.appendTx(ctx, tx, &rec, ""); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO pending (run, step, tool, instance) VALUES (?, ?, ?, ?)`, rec.Run, rec.Step, rec.Tool, s.instance); err != nil {
+		if _, err := s.execPrep(ctx, tx, sqlInsertPending, rec.Run, rec.Step, rec.Tool, s.instance); err != nil {
 			return err
 		}
 		if in.HoldsKey && in.IdempotencyKey != "" {
@@ -603,7 +752,7 @@ func (s *SQLite) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 // outcomeTx completes step: it removes the pending row and appends the outcome record.
 func (s *SQLite) outcomeTx(ctx context.Context, tx *sql.Tx, run string, step int64, o StepOutcome, handle string) (Record, error) {
 	rec := Record{Run: run, Kind: KindOutcome, Step: step, Status: o.Status, CompensationTool: o.CompensationTool, Note: o.Note}
-	err := tx.QueryRowContext(ctx, `DELETE FROM pending WHERE run = ? AND step = ? RETURNING tool`, run, step).Scan(&rec.Tool)
+	err := s.queryRowPrep(ctx, tx, sqlDeletePending, run, step).Scan(&rec.Tool)
 	if errors.Is(err, sql.ErrNoRows) {
 		var kind string
 		err := tx.QueryRowContext(ctx, `SELECT kind FROM records WHERE run = ? AND seq = ?`, run, step).Scan(&kind)
@@ -629,7 +778,7 @@ func (s *SQLite) RecordOutcome(ctx context.Context, run string, step int64, o St
 		return 0, err
 	}
 	var rec Record
-	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.writeLazy(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		rec, err = s.outcomeTx(ctx, tx, run, step, o, enc)
 		return err
@@ -643,7 +792,7 @@ func (s *SQLite) AppendEvent(ctx context.Context, e Event) (int64, error) {
 		return 0, fmt.Errorf("%w: event kind %q", ErrInvalid, e.Kind)
 	}
 	rec := Record{Run: e.Run, Kind: e.Kind, Note: e.Note, ManifestVersion: e.ManifestVersion, ManifestChecksum: e.ManifestChecksum}
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error { return s.appendTx(ctx, tx, &rec, "") })
+	err := s.writeLazy(ctx, func(ctx context.Context, tx *sql.Tx) error { return s.appendTx(ctx, tx, &rec, "") })
 	return rec.Seq, err
 }
 
@@ -814,7 +963,7 @@ func (s *SQLite) ClaimKey(ctx context.Context, key, run string, step int64) (boo
 
 // ReleaseKey implements Store.
 func (s *SQLite) ReleaseKey(ctx context.Context, key string) error {
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.writeLazy(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM dup_keys WHERE key = ?`, key); err != nil {
 			return fmt.Errorf("store: release key: %w", err)
 		}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/reversi-gitops/reversi/test/pgtest"
 )
@@ -275,5 +277,61 @@ func TestGroupCommitIsolation(t *testing.T) {
 	}
 	if _, err := s.GetRun(ctx, "never"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("cancelled create wrote the run: %v", err)
+	}
+}
+
+// TestLazyWritesAreFlushed: an intent commits with synchronous=FULL, an outcome with NORMAL
+// (no fsync), and a durable flush follows the outcome when no durable write does (and at Close).
+func TestLazyWritesAreFlushed(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := must[*SQLite](t)(OpenSQLite(dir, nil))
+	syncMode := func() int {
+		t.Helper()
+		var mode int
+		if err := s.w.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		return mode
+	}
+	flushed := func(db *sql.DB) int64 {
+		t.Helper()
+		var at int64
+		err := db.QueryRowContext(ctx, `SELECT at FROM flush_mark WHERE id = 1`).Scan(&at)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			t.Fatal(err)
+		}
+		return at
+	}
+	must[Run](t)(s.CreateRun(ctx, Run{ID: "lazy", Actor: "alice"}))
+	step := must[int64](t)(s.RecordIntent(ctx, Intent{Run: "lazy", Tool: "notes.write", ArgsDigest: "sha256:1"}))
+	if m := syncMode(); m != 2 {
+		t.Fatalf("after an intent: synchronous=%d, want 2 (FULL)", m)
+	}
+	before := time.Now().UnixNano()
+	must[int64](t)(s.RecordOutcome(ctx, "lazy", step, StepOutcome{Status: Succeeded}))
+	if m := syncMode(); m != 1 && flushed(s.r) < before {
+		t.Fatalf("after an outcome: synchronous=%d and no flush yet, want 1 (NORMAL)", m)
+	}
+	for flushed(s.r) < before {
+		time.Sleep(20 * time.Millisecond) // the flush is due within lazyFlushInterval
+	}
+	if m := syncMode(); m != 2 {
+		t.Fatalf("after the flush: synchronous=%d, want 2 (FULL)", m)
+	}
+
+	// Close flushes a lazy write that no timer has flushed yet.
+	must[int64](t)(s.AppendEvent(ctx, Event{Run: "lazy", Kind: KindNote, Note: "last"}))
+	closing := time.Now().UnixNano()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, SQLiteFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if at := flushed(db); at < closing {
+		t.Fatalf("flush mark %d, want one written by Close (after %d)", at, closing)
 	}
 }

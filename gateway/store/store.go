@@ -191,7 +191,12 @@ type KeyHolder struct {
 const RecoveryNote = "no outcome was journaled before the gateway stopped: the upstream may have acted"
 
 // Store is the gateway's durable state. All methods are safe for concurrent use. Methods that
-// write return only after the write is committed (for SQLite: in the WAL, fsynced).
+// write return only after the write is committed. Intents, rollback entries, runs, claimed keys
+// and approvals are durable when the method returns (for SQLite: in the WAL, fsynced). Records
+// of what already happened (RecordOutcome, AppendEvent, SetRunStatus, ReleaseKey) survive a
+// crash of the gateway when the method returns and reach the disk with the next durable write
+// or within a bound (SQLite: 500 ms; PostgreSQL: its WAL writer's delay); a power loss in
+// between can lose them, and Recover then completes the step as uncertain.
 type Store interface {
 	// CreateRun opens a run. An empty ID is replaced by a random "run-<hex>" id; Started and
 	// LastActivity are set to now, Status to RunActive. Errors: ErrInvalid (empty Actor),
