@@ -188,7 +188,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.publish(toolSet{}, ts)
 	g.addAgentTools(g.server)
 	g.addOperatorServer(o.PageSize)
-	g.server.AddReceivingMiddleware(g.listMiddleware)
+	g.server.AddReceivingMiddleware(g.listMiddleware, g.passMiddleware)
 	g.metrics = newMetrics(g)
 	close(g.started)
 	for _, up := range g.upstreams {
@@ -411,7 +411,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		g.outcome(ctx, d.Run, step, store.StepOutcome{Status: store.Failed, Note: "no upstream exposes " + name})
 		return textResult("no upstream exposes " + name), nil
 	}
-	res, ferr := g.forward(ctx, r, req.Params.Arguments, d)
+	res, resRaw, ferr := g.forward(ctx, r, req.Params.Arguments, d)
 
 	notes := append([]string(nil), d.Notes...)
 	if d.WouldBlock {
@@ -434,13 +434,16 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 			notes = append(notes, note)
 		}
 		if ok {
-			result = resultFor(d.Manifest, res)
+			result = resultFor(d.Manifest, res, resRaw)
 		} else {
 			// Clients that validate would discard the whole result: drop only the part that
 			// breaks the advertised schema.
 			c := *res
 			c.StructuredContent = nil
 			res = &c
+			res, resRaw = g.editRaw(name, res, resRaw, func(raw json.RawMessage) (json.RawMessage, error) {
+				return rawEdit(raw, map[string]json.RawMessage{"structuredContent": nil})
+			})
 		}
 	}
 	if m := d.Manifest; m != nil {
@@ -469,8 +472,27 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		c := *res
 		c.Content = append(append([]mcp.Content(nil), res.Content...), &mcp.TextContent{Text: d.Advisory})
 		res = &c
+		res, resRaw = g.editRaw(name, res, resRaw, func(raw json.RawMessage) (json.RawMessage, error) { return rawAppendText(raw, d.Advisory) })
+	}
+	if resRaw != nil {
+		passThrough(ctx, res, resRaw)
 	}
 	return res, nil
+}
+
+// editRaw applies edit to a passed-through result; res carries the same change. An edit fails
+// only on a result whose content is not an array: the agent then gets res, which is what the
+// gateway could read of it.
+func (g *Gateway) editRaw(tool string, res *mcp.CallToolResult, raw json.RawMessage, edit func(json.RawMessage) (json.RawMessage, error)) (*mcp.CallToolResult, json.RawMessage) {
+	if raw == nil {
+		return res, nil
+	}
+	edited, err := edit(raw)
+	if err != nil {
+		g.warn("the result of %s could not be passed through: %v", tool, err)
+		return res, nil
+	}
+	return res, edited
 }
 
 // anyArgs is the arguments for $args references: a call without arguments resolves against {}.
@@ -482,8 +504,9 @@ func anyArgs(args map[string]any) any {
 }
 
 // forward sends the call to its upstream with the decision's timeout, retrying (read_only and
-// idempotent tools only, as the engine decided) with exponential backoff.
-func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d engine.Decision) (*mcp.CallToolResult, error) {
+// idempotent tools only, as the engine decided) with exponential backoff. From a stdio upstream
+// it also returns the result's raw bytes, and res is then lightResult's (see Result pass-through).
+func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d engine.Decision) (res *mcp.CallToolResult, resRaw json.RawMessage, err error) {
 	attempts, base, max := 1, 200*time.Millisecond, 5*time.Second
 	if d.Retry != nil {
 		attempts = 3
@@ -501,14 +524,12 @@ func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d 
 	if len(raw) > 0 {
 		params.Arguments = raw
 	}
-	var res *mcp.CallToolResult
-	var err error
 	wait := base
 	for i := 0; i < attempts; i++ {
 		if i > 0 {
 			select {
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, nil, ctx.Err()
 			case <-time.After(wait):
 			}
 			wait = min(2*wait, max)
@@ -517,19 +538,28 @@ func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d 
 		if d.Timeout > 0 {
 			cctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		}
+		slot := &rawSlot{}
 		var cs *mcp.ClientSession
 		if cs, err = r.up.session(); err == nil {
-			res, err = cs.CallTool(cctx, params)
+			res, err = cs.CallTool(context.WithValue(cctx, rawSlotKey{}, slot), params)
 		}
 		if err != nil && cctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("timed out after %s: %w", d.Timeout, err)
 		}
 		cancel()
+		resRaw = nil
+		if err == nil && slot.raw != nil {
+			resRaw = slot.raw
+			if res, err = lightResult(resRaw); err != nil {
+				err = fmt.Errorf("the upstream's result is not valid: %w", err)
+				resRaw = nil
+			}
+		}
 		if err == nil && !res.IsError {
-			return res, nil
+			return res, resRaw, nil
 		}
 	}
-	return res, err
+	return res, resRaw, err
 }
 
 // journalBlocked writes the intent of a call the gateway refused and its blocked outcome.

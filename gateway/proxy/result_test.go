@@ -22,7 +22,7 @@ func TestResultFor(t *testing.T) {
 		{"irreversible without compensation", &manifest.Manifest{Effect: manifest.Irreversible}, false},
 		{"compensable", &manifest.Manifest{Effect: manifest.Compensable, Compensation: comp}, true},
 	} {
-		got := resultFor(c.m, res)
+		got := resultFor(c.m, res, nil)
 		if (got != nil) != c.want {
 			t.Errorf("%s: result %v, want copied: %v", c.name, got, c.want)
 		}

@@ -116,7 +116,7 @@ func transport(g *config.Gateway, u config.Upstream, stderr io.Writer) mcp.Trans
 		cmd.Env = Env(u)
 		cmd.Dir = g.Resolve(u.Cwd)
 		cmd.Stderr = stderr
-		return &mcp.CommandTransport{Command: cmd, TerminateDuration: UpstreamTerminateWait}
+		return passthroughTransport{&mcp.CommandTransport{Command: cmd, TerminateDuration: UpstreamTerminateWait}}
 	}
 	return &mcp.StreamableClientTransport{
 		Endpoint:   u.URL,

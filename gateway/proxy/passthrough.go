@@ -1,0 +1,246 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Result pass-through (stdio upstreams). A forwarded call's result is bytes the gateway only
+// inspects: whether it is an error, its structuredContent (output schema check, $result values)
+// and, rarely, a single text block. Decoding the whole result into the SDK's types and encoding
+// it again for the agent was the largest CPU cost of a call (issue 5's benchmark). Instead the
+// upstream connection hands forward the result's raw bytes, forward decodes only what the call
+// path reads, and the agent gets the upstream's bytes back (with the gateway's own changes:
+// structuredContent dropped, an advisory block added).
+//
+// Only stdio upstreams are wrapped: the SDK type-asserts its Streamable HTTP client connection
+// to an unexported interface, which a wrapper would hide.
+
+// rawSlot receives the raw result of one tools/call sent with it in its context.
+type rawSlot struct {
+	raw json.RawMessage // set by the reading goroutine before the SDK delivers the response
+}
+
+type rawSlotKey struct{}
+
+// passthroughTransport wraps a stdio upstream's transport (see Result pass-through).
+type passthroughTransport struct{ mcp.Transport }
+
+func (t passthroughTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &passthroughConn{Connection: c, pending: map[jsonrpc.ID]*rawSlot{}}, nil
+}
+
+// passthroughConn notes the slot of each tools/call written with one and fills it from the
+// response, which the SDK then decodes as an empty result.
+type passthroughConn struct {
+	mcp.Connection
+	mu      sync.Mutex
+	pending map[jsonrpc.ID]*rawSlot
+}
+
+func (c *passthroughConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() && req.Method == "tools/call" {
+		if slot, ok := ctx.Value(rawSlotKey{}).(*rawSlot); ok {
+			c.mu.Lock()
+			c.pending[req.ID] = slot
+			c.mu.Unlock()
+			err := c.Connection.Write(ctx, msg)
+			if err != nil {
+				c.forget(req.ID)
+			}
+			return err
+		}
+	}
+	return c.Connection.Write(ctx, msg)
+}
+
+func (c *passthroughConn) forget(id jsonrpc.ID) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// emptyResult is what the SDK decodes in place of a passed-through result.
+var emptyResult = json.RawMessage(`{"content":[]}`)
+
+func (c *passthroughConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	resp, ok := msg.(*jsonrpc.Response)
+	if !ok || !resp.ID.IsValid() {
+		return msg, err
+	}
+	c.mu.Lock()
+	slot := c.pending[resp.ID]
+	delete(c.pending, resp.ID) // answered (or failed): the id may be reused
+	c.mu.Unlock()
+	if slot != nil && resp.Error == nil && len(resp.Result) > 0 && completeResult(resp.Result) {
+		slot.raw = resp.Result
+		resp.Result = emptyResult
+	}
+	return msg, err
+}
+
+// completeResult reports whether raw is a final result. Any other resultType (a multi-round-trip
+// input_required) stays with the SDK, which handles it.
+func completeResult(raw json.RawMessage) bool {
+	return !bytes.Contains(raw, []byte(`"resultType"`)) || bytes.Contains(raw, []byte(`"resultType":"complete"`))
+}
+
+// passedResult is what the gateway reads of a passed-through result.
+type passedResult struct {
+	IsError           bool            `json:"isError"`
+	StructuredContent json.RawMessage `json:"structuredContent"`
+}
+
+// lightResult decodes what the call path reads of raw: isError and structuredContent (as any,
+// for the output schema check and $result values). Content stays undecoded: Content is an
+// empty (non-nil) slice, so the SDK's server sends the result as returned (see passMiddleware).
+func lightResult(raw json.RawMessage) (*mcp.CallToolResult, error) {
+	var p passedResult
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, err
+	}
+	res := &mcp.CallToolResult{IsError: p.IsError, Content: []mcp.Content{}}
+	if len(p.StructuredContent) > 0 && string(p.StructuredContent) != "null" {
+		if err := json.Unmarshal(p.StructuredContent, &res.StructuredContent); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// fullResult decodes raw as the SDK would have.
+func fullResult(raw json.RawMessage) (*mcp.CallToolResult, error) {
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// rawEdit changes members of a raw result: nil drops one, a value replaces it.
+func rawEdit(raw json.RawMessage, members map[string]json.RawMessage) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range members {
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
+	return json.Marshal(m)
+}
+
+// rawAppendText appends a text block to raw's content.
+func rawAppendText(raw json.RawMessage, text string) (json.RawMessage, error) {
+	var r struct {
+		Content []json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, err
+	}
+	block, err := json.Marshal(&mcp.TextContent{Text: text})
+	if err != nil {
+		return nil, err
+	}
+	content, err := json.Marshal(append(r.Content, block))
+	if err != nil {
+		return nil, err
+	}
+	return rawEdit(raw, map[string]json.RawMessage{"content": content})
+}
+
+// passHolder carries a passed-through result from the tool handler to passMiddleware.
+type passHolder struct {
+	res *mcp.CallToolResult
+	raw json.RawMessage
+}
+
+type passHolderKey struct{}
+
+// passThrough asks passMiddleware to send raw as the result res stands for.
+func passThrough(ctx context.Context, res *mcp.CallToolResult, raw json.RawMessage) {
+	if h, ok := ctx.Value(passHolderKey{}).(*passHolder); ok {
+		h.res, h.raw = res, raw
+	}
+}
+
+// rawResult is a tools/call result sent as the upstream's bytes.
+type rawResult struct {
+	*mcp.CallToolResult
+	raw json.RawMessage
+}
+
+// MarshalJSON returns the raw result with what the SDK's server set on the stand-in result (for
+// clients of protocol 2026-07-28 on: resultType and the server's _meta entry) added where the
+// raw result lacks it, as the SDK does for a result it encodes.
+func (r *rawResult) MarshalJSON() ([]byte, error) {
+	stand, err := json.Marshal(r.CallToolResult) // small: its content is empty
+	if err != nil {
+		return nil, err
+	}
+	var set struct {
+		ResultType json.RawMessage            `json:"resultType"`
+		Meta       map[string]json.RawMessage `json:"_meta"`
+	}
+	if err := json.Unmarshal(stand, &set); err != nil {
+		return nil, err
+	}
+	if set.ResultType == nil && len(set.Meta) == 0 {
+		return r.raw, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(r.raw, &m); err != nil {
+		return nil, err
+	}
+	if _, ok := m["resultType"]; !ok && set.ResultType != nil {
+		m["resultType"] = set.ResultType
+	}
+	if len(set.Meta) > 0 {
+		meta := map[string]json.RawMessage{}
+		if old, ok := m["_meta"]; ok {
+			if err := json.Unmarshal(old, &meta); err != nil {
+				return nil, err
+			}
+		}
+		for k, v := range set.Meta {
+			if _, ok := meta[k]; !ok {
+				meta[k] = v
+			}
+		}
+		if m["_meta"], err = json.Marshal(meta); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(m)
+}
+
+// passMiddleware gives each tools/call a passHolder and, when the handler filled it, sends
+// the raw bytes instead of encoding the result.
+func (g *Gateway) passMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		h := &passHolder{}
+		res, err := next(context.WithValue(ctx, passHolderKey{}, h), method, req)
+		if err == nil && h.raw != nil {
+			if r, ok := res.(*mcp.CallToolResult); ok && r == h.res {
+				return &rawResult{CallToolResult: r, raw: h.raw}, nil
+			}
+		}
+		return res, err
+	}
+}

@@ -1,0 +1,167 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/gateway/config"
+	"github.com/reversi-gitops/reversi/test/upstreams"
+)
+
+// captureTransport records the raw result of every response its client reads.
+type captureTransport struct {
+	mcp.Transport
+	mu      sync.Mutex
+	results []json.RawMessage
+}
+
+type captureConn struct {
+	mcp.Connection
+	t *captureTransport
+}
+
+func (c *captureTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	conn, err := c.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &captureConn{Connection: conn, t: c}, nil
+}
+
+func (c *captureConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if r, ok := msg.(*jsonrpc.Response); ok && r.Result != nil {
+		c.t.mu.Lock()
+		c.t.results = append(c.t.results, append(json.RawMessage(nil), r.Result...))
+		c.t.mu.Unlock()
+	}
+	return msg, err
+}
+
+func (c *captureTransport) last(t *testing.T) json.RawMessage {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.results) == 0 {
+		t.Fatal("no result captured")
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, c.results[len(c.results)-1]); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// callRaw calls tool over a client on transport and returns the result's bytes as received.
+func callRaw(t *testing.T, transport mcp.Transport, tool string) json.RawMessage {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ct := &captureTransport{Transport: transport}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}}); err != nil {
+		t.Fatal(err)
+	}
+	return ct.last(t)
+}
+
+// TestResultBytesPassThrough: the agent gets the upstream's content and structuredContent bytes,
+// not a re-encoding (which would, for one, sort the keys of structuredContent's objects), with
+// the envelope the SDK adds for the client's protocol (resultType, the gateway's serverInfo).
+func TestResultBytesPassThrough(t *testing.T) {
+	mem := filepath.Join(t.TempDir(), "memory.jsonl")
+	graph := `{"type":"entity","name":"svc-b","entityType":"service","observations":["zeta","alpha"]}
+{"type":"entity","name":"svc-a","entityType":"service","observations":["port 80"]}
+{"type":"relation","from":"svc-b","to":"svc-a","relationType":"calls"}
+`
+	if err := os.WriteFile(mem, []byte(graph), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, args, env := upstreams.MemoryAt(t, mem)
+	direct := callRaw(t, &mcp.CommandTransport{Command: upstreams.Command(cmd, args, env)}, "read_graph")
+
+	cfg := memoryConfig(t, config.ModeEnforce)
+	cfg.Upstreams[0].Env = map[string]string{"MEMORY_FILE_PATH": mem}
+	f := start(t, cfg, loadManifests(t))
+	ct, stt := mcp.NewInMemoryTransports()
+	ss, err := f.gw.Server().Connect(context.Background(), stt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	through := callRaw(t, ct, "memory.read_graph")
+
+	var g, d map[string]json.RawMessage
+	if err := json.Unmarshal(through, &g); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(direct, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d["structuredContent"] == nil || !bytes.Contains(d["structuredContent"], []byte(`"name":"svc-b","entityType"`)) {
+		t.Fatalf("read_graph's structuredContent is not in the upstream's key order, the test needs it: %s", direct)
+	}
+	for _, k := range []string{"content", "structuredContent", "isError"} {
+		if !bytes.Equal(g[k], d[k]) {
+			t.Errorf("%s through the gateway differs from the upstream's:\n gateway: %s\nupstream: %s", k, g[k], d[k])
+		}
+	}
+	if string(g["resultType"]) != `"complete"` || !bytes.Contains(g["_meta"], []byte(`"name":"`+Name+`"`)) {
+		t.Errorf("the envelope the SDK adds is missing: resultType %s, _meta %s", g["resultType"], g["_meta"])
+	}
+	_, recs := onlyRun(t, f.store)
+	if steps := stepsOf(recs, "memory.read_graph"); len(steps) != 1 || steps[0][1].Status != "succeeded" {
+		t.Fatalf("ledger: %+v", recs)
+	}
+}
+
+func TestRawEdits(t *testing.T) {
+	raw := json.RawMessage(`{"content":[{"type":"text","text":"{\"id\":7}"}],"structuredContent":{"b":1,"a":2},"_meta":{"k":"v"}}`)
+	got, err := rawAppendText(raw, "Reversi advisory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := fullResult(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if txt := texts(full); len(txt) != 2 || txt[1] != "Reversi advisory" || full.Meta["k"] != "v" || full.StructuredContent == nil {
+		t.Fatalf("advisory appended: %s", got)
+	}
+	got, err = rawEdit(raw, map[string]json.RawMessage{"structuredContent": nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(got), "structuredContent") || !strings.Contains(string(got), `"_meta":{"k":"v"}`) {
+		t.Fatalf("structuredContent dropped: %s", got)
+	}
+	if _, err := rawAppendText(json.RawMessage(`{"content":"not a list"}`), "x"); err == nil {
+		t.Fatal("appending to content that is not a list must fail")
+	}
+
+	// $result from a single text block: the only case that decodes the content.
+	light, err := lightResult(json.RawMessage(`{"content":[{"type":"text","text":"{\"id\":7}"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &manifest.Manifest{Effect: manifest.Reversible, Compensation: &manifest.Compensation{Tool: "x.undo"}}
+	v := resultFor(m, light, json.RawMessage(`{"content":[{"type":"text","text":"{\"id\":7}"}]}`))
+	if obj, ok := v.(map[string]any); !ok || obj["id"] != float64(7) {
+		t.Fatalf("$result from the text block: %#v", v)
+	}
+}
