@@ -47,6 +47,7 @@ func newGatewayCmd() *cobra.Command {
 			"  reversi gateway --config gateway.yaml --manifests ./manifests",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			tuneGC()
 			var g *config.Gateway
 			if cfgFile != "" {
 				file, errs := config.Load(cfgFile)
