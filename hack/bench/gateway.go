@@ -180,8 +180,19 @@ func runGateway(f gatewayFlags) ([]row, []string, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		gr, err := m("gateway stdio ("+label+")", fmt.Sprintf("%d reversi gateway process(es), each with its own server-memory; one SQLite file", n), g.sessions, gatewayTool)
+		fmt.Fprintf(os.Stderr, "bench: gateway stdio (%s), %d session(s), %d calls each ...\n", label, n, per)
+		var cpu0 time.Duration
+		sres, err := measureWith(ctx, g.sessions, gatewayTool, f.warmup, per, func() (err error) { cpu0, err = cpuTime(g.pids); return err })
+		var cpu time.Duration
+		if err == nil {
+			var cpu1 time.Duration
+			if cpu1, err = cpuTime(g.pids); err == nil {
+				cpu = cpu1 - cpu0
+			}
+		}
 		g.close()
+		gr := row{name: "gateway stdio (" + label + ")", topology: fmt.Sprintf("%d reversi gateway process(es), each with its own server-memory; one SQLite file", n),
+			sessions: n, res: sres, gatewayCPU: cpu}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -259,6 +270,7 @@ func runGateway(f gatewayFlags) ([]row, []string, error) {
 	notes = append(notes,
 		"direct HTTP: not measured: @modelcontextprotocol/server-memory speaks stdio only.",
 		fmt.Sprintf("journal: every gateway row's SQLite file was read back: one allowed intent and one succeeded outcome per call (%d warm-up calls per session included).", f.warmup),
+		"gateway CPU ms per call: user + system CPU of the gateway processes (not their upstreams) while the row was measured, from /proc, divided by its calls; the HTTP gateway shares the bench process with its clients, so it has none.",
 		"added p50: the row's p50 minus the p50 of the direct row with the same upstream topology (gateway stdio vs direct stdio; gateway HTTP vs direct stdio, 1 upstream).")
 	if f.postgres != nil {
 		notes = append(notes, "PostgreSQL rows: a throwaway server (test/pgtest, Debian's PostgreSQL, defaults: fsync=on, synchronous_commit=on) on 127.0.0.1, a new database per row, read back the same way.")
@@ -333,6 +345,7 @@ func seedGraph() []byte {
 // fleet is a set of connected client sessions and how to take them down.
 type fleet struct {
 	sessions      []*mcp.ClientSession
+	pids          []int // the processes the sessions talk to (stdio)
 	stderr        []*lockedBuffer
 	cleanup       []func()
 	beforeMeasure func() error
@@ -357,7 +370,7 @@ func newClient() *mcp.Client {
 // connectCommands starts n copies of a stdio server and connects a client session to each,
 // all at once (startup dominates on two cores).
 func connectCommands(ctx context.Context, n int, mk func() *exec.Cmd) (*fleet, error) {
-	f := &fleet{sessions: make([]*mcp.ClientSession, n), stderr: make([]*lockedBuffer, n)}
+	f := &fleet{sessions: make([]*mcp.ClientSession, n), stderr: make([]*lockedBuffer, n), pids: make([]int, n)}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -373,6 +386,7 @@ func connectCommands(ctx context.Context, n int, mk func() *exec.Cmd) (*fleet, e
 				return
 			}
 			f.sessions[i] = cs
+			f.pids[i] = cmd.Process.Pid
 		})
 	}
 	wg.Wait()
@@ -602,20 +616,51 @@ type row struct {
 	sessions       int
 	res            result
 	base           *row
+	gatewayCPU     time.Duration // CPU time of the gateway processes while measuring (stdio rows)
+}
+
+// cpuTime is the CPU time (user + system) used so far by the processes pids, from
+// /proc/<pid>/stat (clock ticks of 10 ms).
+func cpuTime(pids []int) (time.Duration, error) {
+	var total time.Duration
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0, err
+		}
+		// Fields after the command name (in parentheses, which may hold spaces): utime and
+		// stime are the 12th and 13th.
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+		}
+		for _, s := range f[11:13] {
+			ticks, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+			}
+			total += time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+		}
+	}
+	return total, nil
 }
 
 func printTable(w io.Writer, rows []row, notes []string) {
 	fmt.Fprintf(w, "read_graph of @modelcontextprotocol/server-memory (20 entities, 20 relations); %s/%s, %d CPUs, %s\n\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
-	fmt.Fprintln(w, "| path | sessions | calls | calls/s | p50 ms | p99 ms | added p50 vs direct |")
-	fmt.Fprintln(w, "| - | -: | -: | -: | -: | -: | -: |")
+	fmt.Fprintln(w, "| path | sessions | calls | calls/s | p50 ms | p99 ms | added p50 vs direct | gateway CPU ms per call |")
+	fmt.Fprintln(w, "| - | -: | -: | -: | -: | -: | -: | -: |")
 	for _, r := range rows {
-		added := "—"
+		added, cpu := "—", "—"
 		if r.base != nil {
 			added = fmt.Sprintf("%+.3f ms", ms(r.res.percentile(50))-ms(r.base.res.percentile(50)))
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %.0f | %.3f | %.3f | %s |\n", r.name, r.sessions, r.res.calls,
-			r.res.perSecond(), ms(r.res.percentile(50)), ms(r.res.percentile(99)), added)
+		if r.gatewayCPU > 0 {
+			cpu = fmt.Sprintf("%.3f", ms(r.gatewayCPU)/float64(r.res.calls))
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %.0f | %.3f | %.3f | %s | %s |\n", r.name, r.sessions, r.res.calls,
+			r.res.perSecond(), ms(r.res.percentile(50)), ms(r.res.percentile(99)), added, cpu)
 	}
 	fmt.Fprintln(w, "\nTopology:")
 	for _, r := range rows {
