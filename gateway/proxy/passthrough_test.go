@@ -2,83 +2,16 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
-
-// captureTransport records the raw result of every response its client reads.
-type captureTransport struct {
-	mcp.Transport
-	mu      sync.Mutex
-	results []json.RawMessage
-}
-
-type captureConn struct {
-	mcp.Connection
-	t *captureTransport
-}
-
-func (c *captureTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	conn, err := c.Transport.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &captureConn{Connection: conn, t: c}, nil
-}
-
-func (c *captureConn) Read(ctx context.Context) (jsonrpc.Message, error) {
-	msg, err := c.Connection.Read(ctx)
-	if r, ok := msg.(*jsonrpc.Response); ok && r.Result != nil {
-		c.t.mu.Lock()
-		c.t.results = append(c.t.results, append(json.RawMessage(nil), r.Result...))
-		c.t.mu.Unlock()
-	}
-	return msg, err
-}
-
-func (c *captureTransport) last(t *testing.T) json.RawMessage {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.results) == 0 {
-		t.Fatal("no result captured")
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, c.results[len(c.results)-1]); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// callRaw calls tool over a client on transport and returns the result's bytes as received.
-func callRaw(t *testing.T, transport mcp.Transport, tool string) json.RawMessage {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	ct := &captureTransport{Transport: transport}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}}); err != nil {
-		t.Fatal(err)
-	}
-	return ct.last(t)
-}
 
 // TestResultBytesPassThrough: the agent gets the upstream's content and structuredContent bytes,
 // not a re-encoding (which would, for one, sort the keys of structuredContent's objects), with
@@ -93,28 +26,25 @@ func TestResultBytesPassThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd, args, env := upstreams.MemoryAt(t, mem)
-	direct := callRaw(t, &mcp.CommandTransport{Command: upstreams.Command(cmd, args, env)}, "read_graph")
+	dcs, dlog := direct(t, cmd, args, env)
+	call(t, dcs, "read_graph", map[string]any{})
 
 	cfg := memoryConfig(t, config.ModeEnforce)
 	cfg.Upstreams[0].Env = map[string]string{"MEMORY_FILE_PATH": mem}
 	f := start(t, cfg, loadManifests(t))
-	ct, stt := mcp.NewInMemoryTransports()
-	ss, err := f.gw.Server().Connect(context.Background(), stt, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close()
-	through := callRaw(t, ct, "memory.read_graph")
+	gcs, glog := f.wireClient(t)
+	call(t, gcs, "memory.read_graph", map[string]any{})
 
 	var g, d map[string]json.RawMessage
+	through, upstream := glog.last(t), dlog.last(t)
 	if err := json.Unmarshal(through, &g); err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(direct, &d); err != nil {
+	if err := json.Unmarshal(upstream, &d); err != nil {
 		t.Fatal(err)
 	}
 	if d["structuredContent"] == nil || !bytes.Contains(d["structuredContent"], []byte(`"name":"svc-b","entityType"`)) {
-		t.Fatalf("read_graph's structuredContent is not in the upstream's key order, the test needs it: %s", direct)
+		t.Fatalf("read_graph's structuredContent is not in the upstream's key order, the test needs it: %s", upstream)
 	}
 	for _, k := range []string{"content", "structuredContent", "isError"} {
 		if !bytes.Equal(g[k], d[k]) {
