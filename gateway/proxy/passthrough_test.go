@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/config"
@@ -93,5 +96,42 @@ func TestRawEdits(t *testing.T) {
 	v := resultFor(m, light, json.RawMessage(`{"content":[{"type":"text","text":"{\"id\":7}"}]}`))
 	if obj, ok := v.(map[string]any); !ok || obj["id"] != float64(7) {
 		t.Fatalf("$result from the text block: %#v", v)
+	}
+}
+
+// TestRawResultEnvelope: what the SDK set on the stand-in result is added to the raw bytes
+// where they lack it; an upstream's own _meta entries are kept, as the SDK keeps them.
+func TestRawResultEnvelope(t *testing.T) {
+	gw := json.RawMessage(`{"name":"reversi-gateway"}`)
+	for _, c := range []struct{ raw, want string }{
+		{`{"content":[{"type":"text","text":"x"}],"structuredContent":{"b":1,"a":2}}`,
+			`{"_meta":{"k":{"name":"reversi-gateway"}},"content":[{"type":"text","text":"x"}],"structuredContent":{"b":1,"a":2}}`},
+		{`{}`, `{"_meta":{"k":{"name":"reversi-gateway"}}}`},
+		{`{"content":[],"_meta":{"x":1}}`, `{"_meta":{"k":{"name":"reversi-gateway"},"x":1},"content":[]}`},
+		{`{"content":[],"_meta":{"k":"upstream"}}`, `{"_meta":{"k":"upstream"},"content":[]}`},
+	} {
+		r := &rawResult{CallToolResult: &mcp.CallToolResult{Content: []mcp.Content{}, Meta: mcp.Meta{"k": gw}}, raw: json.RawMessage(c.raw)}
+		got, err := json.Marshal(r)
+		if err != nil {
+			t.Fatalf("%s: %v", c.raw, err)
+		}
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("%s: not JSON: %s", c.raw, got)
+		}
+		if err := json.Unmarshal([]byte(c.want), &w); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("%s:\n got %s\nwant %s", c.raw, got, c.want)
+		}
+		if sc := `"structuredContent":{"b":1,"a":2}`; strings.Contains(c.raw, sc) && !strings.Contains(string(got), sc) {
+			t.Errorf("the upstream's bytes were re-encoded: %s", got)
+		}
+	}
+	// Nothing set on the stand-in (a client of an older protocol): the raw bytes as they are.
+	raw := json.RawMessage(`{"content":[],"structuredContent":{"b":1,"a":2}}`)
+	if got, _ := json.Marshal(&rawResult{CallToolResult: &mcp.CallToolResult{Content: []mcp.Content{}}, raw: raw}); !bytes.Equal(got, raw) {
+		t.Errorf("got %s, want the raw result", got)
 	}
 }
