@@ -441,7 +441,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 			c := *res
 			c.StructuredContent = nil
 			res = &c
-			res, resRaw = g.editRaw(name, res, resRaw, func(raw json.RawMessage) (json.RawMessage, error) {
+			resRaw = g.editRaw(name, resRaw, func(raw json.RawMessage) (json.RawMessage, error) {
 				return rawEdit(raw, map[string]json.RawMessage{"structuredContent": nil})
 			})
 		}
@@ -472,7 +472,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		c := *res
 		c.Content = append(append([]mcp.Content(nil), res.Content...), &mcp.TextContent{Text: d.Advisory})
 		res = &c
-		res, resRaw = g.editRaw(name, res, resRaw, func(raw json.RawMessage) (json.RawMessage, error) { return rawAppendText(raw, d.Advisory) })
+		resRaw = g.editRaw(name, resRaw, func(raw json.RawMessage) (json.RawMessage, error) { return rawAppendText(raw, d.Advisory) })
 	}
 	if resRaw != nil {
 		passThrough(ctx, res, resRaw)
@@ -480,19 +480,19 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	return res, nil
 }
 
-// editRaw applies edit to a passed-through result; res carries the same change. An edit fails
-// only on a result whose content is not an array: the agent then gets res, which is what the
-// gateway could read of it.
-func (g *Gateway) editRaw(tool string, res *mcp.CallToolResult, raw json.RawMessage, edit func(json.RawMessage) (json.RawMessage, error)) (*mcp.CallToolResult, json.RawMessage) {
+// editRaw applies edit to a passed-through result (the decoded result carries the same change).
+// An edit fails only on a result whose content is not an array: it returns nil, and the agent
+// then gets the decoded result, which is what the gateway could read of it.
+func (g *Gateway) editRaw(tool string, raw json.RawMessage, edit func(json.RawMessage) (json.RawMessage, error)) json.RawMessage {
 	if raw == nil {
-		return res, nil
+		return nil
 	}
 	edited, err := edit(raw)
 	if err != nil {
 		g.warn("the result of %s could not be passed through: %v", tool, err)
-		return res, nil
+		return nil
 	}
-	return res, edited
+	return edited
 }
 
 // anyArgs is the arguments for $args references: a call without arguments resolves against {}.
