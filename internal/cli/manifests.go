@@ -80,7 +80,7 @@ func newManifestsCmd() *cobra.Command {
 		Short: "Publish, approve, inspect and verify versions in a signed manifest registry",
 	}
 	cmd.AddCommand(newPublishCmd(), newApproveCmd(), newDeprecateCmd(), newRollbackCmd(),
-		newHistoryCmd(), newDiffCmd(), newListCmd(), newVerifyCmd(), newCheckCmd(), newExportCmd())
+		newHistoryCmd(), newDiffCmd(), newListCmd(), newVerifyCmd(), newCheckCmd(), newExportCmd(), newSignCmd())
 	return cmd
 }
 
@@ -194,6 +194,29 @@ func newRollbackCmd() *cobra.Command {
 	w.add(cmd)
 	cmd.Flags().IntVar(&version, "version", 0, "the version to publish again (required)")
 	_ = cmd.MarkFlagRequired("version")
+	return cmd
+}
+
+func newSignCmd() *cobra.Command {
+	var w writerFlags
+	cmd := &cobra.Command{
+		Use:   "sign --key KEY",
+		Short: "Sign index.json again with the next sequence, without a new version (after a key rotation, or for an index written before sequences)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			reg, o, err := w.open(cmd)
+			if err != nil {
+				return err
+			}
+			seq, err := reg.Sign(o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "index.json sequence %d signed with key %s\n", seq, o.Signer.KeyID)
+			return nil
+		},
+	}
+	w.add(cmd)
 	return cmd
 }
 

@@ -56,6 +56,8 @@ type Snapshot struct {
 	Entries map[string]Entry
 	// Canonical holds each loaded manifest's canonical JSON, the bytes its checksum covers.
 	Canonical map[string][]byte
+	// Index proves the served set: the index's sequence, history digest and signature.
+	Index IndexProof
 }
 
 // readVersion reads and checks one version against its index entry: the file exists inside
@@ -243,7 +245,11 @@ func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
 		}
 		versions[i], verrs[i] = r.readVersion(fsys, jobs[i].tool, jobs[i].entry, t, false)
 	})
-	snap := &Snapshot{Entries: map[string]Entry{}, Canonical: map[string][]byte{}}
+	proof, err := idx.Proof()
+	if err != nil {
+		return nil, append(errs, err)
+	}
+	snap := &Snapshot{Entries: map[string]Entry{}, Canonical: map[string][]byte{}, Index: proof}
 	set := make([]*manifest.Manifest, 0, len(jobs))
 	draftOnly := map[string]bool{}
 	for i, v := range versions {

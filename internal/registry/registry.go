@@ -59,30 +59,117 @@ func (e Entry) Short() string {
 	return e.Checksum[:12]
 }
 
-// Index is index.json: every tool's versions, oldest first. With a signing key, the last
-// writer signs the index too (KeyID, Signature: base64 Ed25519 over IndexMessage), so the set
-// of versions, their order and their authors and approvers cannot be edited without a key:
-// dropping the newest version of a tool, or a whole tool, breaks the signature.
+// Index is index.json: every tool's versions, oldest first, and a Sequence that grows by one
+// with every write. With a signing key, the last writer signs the index too (KeyID, Signature:
+// base64 Ed25519 over IndexMessage), so neither the set of versions, their order, authors and
+// approvers, nor the set the registry serves can be edited, replayed under a newer sequence or
+// mixed with another registry's versions without a key.
 type Index struct {
 	Format    string             `json:"format"`
+	Sequence  int64              `json:"sequence"`
 	Tools     map[string][]Entry `json:"tools"`
 	KeyID     string             `json:"key_id,omitempty"`
 	Signature string             `json:"signature,omitempty"`
 }
 
-// IndexMessage is what an index signature covers:
-// `reversi-registry-index:<hex SHA-256 of the JSON of {format, tools}>` (encoding/json: map
-// keys sorted, fields in declaration order).
-func (idx *Index) IndexMessage() ([]byte, error) {
+// Served is the version each tool serves: its newest non-draft version (a tool with only drafts
+// serves none; seed: "a draft ... is simply absent from the loaded registry").
+func (idx *Index) Served() map[string]Entry {
+	out := make(map[string]Entry, len(idx.Tools))
+	for tool, es := range idx.Tools {
+		for i := len(es) - 1; i >= 0; i-- {
+			if es[i].Status != manifest.Draft {
+				out[tool] = es[i]
+				break
+			}
+		}
+	}
+	return out
+}
+
+// SetDigest is the digest of a served set: `sha256:<hex>` over the lines
+// `<tool>@<version>:<checksum>\n` in tool order. Equal digests mean the same enforced manifests;
+// the controller's renderings (internal/bundle) carry the same value.
+func SetDigest(set map[string]Entry) string {
+	tools := make([]string, 0, len(set))
+	for t := range set {
+		tools = append(tools, t)
+	}
+	sort.Strings(tools)
+	h := sha256.New()
+	for _, t := range tools {
+		fmt.Fprintf(h, "%s@%d:%s\n", t, set[t].Version, set[t].Checksum)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// HistoryDigest is the hex SHA-256 of the JSON of {format, tools} (encoding/json: map keys
+// sorted, fields in declaration order): every version of every tool.
+func (idx *Index) HistoryDigest() (string, error) {
 	b, err := json.Marshal(struct {
 		Format string             `json:"format"`
 		Tools  map[string][]Entry `json:"tools"`
 	}{idx.Format, idx.Tools})
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	sum := sha256.Sum256(b)
-	return []byte("reversi-registry-index:" + hex.EncodeToString(sum[:])), nil
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// IndexMessage is what an index signature covers:
+// `reversi-registry-index:v2:<sequence>:<SetDigest of Served>:<HistoryDigest>`. The served set
+// appears by its own digest so that a reader holding only the served versions (a gateway) can
+// check that they are exactly the ones the writer signed (IndexProof.Verify).
+func (idx *Index) IndexMessage() ([]byte, error) {
+	history, err := idx.HistoryDigest()
+	if err != nil {
+		return nil, err
+	}
+	return indexMessage(idx.Sequence, SetDigest(idx.Served()), history), nil
+}
+
+func indexMessage(sequence int64, served, history string) []byte {
+	return []byte("reversi-registry-index:v2:" + strconv.FormatInt(sequence, 10) + ":" + served + ":" + history)
+}
+
+// IndexProof is what a reader that holds only the served versions needs to check the index
+// signature: the sequence, the history digest and the signature. Snapshots carry it (JSON field
+// names as in index.json).
+type IndexProof struct {
+	Sequence  int64  `json:"sequence"`
+	History   string `json:"history"`
+	KeyID     string `json:"key_id"`
+	Signature string `json:"signature"`
+}
+
+// Proof is the index's IndexProof (empty KeyID and Signature when it is unsigned).
+func (idx *Index) Proof() (IndexProof, error) {
+	history, err := idx.HistoryDigest()
+	if err != nil {
+		return IndexProof{}, err
+	}
+	return IndexProof{Sequence: idx.Sequence, History: history, KeyID: idx.KeyID, Signature: idx.Signature}, nil
+}
+
+// Verify checks that a writer trusted by trust signed an index whose served set has the digest
+// served (SetDigest), with p's sequence and history. Errors: the proof is unsigned or malformed,
+// or the signature does not verify (signing.ErrUntrusted when the key is not trusted).
+func (p IndexProof) Verify(served string, trust *signing.TrustSet) error {
+	if p.Signature == "" || p.KeyID == "" {
+		return errors.New("the registry index is not signed: the set of served versions cannot be checked; write the registry with --key")
+	}
+	sig, err := base64.StdEncoding.DecodeString(p.Signature)
+	if err != nil {
+		return errors.New("the registry index signature is malformed")
+	}
+	if err := trust.Verify(p.KeyID, sig, indexMessage(p.Sequence, served, p.History)); err != nil {
+		if errors.Is(err, signing.ErrUntrusted) {
+			return err
+		}
+		return fmt.Errorf("%w: these are not the versions the writer signed (an entry was swapped, added or dropped, or the sequence was changed)", err)
+	}
+	return nil
 }
 
 // sign signs the index with s, or clears the signature when s is nil (an unsigned write
@@ -111,6 +198,9 @@ func (idx *Index) verify(trust *signing.TrustSet) error {
 	}
 	if idx.Signature == "" {
 		return errors.New("index.json is not signed, but trusted keys are set: the list of versions could be edited unseen; write the registry with --key")
+	}
+	if idx.Sequence < 1 {
+		return errors.New("index.json has no sequence: it was written by an earlier reversi, whose signature does not cover the served set; sign it again with reversi manifests sign --key")
 	}
 	sig, err := base64.StdEncoding.DecodeString(idx.Signature)
 	if err != nil {

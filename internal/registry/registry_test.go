@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -582,5 +583,78 @@ func TestIndexEditsAreRefused(t *testing.T) {
 	}
 	if _, errs := r.Load(nil); !containsErr(errs, "lists no tools") || !containsErr(errs, "not listed in index.json") {
 		t.Fatalf("unsigned emptied index: %v", errs)
+	}
+}
+
+// Every write moves the sequence on, and the index signature covers it and the served set: a
+// reader with only the served versions (a gateway) can tell the exact set the writer signed.
+func TestIndexSequenceAndProof(t *testing.T) {
+	k := newKey(t)
+	r := seedRegistry(t, k) // publish (1 write) + 3 approvals
+	snap, errs := r.Load(k.Trust)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if snap.Index.Sequence != 4 {
+		t.Fatalf("sequence after 4 writes = %d", snap.Index.Sequence)
+	}
+	served := SetDigest(snap.Entries)
+	if err := snap.Index.Verify(served, k.Trust); err != nil {
+		t.Fatalf("the honest proof: %v", err)
+	}
+	// Another set (an older version swapped in, or one more entry), or a replayed sequence.
+	older := map[string]Entry{}
+	for tool, e := range snap.Entries {
+		older[tool] = e
+	}
+	h, _ := r.History("stripe.refund")
+	older["stripe.refund"] = h[0]
+	more := map[string]Entry{"other.tool": h[0]}
+	for tool, e := range snap.Entries {
+		more[tool] = e
+	}
+	for name, set := range map[string]map[string]Entry{"older entry": older, "extra entry": more} {
+		if err := snap.Index.Verify(SetDigest(set), k.Trust); err == nil || !strings.Contains(err.Error(), "not the versions the writer signed") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	replayed := snap.Index
+	replayed.Sequence = 9
+	if err := replayed.Verify(served, k.Trust); err == nil {
+		t.Error("a proof with another sequence verified")
+	}
+	if err := snap.Index.Verify(served, newKey(t).Trust); !errors.Is(err, signing.ErrUntrusted) {
+		t.Errorf("untrusted writer: %v", err)
+	}
+	unsigned := snap.Index
+	unsigned.Signature = ""
+	if err := unsigned.Verify(served, k.Trust); err == nil || !strings.Contains(err.Error(), "not signed") {
+		t.Errorf("unsigned: %v", err)
+	}
+}
+
+// An index written before sequences existed does not load with trust; manifests sign upgrades
+// it (next sequence, same versions) and is itself refused without a key or over a damaged registry.
+func TestIndexWithoutSequenceAndSign(t *testing.T) {
+	k := newKey(t)
+	r := seedRegistry(t, k)
+	editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { delete(m, "sequence") })
+	if _, errs := r.Load(k.Trust); !containsErr(errs, "index.json has no sequence") {
+		t.Fatalf("load of an index without a sequence: %v", errs)
+	}
+	if _, err := r.Sign(WriteOptions{By: "ops"}); err == nil {
+		t.Fatal("sign without a key succeeded")
+	}
+	seq, err := r.Sign(WriteOptions{By: "ops", Signer: k.Signer})
+	if err != nil || seq != 1 {
+		t.Fatalf("sign: %d %v", seq, err)
+	}
+	snap, errs := r.Load(k.Trust)
+	if len(errs) > 0 || snap.Index.Sequence != 1 || len(snap.Manifests) != 3 {
+		t.Fatalf("after sign: %+v %v", snap, errs)
+	}
+	_ = os.Remove(versionFile(t, r, "stripe.refund", 1))
+	if _, err := r.Sign(WriteOptions{By: "ops", Signer: k.Signer}); err == nil || !strings.Contains(err.Error(), "fix them before signing") {
+		t.Fatalf("sign over a damaged registry: %v", err)
 	}
 }

@@ -59,6 +59,7 @@ func (r *Registry) update(o WriteOptions, fn func(idx *Index) error) error {
 	if err := fn(idx); err != nil {
 		return err
 	}
+	idx.Sequence++ // every write, so an older signed index can never pass for the newest
 	if err := idx.sign(o.Signer); err != nil {
 		return err
 	}
@@ -309,6 +310,25 @@ func (r *Registry) Rollback(tool string, version int, o WriteOptions) (Published
 		return err
 	})
 	return out, err
+}
+
+// Sign writes index.json again, signed with o.Signer and the next sequence, without a new
+// version: after a writer key rotation, or to upgrade an index written before sequences existed.
+// Every version is checked first (as Verify does, without trust), so a damaged registry is not
+// signed over.
+func (r *Registry) Sign(o WriteOptions) (int64, error) {
+	if o.Signer == nil {
+		return 0, errors.New("manifests sign needs --key")
+	}
+	if _, errs := r.Verify(nil); len(errs) > 0 {
+		return 0, fmt.Errorf("the registry has problems, fix them before signing it: %w", errors.Join(errs...))
+	}
+	var seq int64
+	err := r.update(o, func(idx *Index) error {
+		seq = idx.Sequence + 1
+		return nil
+	})
+	return seq, err
 }
 
 // ReadVersion reads one version with its checks (no signature check).
