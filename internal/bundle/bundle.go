@@ -1,7 +1,9 @@
 // Package bundle is the form verified manifests take between the controller and the gateway:
-// the entries of a registry revision (each version's entry and canonical manifest bytes, with
-// its signature), split into ConfigMap-sized shards. The controller renders bundles; gateway
-// pods assemble the shards and verify every entry again before enforcing anything.
+// the entries of one or more sources (each version's entry and canonical manifest bytes, with
+// its writer signature) and, per source, a snapshot signed by the controller saying which
+// entries the source serves at which revision and sequence; split into ConfigMap-sized shards.
+// The controller renders bundles; gateway pods assemble the shards and verify every entry and
+// every snapshot again before enforcing anything (DESIGN.md "Trust model", issue 15).
 package bundle
 
 import (
@@ -13,88 +15,146 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/internal/registry"
 	"github.com/reversi-gitops/reversi/internal/signing"
 )
 
-// ConfigMap data keys of a shard.
+// ConfigMap data keys of a shard. Nothing unsigned is read as a fact: the digest and the shard
+// numbers only let a reader assemble the shards of one rendering; what is served and from which
+// revision comes from the entries and the signed snapshots.
 const (
-	KeyRevision  = "revision"       // the source revision, e.g. main@sha1:<40 hex>
 	KeyDigest    = "digest"         // sha256:<hex> of the bundle's tool@version:checksum lines
 	KeyShard     = "shard"          // this shard's index, from 0
 	KeyShards    = "shards"         // how many shards the bundle has
 	KeyManifests = "manifests.json" // a JSON array of Entry
+	// KeySnapshots is a JSON array of SignedSnapshot, in shard 0 only.
+	KeySnapshots = "snapshots.json"
 )
 
 // MaxShardBytes is the default budget of one shard's data: the API server caps a ConfigMap at
 // 1 MiB, and the object's metadata needs room too.
 const MaxShardBytes = 900 * 1024
 
-// Entry is one loaded version: its registry entry, the tool, and the manifest's canonical
-// JSON (the bytes its checksum and signature cover).
+// Entry is one loaded version: its registry entry, the tool, the source it comes from (a
+// Snapshot's Source), and the manifest's canonical JSON (the bytes its checksum and signature
+// cover).
 type Entry struct {
-	Tool string `json:"tool"`
+	Tool   string `json:"tool"`
+	Source string `json:"source,omitempty"`
 	registry.Entry
 	Manifest json.RawMessage `json:"manifest"`
 }
 
-// Bundle is the verified manifests of one source revision.
+// Bundle is the verified manifests of one or more sources, with each source's signed snapshot.
 type Bundle struct {
-	Revision string
-	Entries  []Entry // sorted by tool
+	Entries   []Entry // sorted by tool
+	Snapshots []SignedSnapshot
 }
 
-// FromSnapshot builds the bundle of a loaded registry snapshot.
-func FromSnapshot(revision string, s *registry.Snapshot) Bundle {
-	b := Bundle{Revision: revision}
+// FromSnapshot builds the (not yet attested) bundle of a loaded registry snapshot; every entry
+// names source.
+func FromSnapshot(source string, s *registry.Snapshot) Bundle {
+	var b Bundle
 	for _, m := range s.Manifests {
-		b.Entries = append(b.Entries, Entry{Tool: m.Tool, Entry: s.Entries[m.Tool], Manifest: s.Canonical[m.Tool]})
+		b.Entries = append(b.Entries, Entry{Tool: m.Tool, Source: source, Entry: s.Entries[m.Tool], Manifest: s.Canonical[m.Tool]})
 	}
-	sort.Slice(b.Entries, func(i, j int) bool { return b.Entries[i].Tool < b.Entries[j].Tool })
+	sortEntries(b.Entries)
 	return b
 }
 
 // FromManifests builds the bundle of plain (unsigned) manifests: each entry's checksum is
 // computed here and the version and status are the manifest's own. Drafts are kept: the
 // gateway blocks their calls as drafts.
-func FromManifests(revision string, ms []*manifest.Manifest) (Bundle, error) {
-	b := Bundle{Revision: revision}
+func FromManifests(source string, ms []*manifest.Manifest) (Bundle, error) {
+	var b Bundle
 	for _, m := range ms {
 		canonical, err := manifest.CanonicalJSON(m)
 		if err != nil {
 			return Bundle{}, err
 		}
 		sum := sha256.Sum256(canonical)
-		b.Entries = append(b.Entries, Entry{Tool: m.Tool, Manifest: canonical, Entry: registry.Entry{
+		b.Entries = append(b.Entries, Entry{Tool: m.Tool, Source: source, Manifest: canonical, Entry: registry.Entry{
 			Version: m.Version, Status: m.Status, Checksum: hex.EncodeToString(sum[:]),
 		}})
 	}
-	sort.Slice(b.Entries, func(i, j int) bool { return b.Entries[i].Tool < b.Entries[j].Tool })
+	sortEntries(b.Entries)
 	return b, nil
 }
 
-// Digest is `sha256:<hex>` over the sorted `tool@version:checksum` lines: equal digests mean
-// the same enforced manifests, whatever the revision.
-func (b Bundle) Digest() string {
-	h := sha256.New()
-	for _, e := range b.Entries {
-		fmt.Fprintf(h, "%s@%d:%s\n", e.Tool, e.Version, e.Checksum)
+func sortEntries(es []Entry) {
+	sort.SliceStable(es, func(i, j int) bool {
+		if es[i].Tool != es[j].Tool {
+			return es[i].Tool < es[j].Tool
+		}
+		return es[i].Source < es[j].Source
+	})
+}
+
+// Merge joins bundles (their entries and snapshots). Tools defined twice stay twice: Verify
+// refuses them, and the ReversiGateway controller names both sources before merging.
+func Merge(bs ...Bundle) Bundle {
+	var out Bundle
+	for _, b := range bs {
+		out.Entries = append(out.Entries, b.Entries...)
+		out.Snapshots = append(out.Snapshots, b.Snapshots...)
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+	sortEntries(out.Entries)
+	return out
+}
+
+// Digest is registry.SetDigest of the entries: equal digests mean the same enforced
+// manifests, whatever the revision.
+func (b Bundle) Digest() string { return digestOf(b.Entries) }
+
+func digestOf(es []Entry) string {
+	set := make(map[string]registry.Entry, len(es))
+	for _, e := range es {
+		set[e.Tool] = e.Entry
+	}
+	return registry.SetDigest(set)
+}
+
+// SourceDigest is the digest of the entries of one source.
+func (b Bundle) SourceDigest(source string) string {
+	var es []Entry
+	for _, e := range b.Entries {
+		if e.Source == source {
+			es = append(es, e)
+		}
+	}
+	return digestOf(es)
+}
+
+// Revision names what the bundle serves, from its snapshots: their Describe, joined by ", "
+// ("" without snapshots).
+func (b Bundle) Revision() string {
+	parts := make([]string, len(b.Snapshots))
+	for i, s := range b.Snapshots {
+		parts[i] = s.Snapshot.Describe()
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Shards splits the bundle into ConfigMap data maps of at most maxBytes of manifest JSON each
-// (MaxShardBytes when 0). Every shard carries the revision, digest, its index and the count.
-// An entry larger than maxBytes on its own is an error.
+// (MaxShardBytes when 0). Every shard carries the digest, its index and the count; shard 0 also
+// the snapshots. An entry larger than maxBytes on its own is an error.
 func (b Bundle) Shards(maxBytes int) ([]map[string]string, error) {
 	if maxBytes <= 0 {
 		maxBytes = MaxShardBytes
 	}
+	snaps, err := json.Marshal(b.Snapshots)
+	if err != nil {
+		return nil, err
+	}
+	if b.Snapshots == nil {
+		snaps = []byte("[]")
+	}
 	var groups [][][]byte
 	var cur [][]byte
-	size := 2 // the brackets of the array
+	size := 2 + len(snaps) // the brackets of the array; shard 0 holds the snapshots too
 	for _, e := range b.Entries {
 		raw, err := marshal(e)
 		if err != nil {
@@ -114,13 +174,13 @@ func (b Bundle) Shards(maxBytes int) ([]map[string]string, error) {
 	out := make([]map[string]string, len(groups))
 	for i, g := range groups {
 		out[i] = map[string]string{
-			KeyRevision:  b.Revision,
 			KeyDigest:    digest,
 			KeyShard:     strconv.Itoa(i),
 			KeyShards:    strconv.Itoa(len(groups)),
 			KeyManifests: "[" + string(bytes.Join(g, []byte(","))) + "]",
 		}
 	}
+	out[0][KeySnapshots] = string(snaps)
 	return out, nil
 }
 
@@ -135,9 +195,22 @@ func marshal(e Entry) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
+// strict decodes one JSON value, refusing unknown fields and trailing data.
+func strict(data string, v any) error {
+	dec := json.NewDecoder(strings.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}
+
 // Assemble joins the shards of one bundle (in any order). It refuses a set that is not one
-// complete bundle: a missing or repeated shard, shards of different revisions or digests, or
-// a digest that does not match the entries.
+// complete bundle: a missing or repeated shard, shards of different renderings, an unknown data
+// key, or a digest that does not match the entries. It checks no signature: see Verify.
 func Assemble(shards []map[string]string) (Bundle, error) {
 	if len(shards) == 0 {
 		return Bundle{}, errors.New("no shards")
@@ -150,7 +223,7 @@ func Assemble(shards []map[string]string) (Bundle, error) {
 	if len(shards) != n {
 		return Bundle{}, fmt.Errorf("have %d of %d shards: the rendering is incomplete", len(shards), n)
 	}
-	b := Bundle{Revision: first[KeyRevision]}
+	var b Bundle
 	seen := make([]bool, n)
 	for _, s := range shards {
 		i, err := strconv.Atoi(s[KeyShard])
@@ -158,31 +231,79 @@ func Assemble(shards []map[string]string) (Bundle, error) {
 			return Bundle{}, fmt.Errorf("shard index %q is out of range or repeated", s[KeyShard])
 		}
 		seen[i] = true
-		if s[KeyRevision] != b.Revision || s[KeyDigest] != first[KeyDigest] || s[KeyShards] != first[KeyShards] {
+		if s[KeyDigest] != first[KeyDigest] || s[KeyShards] != first[KeyShards] {
 			return Bundle{}, errors.New("shards of different renderings are mixed: wait for the controller to finish")
 		}
+		for k := range s {
+			switch k {
+			case KeyDigest, KeyShard, KeyShards, KeyManifests:
+			case KeySnapshots:
+				if i != 0 {
+					return Bundle{}, fmt.Errorf("shard %d holds %s, which only shard 0 may: the rendering was edited", i, KeySnapshots)
+				}
+			default:
+				return Bundle{}, fmt.Errorf("shard %d has the unknown key %q: the rendering was edited (nothing unsigned is read)", i, k)
+			}
+		}
 		var es []Entry
-		dec := json.NewDecoder(bytes.NewReader([]byte(s[KeyManifests])))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&es); err != nil {
+		if err := strict(s[KeyManifests], &es); err != nil {
 			return Bundle{}, fmt.Errorf("shard %d: %s is not valid: %v", i, KeyManifests, err)
 		}
 		b.Entries = append(b.Entries, es...)
+		if i == 0 {
+			if raw, ok := s[KeySnapshots]; ok {
+				if err := strict(raw, &b.Snapshots); err != nil {
+					return Bundle{}, fmt.Errorf("shard 0: %s is not valid: %v", KeySnapshots, err)
+				}
+			}
+		}
 	}
-	sort.Slice(b.Entries, func(i, j int) bool { return b.Entries[i].Tool < b.Entries[j].Tool })
+	sortEntries(b.Entries)
 	if d := b.Digest(); d != first[KeyDigest] {
 		return Bundle{}, fmt.Errorf("the entries' digest is %s, the recorded one %s: the rendering was edited", d, first[KeyDigest])
 	}
 	return b, nil
 }
 
-// Verify checks every entry as a registry load does (checksum over the manifest bytes,
-// manifest valid and matching its entry, and with trust a signature by a trusted key; an
-// unsigned entry fails when trust is set), then the set as a whole. It returns the manifests
-// only when everything passes, else every problem.
-func (b Bundle) Verify(trust *signing.TrustSet) ([]*manifest.Manifest, []error) {
-	var ms []*manifest.Manifest
+// Verify checks a bundle before anything in it is enforced, and returns its manifests only when
+// every check passes, else every problem:
+//   - each entry as a registry load does (checksum over the manifest bytes, manifest valid and
+//     matching its entry; with writers, a signature by a writer key);
+//   - with controller keys, the set: every snapshot is signed by the controller, names its
+//     source once, and its digest is that of exactly the entries of its source; every entry
+//     belongs to a snapshot's source. With writers too, a Registry snapshot's index proof must
+//     verify (the entries are exactly the served versions the writer signed), and an entry
+//     without a writer signature is accepted only from a Plain source;
+//   - the set as a whole (cross-manifest rules).
+//
+// Without controller keys the snapshots are not checked (a rendering for a gateway that
+// verifies no signatures at all); the gateway requires them whenever writers are set.
+func (b Bundle) Verify(writers, controller *signing.TrustSet) ([]*manifest.Manifest, []error) {
 	var errs []error
+	kinds := map[string]string{} // source -> kind of its verified snapshot
+	if controller != nil {
+		for _, ss := range b.Snapshots {
+			s := ss.Snapshot
+			if err := ss.Verify(controller); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if _, dup := kinds[s.Source]; dup {
+				errs = append(errs, fmt.Errorf("snapshot of %s: listed twice", s.Source))
+				continue
+			}
+			kinds[s.Source] = s.Kind
+			if d := b.SourceDigest(s.Source); d != s.Digest {
+				errs = append(errs, fmt.Errorf("snapshot of %s: its entries' digest is %s, the signed one %s: entries were swapped, added or dropped", s.Source, d, s.Digest))
+			}
+			if s.Kind == KindRegistry && writers != nil {
+				if err := s.Index.Verify(s.Digest, writers); err != nil {
+					errs = append(errs, fmt.Errorf("snapshot of %s: %w", s.Source, err))
+				}
+			}
+		}
+	}
+	var ms []*manifest.Manifest
 	seen := map[string]bool{}
 	for _, e := range b.Entries {
 		if seen[e.Tool] {
@@ -190,6 +311,17 @@ func (b Bundle) Verify(trust *signing.TrustSet) ([]*manifest.Manifest, []error) 
 			continue
 		}
 		seen[e.Tool] = true
+		trust := writers
+		if controller != nil {
+			kind, ok := kinds[e.Source]
+			if !ok {
+				errs = append(errs, fmt.Errorf("%s v%d: its source %q has no verified snapshot: the entry was added to the rendering", e.Tool, e.Version, e.Source))
+				continue
+			}
+			if kind == KindPlain {
+				trust = nil // plain files carry no writer signature: the controller's snapshot vouches for the set
+			}
+		}
 		var compact bytes.Buffer
 		if err := json.Compact(&compact, e.Manifest); err != nil {
 			errs = append(errs, fmt.Errorf("%s v%d: the manifest is not JSON: %v", e.Tool, e.Version, err))

@@ -42,11 +42,26 @@ func signedSnapshot(t testing.TB, n int) (*registry.Snapshot, *signing.TrustSet)
 	return snap, trust
 }
 
-const rev = "main@sha1:0123456789abcdef0123456789abcdef01234567"
+const (
+	rev    = "main@sha1:0123456789abcdef0123456789abcdef01234567"
+	source = "ManifestRegistry agents/payments"
+)
+
+// attested is the bundle of snap for source with a Registry snapshot signed by controller.
+func attested(t testing.TB, snap *registry.Snapshot, source string, seq int64, controller *signing.Signer) Bundle {
+	t.Helper()
+	b := FromSnapshot(source, snap)
+	index := snap.Index
+	if _, err := b.Attest(Snapshot{Source: source, Kind: KindRegistry, Revision: rev, Sequence: seq, Index: &index}, controller); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
 
 func TestShardsRoundTripAndVerify(t *testing.T) {
 	snap, trust := signedSnapshot(t, 300)
-	b := FromSnapshot(rev, snap)
+	ctl := signingtest.NewKey(t)
+	b := attested(t, snap, source, 7, ctl.Signer)
 	shards, err := b.Shards(64 * 1024)
 	if err != nil {
 		t.Fatal(err)
@@ -55,8 +70,11 @@ func TestShardsRoundTripAndVerify(t *testing.T) {
 		t.Fatalf("%d shards for ~180 KiB at 64 KiB each", len(shards))
 	}
 	for i, s := range shards {
-		if n := len(s[KeyManifests]); n > 64*1024 {
+		if n := len(s[KeyManifests]) + len(s[KeySnapshots]); n > 64*1024 {
 			t.Fatalf("shard %d holds %d bytes", i, n)
+		}
+		if _, ok := s[KeySnapshots]; ok != (i == 0) {
+			t.Fatalf("shard %d: snapshots present = %v", i, ok)
 		}
 	}
 	// Shards arrive in any order.
@@ -65,10 +83,11 @@ func TestShardsRoundTripAndVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Revision != rev || len(got.Entries) != 303 || got.Digest() != b.Digest() {
-		t.Fatalf("assembled %s, %d entries", got.Revision, len(got.Entries))
+	want := source + " " + rev + " (sequence 7)"
+	if got.Revision() != want || len(got.Entries) != 303 || got.Digest() != b.Digest() || got.Digest() != registry.SetDigest(snap.Entries) {
+		t.Fatalf("assembled %q, %d entries", got.Revision(), len(got.Entries))
 	}
-	ms, errs := got.Verify(trust)
+	ms, errs := got.Verify(trust, ctl.Trust)
 	if len(errs) > 0 || len(ms) != 303 {
 		t.Fatalf("verify: %d %v", len(ms), errs)
 	}
@@ -79,63 +98,203 @@ func TestShardsRoundTripAndVerify(t *testing.T) {
 
 func TestAssembleRefusesIncompleteOrMixedRenderings(t *testing.T) {
 	snap, _ := signedSnapshot(t, 200)
-	shards, err := FromSnapshot(rev, snap).Shards(32 * 1024)
+	b := FromSnapshot(source, snap)
+	shards, err := b.Shards(32 * 1024)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := FromSnapshot("main@sha1:ffffffffffffffffffffffffffffffffffffffff", snap).Shards(32 * 1024)
+	fewer := b
+	fewer.Entries = b.Entries[1:]
+	other, err := fewer.Shards(32 * 1024)
 	if err != nil {
 		t.Fatal(err)
+	}
+	with := func(i int, k, v string) []map[string]string {
+		out := append([]map[string]string{}, shards...)
+		out[i] = map[string]string{}
+		for key, val := range shards[i] {
+			out[i][key] = val
+		}
+		out[i][k] = v
+		return out
 	}
 	cases := map[string][]map[string]string{
 		"the rendering is incomplete": shards[:2],
 		"repeated":                    append([]map[string]string{shards[0], shards[0]}, shards[2:]...),
 		"different renderings":        append([]map[string]string{other[0]}, shards[1:]...),
+		// Nothing unsigned is read: an added revision is refused, not shown.
+		`unknown key "revision"`:      with(0, "revision", "main@sha1:ffffffffffffffffffffffffffffffffffffffff"),
+		"which only shard 0 may":      with(1, KeySnapshots, "[]"),
+		"the rendering was edited":    with(1, KeyManifests, strings.Replace(shards[1][KeyManifests], `"version":1`, `"version":2`, 1)),
+		"snapshots.json is not valid": with(0, KeySnapshots, `[{"snapshot":{},"extra":1}]`),
 	}
 	for want, set := range cases {
 		if _, err := Assemble(set); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v", want, err)
 		}
 	}
-	// An edited entry no longer matches the digest.
-	edited := append([]map[string]string{}, shards...)
-	edited[1] = map[string]string{}
-	for k, v := range shards[1] {
-		edited[1][k] = v
-	}
-	edited[1][KeyManifests] = strings.Replace(edited[1][KeyManifests], `"version":1`, `"version":2`, 1)
-	if _, err := Assemble(edited); err == nil || !strings.Contains(err.Error(), "the rendering was edited") {
-		t.Fatalf("edited: %v", err)
-	}
 }
 
 func TestVerifyRefusesForgedEntries(t *testing.T) {
 	snap, trust := signedSnapshot(t, 0)
-	b := FromSnapshot(rev, snap)
+	b := FromSnapshot(source, snap)
 
-	forged := FromSnapshot(rev, snap)
+	forged := FromSnapshot(source, snap)
 	forged.Entries[0].Manifest = json.RawMessage(strings.Replace(string(forged.Entries[0].Manifest), "payments:write", "payments:read", 1))
-	if _, errs := forged.Verify(trust); len(errs) != 1 || !strings.Contains(errs[0].Error(), "edited after publishing") {
+	if _, errs := forged.Verify(trust, nil); len(errs) != 1 || !strings.Contains(errs[0].Error(), "edited after publishing") {
 		t.Fatalf("forged manifest: %v", errs)
 	}
-	unsigned := FromSnapshot(rev, snap)
+	unsigned := FromSnapshot(source, snap)
 	unsigned.Entries[0].Signature, unsigned.Entries[0].KeyID = "", ""
-	if _, errs := unsigned.Verify(trust); len(errs) != 1 || !strings.Contains(errs[0].Error(), "not signed") {
+	if _, errs := unsigned.Verify(trust, nil); len(errs) != 1 || !strings.Contains(errs[0].Error(), "not signed") {
 		t.Fatalf("unsigned: %v", errs)
 	}
-	if _, errs := unsigned.Verify(nil); len(errs) != 0 {
+	if _, errs := unsigned.Verify(nil, nil); len(errs) != 0 {
 		t.Fatalf("without trust an unsigned entry is accepted: %v", errs)
 	}
 	otherTrust := signingtest.NewKey(t).Trust
-	if _, errs := b.Verify(otherTrust); len(errs) != 3 {
+	if _, errs := b.Verify(otherTrust, nil); len(errs) != 3 {
 		t.Fatalf("untrusted key: %v", errs)
 	}
 	// A set that breaks a cross-manifest rule is refused as a whole.
-	partial := FromSnapshot(rev, snap)
+	partial := FromSnapshot(source, snap)
 	partial.Entries = partial.Entries[:2] // create_charge without stripe.refund
-	if ms, errs := partial.Verify(trust); ms != nil || len(errs) != 1 || !strings.Contains(errs[0].Error(), `tool "stripe.refund" has no manifest`) {
+	if ms, errs := partial.Verify(trust, nil); ms != nil || len(errs) != 1 || !strings.Contains(errs[0].Error(), `tool "stripe.refund" has no manifest`) {
 		t.Fatalf("subset: %v", errs)
 	}
+}
+
+// The set is signed: entries that each verify cannot be swapped for older signed versions,
+// joined by another registry's signed entries or dropped, and the snapshot itself cannot be
+// edited (sequence, revision) or made by another key. A controller key alone cannot vouch for a
+// set the writer did not sign either.
+func TestVerifyRefusesSplicedSets(t *testing.T) {
+	ctl := signingtest.NewKey(t)
+	k := signingtest.NewKey(t)
+	docs, errs := manifest.ReadPaths("../../test/fixtures/manifests")
+	ms, verrs := manifest.ValidateDocuments(docs)
+	if len(errs)+len(verrs) > 0 {
+		t.Fatal(errs, verrs)
+	}
+	reg := registry.New(filepath.Join(t.TempDir(), "reg"))
+	w := registry.WriteOptions{By: "alice", Signer: k.Signer}
+	if _, err := reg.Publish(ms, manifest.Approved, w); err != nil {
+		t.Fatal(err)
+	}
+	v1, lerrs := reg.Load(k.Trust)
+	if len(lerrs) > 0 {
+		t.Fatal(lerrs)
+	}
+	if _, err := reg.Publish(ms[2:], manifest.Approved, w); err != nil { // stripe.refund v2
+		t.Fatal(err)
+	}
+	v2, lerrs := reg.Load(k.Trust)
+	if len(lerrs) > 0 {
+		t.Fatal(lerrs)
+	}
+	other := registry.New(filepath.Join(t.TempDir(), "other"))
+	var extra manifest.Manifest
+	for _, m := range ms {
+		if m.Effect == manifest.ReadOnly {
+			extra = *m
+		}
+	}
+	extra.Tool = "stripe.list_customers"
+	if _, err := other.Publish([]*manifest.Manifest{&extra}, manifest.Approved, w); err != nil {
+		t.Fatal(err)
+	}
+	otherSnap, lerrs := other.Load(k.Trust)
+	if len(lerrs) > 0 {
+		t.Fatal(lerrs)
+	}
+	good := attested(t, v2, source, 20, ctl.Signer)
+	if _, errs := good.Verify(k.Trust, ctl.Trust); len(errs) > 0 {
+		t.Fatalf("honest: %v", errs)
+	}
+	entry := func(b Bundle, tool string) int {
+		for i, e := range b.Entries {
+			if e.Tool == tool {
+				return i
+			}
+		}
+		t.Fatalf("no %s", tool)
+		return -1
+	}
+	copyOf := func(b Bundle) Bundle {
+		b.Entries = append([]Entry(nil), b.Entries...)
+		b.Snapshots = append([]SignedSnapshot(nil), b.Snapshots...)
+		return b
+	}
+	older := copyOf(good)
+	older.Entries[entry(older, "stripe.refund")] = FromSnapshot(source, v1).Entries[entry(FromSnapshot(source, v1), "stripe.refund")]
+	added := copyOf(good)
+	spliced := FromSnapshot(source, otherSnap).Entries[0]
+	added.Entries = append(added.Entries, spliced)
+	addedOwnSource := copyOf(good)
+	spliced.Source = "ManifestRegistry agents/other"
+	addedOwnSource.Entries = append(addedOwnSource.Entries, spliced)
+	dropped := copyOf(good)
+	dropped.Entries = dropped.Entries[1:]
+	edited := copyOf(good)
+	edited.Snapshots[0].Snapshot.Sequence = 99
+	otherCtl := attested(t, v2, source, 20, signingtest.NewKey(t).Signer)
+	// A controller that signs a set the writer did not (the v1 index proof over v2's entries).
+	v1Index := v1.Index
+	wrongProof := FromSnapshot(source, v2)
+	if _, err := wrongProof.Attest(Snapshot{Source: source, Kind: KindRegistry, Revision: rev, Sequence: 21, Index: &v1Index}, ctl.Signer); err != nil {
+		t.Fatal(err)
+	}
+	// A Registry entry relabelled as coming from a Plain source (whose entries need no writer
+	// signature) does not match that source's signed digest.
+	plain, err := FromManifests("ManifestRegistry agents/plain", ms[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Attest(Snapshot{Source: "ManifestRegistry agents/plain", Kind: KindPlain, Revision: rev, Sequence: 3}, ctl.Signer); err != nil {
+		t.Fatal(err)
+	}
+	unsignedEntry := copyOf(good)
+	unsignedEntry.Snapshots = append(unsignedEntry.Snapshots, plain.Snapshots...)
+	i := entry(unsignedEntry, "stripe.refund")
+	unsignedEntry.Entries[i].Signature, unsignedEntry.Entries[i].KeyID, unsignedEntry.Entries[i].Source = "", "", "ManifestRegistry agents/plain"
+
+	cases := map[string]struct {
+		b    Bundle
+		want string
+	}{
+		"older signed version swapped in": {older, "entries were swapped, added or dropped"},
+		"entry from another registry":     {added, "entries were swapped, added or dropped"},
+		"entry with its own source":       {addedOwnSource, "has no verified snapshot"},
+		"entry dropped":                   {dropped, "entries were swapped, added or dropped"},
+		"snapshot edited":                 {edited, "not signed by the controller, or edited after"},
+		"another controller key":          {otherCtl, "not signed by the controller"},
+		"set the writer did not sign":     {wrongProof, "not the versions the writer signed"},
+		"entry moved to a Plain source":   {unsignedEntry, "entries were swapped, added or dropped"},
+		"no snapshot at all":              {FromSnapshot(source, v2), "has no verified snapshot"},
+	}
+	for name, c := range cases {
+		if out, errs := c.b.Verify(k.Trust, ctl.Trust); out != nil || !containsErr(errs, c.want) {
+			t.Errorf("%s: want %q in %v", name, c.want, errs)
+		}
+	}
+	// Plain entries carry no writer signature: with writers set they pass only under a
+	// verified Plain snapshot.
+	if out, errs := plain.Verify(k.Trust, ctl.Trust); len(errs) > 0 || len(out) != 1 {
+		t.Fatalf("plain source under its snapshot: %v", errs)
+	}
+	noSnap, _ := FromManifests("ManifestRegistry agents/plain", ms[:1])
+	if _, errs := noSnap.Verify(k.Trust, nil); !containsErr(errs, "not signed") {
+		t.Fatalf("plain entries with writers but no controller keys: %v", errs)
+	}
+}
+
+func containsErr(errs []error, want string) bool {
+	for _, e := range errs {
+		if strings.Contains(e.Error(), want) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestFromManifestsVerifiesWithoutTrustOnly(t *testing.T) {
@@ -144,7 +303,7 @@ func TestFromManifestsVerifiesWithoutTrustOnly(t *testing.T) {
 	if len(errs)+len(verrs) > 0 {
 		t.Fatal(errs, verrs)
 	}
-	b, err := FromManifests(rev, ms)
+	b, err := FromManifests(source, ms)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,11 +315,11 @@ func TestFromManifestsVerifiesWithoutTrustOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, errs := got.Verify(nil); len(errs) > 0 || len(out) != 3 {
+	if out, errs := got.Verify(nil, nil); len(errs) > 0 || len(out) != 3 {
 		t.Fatalf("plain bundle: %v", errs)
 	}
 	_, trust := signedSnapshot(t, 0)
-	if _, errs := got.Verify(trust); len(errs) != 3 {
+	if _, errs := got.Verify(trust, nil); len(errs) != 3 {
 		t.Fatalf("unsigned plain entries with trusted keys: %v", errs)
 	}
 }

@@ -1,0 +1,145 @@
+package bundle
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/reversi-gitops/reversi/internal/registry"
+	"github.com/reversi-gitops/reversi/internal/signing"
+)
+
+// SnapshotFormat is the `format` of a Snapshot.
+const SnapshotFormat = "reversi.dev/snapshot/v1"
+
+// Kinds of source a snapshot describes.
+const (
+	// KindRegistry is a ManifestRegistry with format Registry: every version and the index are
+	// signed by a writer, and the snapshot carries the index's proof.
+	KindRegistry = "Registry"
+	// KindPlain is a ManifestRegistry with format Plain: the versions are not signed by a
+	// writer; the controller verified the commit and signs the set.
+	KindPlain = "Plain"
+	// KindToolManifests is a gateway's selected ToolManifests: each is signed by a writer, and
+	// the controller signs which of them make the set.
+	KindToolManifests = "ToolManifests"
+)
+
+// Snapshot is the controller's statement of which manifest versions one source serves at
+// one revision (TUF: snapshot metadata). It is signed (SignedSnapshot) by the controller's
+// own key; gateways enforce only entries a snapshot they verified lists, and never an older
+// snapshot of a source than one they served (Sequence, a high-water mark in their store).
+type Snapshot struct {
+	Format string `json:"format"`
+	// Source names the source: "ManifestRegistry <namespace>/<name>" or
+	// "ToolManifests <namespace>/<gateway>".
+	Source string `json:"source"`
+	Kind   string `json:"kind"`
+	// Revision is the source revision, e.g. main@sha1:<40 hex> (empty for ToolManifests).
+	Revision string `json:"revision,omitempty"`
+	// Sequence only grows from one snapshot of a source to the next (the controller takes
+	// the larger of the last one plus one and the time in Unix milliseconds).
+	Sequence int64 `json:"sequence"`
+	// Digest is registry.SetDigest of this source's entries.
+	Digest string `json:"digest"`
+	// CommitSigner is the fingerprint of the key that signed the commit or tag, when the
+	// registry verifies commits.
+	CommitSigner string `json:"commit_signer,omitempty"`
+	// AcceptedRevision is set when the revision was accepted by the override annotation
+	// although it does not descend from the last applied one.
+	AcceptedRevision string `json:"accepted_revision,omitempty"`
+	// Index is the writer's index proof (KindRegistry only).
+	Index *registry.IndexProof `json:"index,omitempty"`
+}
+
+// SignedSnapshot is a Snapshot with the controller's signature.
+type SignedSnapshot struct {
+	Snapshot  Snapshot `json:"snapshot"`
+	KeyID     string   `json:"key_id"`
+	Signature string   `json:"signature"`
+}
+
+// message is what a snapshot signature covers: `reversi-snapshot:<hex SHA-256 of the
+// snapshot's JSON>` (encoding/json, fields in declaration order).
+func (s Snapshot) message() ([]byte, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
+	return []byte("reversi-snapshot:" + hex.EncodeToString(sum[:])), nil
+}
+
+// Sign signs s with the controller's key. Ed25519 is deterministic: the same snapshot and key
+// give the same bytes, so a rendering made again is identical (drift checks compare bytes).
+func Sign(s Snapshot, signer *signing.Signer) (SignedSnapshot, error) {
+	s.Format = SnapshotFormat
+	msg, err := s.message()
+	if err != nil {
+		return SignedSnapshot{}, err
+	}
+	sig, err := signer.Sign(msg)
+	if err != nil {
+		return SignedSnapshot{}, err
+	}
+	return SignedSnapshot{Snapshot: s, KeyID: signer.KeyID, Signature: base64.StdEncoding.EncodeToString(sig)}, nil
+}
+
+// Verify checks the signature against the controller's keys and the snapshot's form.
+// Errors name the source; signing.ErrUntrusted when the key is not a trusted controller key.
+func (ss SignedSnapshot) Verify(controller *signing.TrustSet) error {
+	s := ss.Snapshot
+	if s.Format != SnapshotFormat {
+		return fmt.Errorf("snapshot of %s: format %q, want %q", s.Source, s.Format, SnapshotFormat)
+	}
+	sig, err := base64.StdEncoding.DecodeString(ss.Signature)
+	if err != nil || ss.KeyID == "" {
+		return fmt.Errorf("snapshot of %s: the signature or key id is malformed", s.Source)
+	}
+	msg, err := s.message()
+	if err != nil {
+		return err
+	}
+	if err := controller.Verify(ss.KeyID, sig, msg); err != nil {
+		return fmt.Errorf("snapshot of %s: %w: it was not signed by the controller, or edited after", s.Source, err)
+	}
+	switch s.Kind {
+	case KindRegistry:
+		if s.Index == nil {
+			return fmt.Errorf("snapshot of %s: a Registry snapshot without the index proof", s.Source)
+		}
+	case KindPlain, KindToolManifests:
+	default:
+		return fmt.Errorf("snapshot of %s: unknown kind %q", s.Source, s.Kind)
+	}
+	if s.Source == "" || s.Sequence < 1 {
+		return errors.New("a snapshot without a source or sequence")
+	}
+	return nil
+}
+
+// Describe is how logs, status and pod annotations name a verified snapshot:
+// `<source> <revision> (sequence N)`.
+func (s Snapshot) Describe() string {
+	out := s.Source
+	if s.Revision != "" {
+		out += " " + s.Revision
+	}
+	return out + " (sequence " + strconv.FormatInt(s.Sequence, 10) + ")"
+}
+
+// Attest signs a snapshot of the entries of s.Source with the controller's key and adds it
+// to the bundle; s.Digest is computed here.
+func (b *Bundle) Attest(s Snapshot, signer *signing.Signer) (SignedSnapshot, error) {
+	s.Digest = b.SourceDigest(s.Source)
+	ss, err := Sign(s, signer)
+	if err != nil {
+		return SignedSnapshot{}, err
+	}
+	b.Snapshots = append(b.Snapshots, ss)
+	return ss, nil
+}
