@@ -20,6 +20,7 @@ type Memory struct {
 	keys      map[string]KeyHolder
 	approvals map[string]*Approval
 	order     []string // approval ids in creation order
+	marks     map[string]HighWater
 }
 
 type memRun struct {
@@ -33,7 +34,8 @@ func NewMemory(clock Clock) *Memory {
 	if clock == nil {
 		clock = time.Now
 	}
-	m := &Memory{now: clock, runs: map[string]*memRun{}, keys: map[string]KeyHolder{}, approvals: map[string]*Approval{}}
+	m := &Memory{now: clock, runs: map[string]*memRun{}, keys: map[string]KeyHolder{}, approvals: map[string]*Approval{},
+		marks: map[string]HighWater{}}
 	m.runs[GatewayJournal] = &memRun{run: Run{Status: RunActive}, outcome: map[int64]bool{}}
 	return m
 }

@@ -38,8 +38,10 @@ const postgresWriteTimeout = 30 * time.Second
 // a duplicate-call key is one INSERT ... ON CONFLICT DO NOTHING against its primary key; a
 // record's Seq comes from UPDATE runs SET next_seq = next_seq + 1 ... RETURNING, which holds the
 // run's row lock until the record is committed (so Seq is gapless per run whatever the number of
-// writers); approvals are read FOR UPDATE and written back in one transaction. Transactions lock
-// a run's row before the run's pending rows, so they cannot deadlock each other.
+// writers); approvals are read FOR UPDATE and written back in one transaction; a high-water
+// mark advances by one INSERT ... ON CONFLICT DO UPDATE ... WHERE the new sequence is higher.
+// Transactions lock a run's row before the run's pending rows, and high-water rows in Source
+// order, so they cannot deadlock each other.
 //
 // Instances: each open store is an instance that holds a session advisory lock (on a hash of
 // its schema and instance id) on a dedicated connection for its lifetime; every intent records
@@ -140,6 +142,13 @@ CREATE TABLE IF NOT EXISTS approvals (
 );
 CREATE INDEX IF NOT EXISTS approvals_run ON approvals (run, created);
 CREATE INDEX IF NOT EXISTS approvals_created ON approvals (created, id);
+CREATE TABLE IF NOT EXISTS high_water (
+	source   TEXT COLLATE "C" PRIMARY KEY,
+	sequence BIGINT NOT NULL CHECK (sequence >= 0),
+	revision TEXT COLLATE "C" NOT NULL,
+	digest   TEXT COLLATE "C" NOT NULL,
+	updated  BIGINT NOT NULL
+);
 INSERT INTO runs (id, actor, gateway, started, last_activity, status) VALUES ('', '', '', 0, 0, 'active') ON CONFLICT DO NOTHING;
 `
 

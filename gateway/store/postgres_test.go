@@ -204,12 +204,34 @@ func TestPostgresRecoverLeavesLiveReplicas(t *testing.T) {
 	}
 }
 
+// TestPostgresHighWaterAcrossReplicas: replicas on one schema share their marks: what one
+// advanced the other reads and defends (it refuses a lower sequence), and their goroutines race
+// as in TestHighWaterConcurrent without a lower sequence ever winning.
+func TestPostgresHighWaterAcrossReplicas(t *testing.T) {
+	url := pgURL("")
+	ctx := context.Background()
+	a, b := openPG(t, url, nil), openPG(t, url, nil)
+	m7 := HighWater{Source: "ManifestRegistry agents/memory", Sequence: 7, Revision: "main@sha1:aaaa", Digest: "sha256:m7"}
+	if err := a.AdvanceHighWater(ctx, []HighWater{m7}); err != nil {
+		t.Fatal(err)
+	}
+	wantMarks(t, b, m7)
+	m6 := HighWater{Source: m7.Source, Sequence: 6, Revision: "main@sha1:0000", Digest: "sha256:m6"}
+	if de := wantDowngrade(t, b.AdvanceHighWater(ctx, []HighWater{m6}), m6); de.Refused[0].Stored.Revision != m7.Revision {
+		t.Fatalf("replica b refused with %+v, want the mark replica a stored", de.Refused[0])
+	}
+
+	race := pgURL("")
+	raceMarks(t, openPG(t, race, nil), openPG(t, race, nil))
+}
+
 // pgCrashEnv, when set to a database URL, makes the test binary write one intent there and
 // exit without closing the store (see postgresCrashChild).
 const pgCrashEnv = "REVERSI_STORE_PG_CRASH_URL"
 
 // postgresCrashChild, in TestPostgresCrashRecovery's child process, opens the store, writes a
-// run with one intent, prints its step and exits the process without Close.
+// run with one intent and a high-water mark, prints its step and exits the process without
+// Close.
 func postgresCrashChild() {
 	url := os.Getenv(pgCrashEnv)
 	if url == "" {
@@ -219,6 +241,9 @@ func postgresCrashChild() {
 	s, err := OpenPostgres(ctx, url, nil)
 	if err == nil {
 		_, err = s.CreateRun(ctx, Run{ID: "crash-run", Actor: "alice"})
+	}
+	if err == nil {
+		err = s.AdvanceHighWater(ctx, []HighWater{crashMark})
 	}
 	var step int64
 	if err == nil {
@@ -253,6 +278,7 @@ func TestPostgresCrashRecovery(t *testing.T) {
 	if p := must[[]Record](t)(s.PendingSteps(ctx, "crash-run")); len(p) != 1 || p[0].Step != step || p[0].Tool != "notes.delete" {
 		t.Fatalf("pending after the crash: %+v", p)
 	}
+	wantMarks(t, s, crashMark) // the other process's mark, seen by this one
 	deadline := time.Now().Add(30 * time.Second)
 	var rec []Record
 	for len(rec) == 0 && time.Now().Before(deadline) {
@@ -366,8 +392,8 @@ func TestPostgresSchemas(t *testing.T) {
 	defer c.Close(ctx)
 	var tables int
 	if err := c.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = ANY($1)`,
-		[]string{PostgresSchema, "team_b"}).Scan(&tables); err != nil || tables != 10 {
-		t.Fatalf("%d tables in the two schemas (%v), want 5 each", tables, err)
+		[]string{PostgresSchema, "team_b"}).Scan(&tables); err != nil || tables != 12 {
+		t.Fatalf("%d tables in the two schemas (%v), want 6 each", tables, err)
 	}
 	_, err = OpenPostgres(ctx, "postgres://u:s3cret@127.0.0.1:"+strconv.Itoa(pgServer.Port)+"/postgres?sslmode=bogus", nil)
 	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "database URL") {

@@ -24,9 +24,9 @@ const SQLiteFile = "reversi-gateway.db"
 // SQLite is a Store in one SQLite file (modernc.org/sqlite, no cgo).
 //
 // Durability: the database is in WAL mode. Writes that must be on disk before the gateway goes
-// on (intents, rollback entries, runs, keys claimed, approvals) commit with synchronous=FULL:
-// the WAL is fsynced before the call returns, so they survive a crash of the process and a
-// power loss alike. Writes that only record what already happened (outcomes, events, run status,
+// on (intents, rollback entries, runs, keys claimed, approvals, high-water marks) commit with
+// synchronous=FULL: the WAL is fsynced before the call returns, so they survive a crash of the
+// process and a power loss alike. Writes that only record what already happened (outcomes, events, run status,
 // keys released: see Lazy) commit with synchronous=NORMAL: they are in the WAL when the call
 // returns, so they survive a crash of the process, and they reach the disk with the next fsync:
 // the next FULL commit (an fsync of the WAL covers every frame before it) or, when none comes,
@@ -152,8 +152,17 @@ CREATE TABLE IF NOT EXISTS approvals (
 );
 CREATE INDEX IF NOT EXISTS approvals_run ON approvals (run, created);
 CREATE INDEX IF NOT EXISTS approvals_created ON approvals (created, id);
+-- the newest snapshot of each manifest source this gateway served (AdvanceHighWater)
+CREATE TABLE IF NOT EXISTS high_water (
+	source   TEXT PRIMARY KEY,
+	sequence INTEGER NOT NULL CHECK (sequence >= 0),
+	revision TEXT NOT NULL,
+	digest   TEXT NOT NULL,
+	updated  INTEGER NOT NULL
+) WITHOUT ROWID;
 INSERT OR IGNORE INTO runs (id, actor, gateway, started, last_activity, status) VALUES ('', '', '', 0, 0, 'active');
-PRAGMA user_version = 1;
+-- 2: high_water (created by CREATE TABLE IF NOT EXISTS in files of version 1)
+PRAGMA user_version = 2;
 `
 
 // OpenSQLite opens (creating if needed) the store in dir/SQLiteFile. dir is created with mode

@@ -30,8 +30,11 @@ func TestMain(m *testing.M) {
 	os.Exit(pgtest.Main(m, &pgServer))
 }
 
-// crashChild writes one completed step and one intent in dir, then exits the process without
-// closing the store.
+// crashMark is the high-water mark the crash children store before they exit.
+var crashMark = HighWater{Source: "ManifestRegistry agents/memory", Sequence: 9, Revision: "main@sha1:9999", Digest: "sha256:m9"}
+
+// crashChild writes one completed step, a high-water mark and one intent in dir, then exits
+// the process without closing the store.
 func crashChild(dir string) {
 	ctx := context.Background()
 	s, err := OpenSQLite(dir, nil)
@@ -46,6 +49,9 @@ func crashChild(dir string) {
 	done, err := s.RecordIntent(ctx, Intent{Run: "crash-run", Tool: "notes.write", ArgsDigest: "sha256:1"})
 	if err == nil {
 		_, err = s.RecordOutcome(ctx, "crash-run", done, StepOutcome{Status: Succeeded})
+	}
+	if err == nil {
+		err = s.AdvanceHighWater(ctx, []HighWater{crashMark})
 	}
 	var step int64
 	if err == nil {
@@ -104,6 +110,7 @@ func TestCrashRecovery(t *testing.T) {
 	if r := must[Run](t)(s.GetRun(ctx, "crash-run")); r.Actor != "alice" {
 		t.Fatalf("run after the crash: %+v", r)
 	}
+	wantMarks(t, s, crashMark)
 }
 
 // TestReopen: everything written before a clean Close is there after OpenSQLite.

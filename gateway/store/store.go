@@ -1,7 +1,8 @@
 // Package store is the gateway's durable state: runs, the ledger (intent and outcome of every
-// forwarded call, plus reload and note records), duplicate-call keys and the standalone approval
-// queue. Two implementations share one interface: NewMemory (for tests and throwaway gateways)
-// and OpenSQLite (the default: one SQLite file under the data folder, WAL, synchronous=FULL).
+// forwarded call, plus reload and note records), duplicate-call keys, the standalone approval
+// queue and the high-water marks of the manifest snapshots served. Two implementations share
+// one interface: NewMemory (for tests and throwaway gateways) and OpenSQLite (the default: one
+// SQLite file under the data folder, WAL, synchronous=FULL).
 //
 // Source: DESIGN.md "The call path", seed "MCP gateway" (What happens to a call, Storage,
 // Hot reload), issue 5 (ledger and approval queue in a store, crash safety, duplicate keys).
@@ -191,8 +192,9 @@ type KeyHolder struct {
 const RecoveryNote = "no outcome was journaled before the gateway stopped: the upstream may have acted"
 
 // Store is the gateway's durable state. All methods are safe for concurrent use. Methods that
-// write return only after the write is committed. Intents, rollback entries, runs, claimed keys
-// and approvals are durable when the method returns (for SQLite: in the WAL, fsynced). Records
+// write return only after the write is committed. Intents, rollback entries, runs, claimed keys,
+// approvals and high-water marks are durable when the method returns (for SQLite: in the WAL,
+// fsynced). Records
 // of what already happened (RecordOutcome, AppendEvent, SetRunStatus, ReleaseKey) survive a
 // crash of the gateway when the method returns and reach the disk with the next durable write
 // or within a bound (SQLite: 500 ms; PostgreSQL: its WAL writer's delay); a power loss in
@@ -271,6 +273,19 @@ type Store interface {
 	CountOutcomes(ctx context.Context, runs []string) (map[string]OutcomeCounts, error)
 	// HeldKey reports who holds a duplicate-call key, without claiming it (ok false: free).
 	HeldKey(ctx context.Context, key string) (holder KeyHolder, ok bool, err error)
+
+	// AdvanceHighWater checks every mark against the stored one of its source and, only when
+	// none is older, stores them all in one transaction (Updated set to now). Older: a lower
+	// Sequence, or the same Sequence with another Digest (two different snapshots cannot share
+	// a sequence). A mark equal to the stored one (same Sequence and Digest) is not a change:
+	// the stored mark, its Revision and Updated stay. The check and the write are one atomic
+	// step (for Postgres: across replicas), so of concurrent calls a lower sequence never
+	// overwrites a higher one. Errors: a *DowngradeError (errors.Is(err, ErrDowngrade)) naming
+	// every refused source, and then nothing of the batch is stored; ErrInvalid for an empty
+	// Source, a negative Sequence or two marks of one Source; ErrClosed.
+	AdvanceHighWater(ctx context.Context, marks []HighWater) error
+	// HighWaters returns every stored mark, sorted by Source.
+	HighWaters(ctx context.Context) ([]HighWater, error)
 
 	// Close releases the store. Later calls return ErrClosed.
 	Close() error

@@ -429,5 +429,8 @@ func TestClosed(t *testing.T) {
 		wantErr(t, err, ErrClosed)
 		_, err = s.Records(ctx, "r", 0, 0)
 		wantErr(t, err, ErrClosed)
+		wantErr(t, s.AdvanceHighWater(ctx, []HighWater{{Source: "s", Sequence: 1}}), ErrClosed)
+		_, err = s.HighWaters(ctx)
+		wantErr(t, err, ErrClosed)
 	})
 }
