@@ -48,8 +48,6 @@ const (
 	// generation and the key Secrets' data): a change forces a full reconcile even when the
 	// remote revision is the same.
 	AnnotationInputs = "reversi.dev/inputs"
-	// AnnotationGeneration is the registry's generation the rendering was made for.
-	AnnotationGeneration = "reversi.dev/generation"
 )
 
 // ManifestRegistryReconciler turns a git repository of signed manifests into verified
@@ -62,6 +60,11 @@ type ManifestRegistryReconciler struct {
 	TempDir string
 	// MaxShardBytes is the manifest bytes per ConfigMap (bundle.MaxShardBytes when 0).
 	MaxShardBytes int
+	// Key signs the snapshot of every rendering. Required.
+	Key *SigningKey
+	// APIReader reads the registry and its ConfigMaps from the API server, not the cache: the
+	// sequence and the drift check depend on the newest status and data (mgr.GetAPIReader()).
+	APIReader client.Reader
 }
 
 // stepError is a failed step: the Ready reason, a message saying what to do, and whether
@@ -133,7 +136,7 @@ func secretNames(reg *v1alpha1.ManifestRegistry) []string {
 // Reconcile runs one reconcile of a ManifestRegistry and patches its status.
 func (r *ManifestRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	reg := &v1alpha1.ManifestRegistry{}
-	if err := r.Get(ctx, req.NamespacedName, reg); err != nil {
+	if err := r.APIReader.Get(ctx, req.NamespacedName, reg); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !reg.DeletionTimestamp.IsZero() {
@@ -238,7 +241,10 @@ func retryAfter(reg *v1alpha1.ManifestRegistry) time.Duration {
 	return min(interval(reg)/10+time.Second, time.Minute)
 }
 
-// reconcile is the sequence of steps; each returns a *stepError that names its reason.
+// reconcile is the sequence of steps; each returns a *stepError that names its reason:
+// source (fetch, commit verification), ancestry (the new commit descends from the applied one),
+// load (manifests, signatures, the seed's rules), index sequence (never lower), attest (the
+// signed snapshot), render (ConfigMaps, restoring any edited one).
 func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha1.ManifestRegistry) (ctrl.Result, *stepError) {
 	setCondition(reg, v1alpha1.ConditionReconciling, metav1.ConditionTrue, v1alpha1.ReasonProgressing, "fetching "+reg.Spec.URL)
 	opts, err := r.sourceOptions(ctx, reg)
@@ -250,14 +256,15 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 		return ctrl.Result{}, err
 	}
 
-	// Skip the clone when the remote revision and the inputs are what the ConfigMap holds.
+	// Skip the clone when the remote revision and the inputs are what was rendered, and the
+	// ConfigMaps still hold exactly that rendering (any edit is rendered again at once).
 	remote, rerr := source.RemoteRevision(ctx, opts)
 	if rerr != nil {
 		return ctrl.Result{}, sourceFailure(rerr)
 	}
 	reg.Status.LastAttemptedRevision = remote
-	// The ConfigMap, not the status, is the record: the status read from the cache may lag.
-	if current, ok := r.renderedWith(ctx, reg); ok && current.revision == remote && current.inputs == inputs {
+	if a := reg.Status.Artifact; a != nil && a.Revision == remote && r.renderedInputs(ctx, reg) == inputs &&
+		a.RenderingDigest != "" && liveRenderingDigest(ctx, r.APIReader, reg, a.ConfigMaps) == a.RenderingDigest {
 		msg := fmt.Sprintf("stored artifact for revision %s (unchanged)", remote)
 		setCondition(reg, v1alpha1.ConditionArtifactInStorage, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, msg)
 		markReady(reg, v1alpha1.ReasonSucceeded, msg)
@@ -274,35 +281,87 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 	if serr := r.verifyCommit(ctx, reg, art); serr != nil {
 		return ctrl.Result{}, serr
 	}
-	b, lerr := r.load(ctx, reg, art)
+	accepted := reg.Annotations[v1alpha1.AnnotationAcceptRevision] == art.Revision
+	b, kind, index, lerr := r.load(ctx, reg, art)
 	if lerr != nil {
 		return ctrl.Result{}, lerr
 	}
-	if derr := r.checkNoDowngrade(ctx, reg, b); derr != nil {
-		return ctrl.Result{}, derr
+	if serr := checkIndexSequence(reg, art.Revision, index, accepted); serr != nil {
+		return ctrl.Result{}, serr
 	}
-	names, werr := r.render(ctx, reg, b, inputs)
+	if serr := r.attest(reg, &b, kind, art.Revision, index, accepted); serr != nil {
+		return ctrl.Result{}, serr
+	}
+	names, renderingDigest, werr := r.render(ctx, reg, b, inputs)
 	if werr != nil {
 		return ctrl.Result{}, werr
 	}
 
-	digest := b.Digest()
-	changed := reg.Status.Artifact == nil || reg.Status.Artifact.Revision != art.Revision || reg.Status.Artifact.Digest != digest
-	if changed || reg.Status.Artifact == nil {
+	snap := b.Snapshots[0].Snapshot
+	prev := reg.Status.Artifact
+	changed := prev == nil || prev.Revision != art.Revision || prev.Digest != snap.Digest
+	if changed {
 		reg.Status.Artifact = &v1alpha1.RegistryArtifact{LastUpdateTime: metav1.Now()}
 	}
-	reg.Status.Artifact.Revision = art.Revision
-	reg.Status.Artifact.Digest = digest
-	reg.Status.Artifact.Tools = int32(len(b.Entries))
-	reg.Status.Artifact.ConfigMaps = names
+	a := reg.Status.Artifact
+	a.Revision, a.Digest, a.Tools, a.ConfigMaps = art.Revision, snap.Digest, int32(len(b.Entries)), names
+	a.Sequence, a.RenderingDigest = snap.Sequence, renderingDigest
+	if index != nil {
+		a.IndexSequence = index.Sequence
+	}
+	if accepted && changed {
+		reg.Status.AcceptedRevision = art.Revision
+		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventRevisionOverrideAccepted, art.Revision,
+			fmt.Sprintf("applied because the annotation %s names it, although the ancestry or sequence checks would refuse it", v1alpha1.AnnotationAcceptRevision))
+	}
 	reg.Status.InvalidTools, reg.Status.InvalidToolCount = nil, 0
 	msg := fmt.Sprintf("stored artifact for revision %s: %d tools", art.Revision, len(b.Entries))
 	setCondition(reg, v1alpha1.ConditionArtifactInStorage, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, msg)
 	markReady(reg, v1alpha1.ReasonSucceeded, msg)
 	if changed {
-		r.event(reg, corev1.EventTypeNormal, v1alpha1.EventNewArtifact, art.Revision, fmt.Sprintf("stored %d tools in %s, digest %s", len(b.Entries), strings.Join(names, ", "), digest))
+		r.event(reg, corev1.EventTypeNormal, v1alpha1.EventNewArtifact, art.Revision, fmt.Sprintf("stored %d tools in %s, digest %s, sequence %d", len(b.Entries), strings.Join(names, ", "), snap.Digest, snap.Sequence))
 	}
 	return ctrl.Result{RequeueAfter: interval(reg)}, nil
+}
+
+// registrySource is how snapshots name a registry.
+func registrySource(reg *v1alpha1.ManifestRegistry) string {
+	return "ManifestRegistry " + reg.Namespace + "/" + reg.Name
+}
+
+// checkIndexSequence refuses a registry whose signed index is older than the one applied (a
+// branch reset to an old signed commit), unless the revision is accepted by annotation. A
+// legitimate rollback is a new publish (manifests rollback), so the sequence never goes back.
+func checkIndexSequence(reg *v1alpha1.ManifestRegistry, revision string, index *registry.IndexProof, accepted bool) *stepError {
+	a := reg.Status.Artifact
+	if index == nil || a == nil || index.Sequence >= a.IndexSequence || accepted {
+		return nil
+	}
+	return fail(v1alpha1.ReasonVersionDowngrade, false, "revision %s holds index.json sequence %d, older than sequence %d of revision %s applied before: the branch was probably reset to an old commit; publish a new version instead (reversi manifests rollback), or accept exactly this revision with the annotation %s=%s",
+		revision, index.Sequence, a.IndexSequence, a.Revision, v1alpha1.AnnotationAcceptRevision, revision)
+}
+
+// attest signs the snapshot of b. The sequence stays when the same revision renders the same
+// set again (the same bytes: drift checks compare them) and grows otherwise.
+func (r *ManifestRegistryReconciler) attest(reg *v1alpha1.ManifestRegistry, b *bundle.Bundle, kind, revision string, index *registry.IndexProof, accepted bool) *stepError {
+	s := bundle.Snapshot{Source: registrySource(reg), Kind: kind, Revision: revision, Index: index}
+	if accepted {
+		s.AcceptedRevision = revision
+	}
+	digest := b.SourceDigest(s.Source)
+	if a := reg.Status.Artifact; a != nil && a.Revision == revision && a.Digest == digest && a.Sequence > 0 {
+		s.Sequence = a.Sequence
+	} else {
+		var last int64
+		if a != nil {
+			last = a.Sequence
+		}
+		s.Sequence = nextSequence(last)
+	}
+	if _, err := b.Attest(s, r.Key.Signer); err != nil {
+		return fail(v1alpha1.ReasonStorageFailed, false, "signing the snapshot: %v", err)
+	}
+	return nil
 }
 
 // secretData reads a referenced Secret in the registry's namespace.
@@ -342,7 +401,7 @@ func (r *ManifestRegistryReconciler) sourceOptions(ctx context.Context, reg *v1a
 // generation and the data of the key Secrets.
 func (r *ManifestRegistryReconciler) inputsDigest(ctx context.Context, reg *v1alpha1.ManifestRegistry) (string, *stepError) {
 	h := sha256.New()
-	fmt.Fprintf(h, "generation %d\n", reg.Generation)
+	fmt.Fprintf(h, "generation %d\nsnapshot key %s\n", reg.Generation, r.Key.Signer.KeyID)
 	if v := reg.Spec.Verify; v != nil {
 		for _, ref := range []*v1alpha1.LocalObjectReference{v.ManifestKeysSecretRef, commitSecret(v)} {
 			if ref == nil {
@@ -427,31 +486,44 @@ func short(s string) string {
 }
 
 // load reads spec.path of the fetched commit as a signed registry or as plain manifest files
-// and returns the verified bundle. Every problem is reported, with the invalid tools listed.
-func (r *ManifestRegistryReconciler) load(ctx context.Context, reg *v1alpha1.ManifestRegistry, art *source.Artifact) (bundle.Bundle, *stepError) {
+// and returns the verified (not yet attested) bundle, the snapshot kind and, for a registry,
+// its index proof. Every problem is reported, with the invalid tools listed.
+func (r *ManifestRegistryReconciler) load(ctx context.Context, reg *v1alpha1.ManifestRegistry, art *source.Artifact) (bundle.Bundle, string, *registry.IndexProof, *stepError) {
+	b, index, serr := r.loadBundle(ctx, reg, art)
+	if serr != nil {
+		return bundle.Bundle{}, "", nil, serr
+	}
+	if reg.Spec.Format == v1alpha1.FormatPlain {
+		return b, bundle.KindPlain, nil, nil
+	}
+	return b, bundle.KindRegistry, index, nil
+}
+
+func (r *ManifestRegistryReconciler) loadBundle(ctx context.Context, reg *v1alpha1.ManifestRegistry, art *source.Artifact) (bundle.Bundle, *registry.IndexProof, *stepError) {
 	files, err := art.FS()
 	if err != nil {
-		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "reading revision %s: %v", art.Revision, err)
+		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonLoadFailed, false, "reading revision %s: %v", art.Revision, err)
 	}
 	dir := path.Clean(strings.TrimPrefix(reg.Spec.Path, "./"))
 	if dir == "" || !fs.ValidPath(dir) {
-		return bundle.Bundle{}, fail(v1alpha1.ReasonInvalidSpec, true, "spec.path %q must be a folder inside the repository", reg.Spec.Path)
+		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonInvalidSpec, true, "spec.path %q must be a folder inside the repository", reg.Spec.Path)
 	}
 	if fi, err := fs.Stat(files, dir); err != nil || !fi.IsDir() {
-		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "spec.path %q is not a folder at revision %s: fix the path or the repository", reg.Spec.Path, art.Revision)
+		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonLoadFailed, false, "spec.path %q is not a folder at revision %s: fix the path or the repository", reg.Spec.Path, art.Revision)
 	}
 	sub, err := fs.Sub(files, dir)
 	if err != nil {
-		return bundle.Bundle{}, fail(v1alpha1.ReasonInvalidSpec, true, "spec.path: %v", err)
+		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonInvalidSpec, true, "spec.path: %v", err)
 	}
 	if reg.Spec.Format == v1alpha1.FormatPlain {
-		return loadPlain(art, files, dir)
+		b, serr := loadPlain(registrySource(reg), art, files, dir)
+		return b, nil, serr
 	}
 	var trust *signing.TrustSet
 	if v := reg.Spec.Verify; v != nil && v.ManifestKeysSecretRef != nil {
 		data, serr := r.secretData(ctx, reg, v.ManifestKeysSecretRef.Name, "manifest keys")
 		if serr != nil {
-			return bundle.Bundle{}, serr
+			return bundle.Bundle{}, nil, serr
 		}
 		var pem bytes.Buffer
 		for _, k := range sortedKeys(data) {
@@ -459,11 +531,11 @@ func (r *ManifestRegistryReconciler) load(ctx context.Context, reg *v1alpha1.Man
 			pem.WriteByte('\n')
 		}
 		if trust, err = signing.ParseTrustSet(pem.Bytes()); err != nil {
-			return bundle.Bundle{}, fail(v1alpha1.ReasonInvalidSecret, true, "manifest keys Secret %s: %v: put Ed25519 public keys (PEM) in it", v.ManifestKeysSecretRef.Name, err)
+			return bundle.Bundle{}, nil, fail(v1alpha1.ReasonInvalidSecret, true, "manifest keys Secret %s: %v: put Ed25519 public keys (PEM) in it", v.ManifestKeysSecretRef.Name, err)
 		}
 	}
 	if !registry.IsRegistryFS(sub) {
-		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "spec.path %q has no %s at revision %s: publish with reversi manifests publish, or set format: Plain", reg.Spec.Path, registry.IndexFile, art.Revision)
+		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonLoadFailed, false, "spec.path %q has no %s at revision %s: publish with reversi manifests publish, or set format: Plain", reg.Spec.Path, registry.IndexFile, art.Revision)
 	}
 	snap, errs := registry.NewFS(dir, sub).Load(trust)
 	if len(errs) > 0 {
@@ -475,9 +547,9 @@ func (r *ManifestRegistryReconciler) load(ctx context.Context, reg *v1alpha1.Man
 				break
 			}
 		}
-		return bundle.Bundle{}, loadFailure(reason, art.Revision, errs)
+		return bundle.Bundle{}, nil, loadFailure(reason, art.Revision, errs)
 	}
-	return bundle.FromSnapshot(art.Revision, snap), nil
+	return bundle.FromSnapshot(registrySource(reg), snap), &snap.Index, nil
 }
 
 func sortedKeys(m map[string][]byte) []string {
@@ -496,7 +568,7 @@ func isSignatureProblem(err error) bool {
 
 // loadPlain reads plain manifest files from the commit; files are named by their path in the
 // repository, and links are refused (never followed).
-func loadPlain(art *source.Artifact, files fs.FS, dir string) (bundle.Bundle, *stepError) {
+func loadPlain(src string, art *source.Artifact, files fs.FS, dir string) (bundle.Bundle, *stepError) {
 	if registry.IsRegistryFS(mustSub(files, dir)) {
 		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "the folder holds a signed registry (%s) at revision %s: set format: Registry", registry.IndexFile, art.Revision)
 	}
@@ -507,7 +579,7 @@ func loadPlain(art *source.Artifact, files fs.FS, dir string) (bundle.Bundle, *s
 		manifest.SortErrors(errs)
 		return bundle.Bundle{}, loadFailure(v1alpha1.ReasonValidationFailed, art.Revision, errs)
 	}
-	b, err := bundle.FromManifests(art.Revision, ms)
+	b, err := bundle.FromManifests(src, ms)
 	if err != nil {
 		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "%v", err)
 	}
@@ -576,50 +648,14 @@ func boundInvalid(in []v1alpha1.InvalidTool) ([]v1alpha1.InvalidTool, int32) {
 	return out, int32(len(in))
 }
 
-// checkNoDowngrade refuses a revision in which a tool's version is older than the one
-// rendered now, unless the spec changed since (an operator pinning an older commit on
-// purpose). Every version is signed, but a signed older state of the repository (a force-push
-// of an old commit) would otherwise bring back manifests that were replaced.
-func (r *ManifestRegistryReconciler) checkNoDowngrade(ctx context.Context, reg *v1alpha1.ManifestRegistry, next bundle.Bundle) *stepError {
-	var cms corev1.ConfigMapList
-	if err := r.List(ctx, &cms, client.InNamespace(reg.Namespace), client.MatchingLabels{LabelRegistry: reg.Name}); err != nil {
-		return fail(v1alpha1.ReasonStorageFailed, false, "listing ConfigMaps: %v", err)
+// renderedInputs is the inputs digest the rendering was made with (shard 0's annotation).
+func (r *ManifestRegistryReconciler) renderedInputs(ctx context.Context, reg *v1alpha1.ManifestRegistry) string {
+	var cm corev1.ConfigMap
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: reg.Namespace, Name: shardName(reg.Name, 0)}, &cm); err != nil {
+		return ""
 	}
-	var shards []map[string]string
-	for _, cm := range cms.Items {
-		if !metav1.IsControlledBy(&cm, reg) {
-			continue
-		}
-		if cm.Annotations[AnnotationGeneration] != strconv.FormatInt(reg.Generation, 10) {
-			return nil // rendered for another spec
-		}
-		shards = append(shards, cm.Data)
-	}
-	if len(shards) == 0 {
-		return nil
-	}
-	prev, err := bundle.Assemble(shards)
-	if err != nil {
-		return nil // an unreadable rendering is replaced, not trusted
-	}
-	was := map[string]int{}
-	for _, e := range prev.Entries {
-		was[e.Tool] = e.Version
-	}
-	var downs []string
-	for _, e := range next.Entries {
-		if v, ok := was[e.Tool]; ok && e.Version < v {
-			downs = append(downs, fmt.Sprintf("%s v%d → v%d", e.Tool, v, e.Version))
-		}
-	}
-	if len(downs) > 0 {
-		return fail(v1alpha1.ReasonVersionDowngrade, false, "revision %s would bring back older versions (%s): the branch was probably reset to an old commit; publish a new version instead (manifests rollback), or change the spec (e.g. pin ref.commit) to accept it", next.Revision, strings.Join(downs, ", "))
-	}
-	return nil
+	return cm.Annotations[AnnotationInputs]
 }
-
-// rendering is what the first shard's annotations say it was made from.
-type rendering struct{ revision, inputs string }
 
 // shardName is the name of shard i: `<registry>-manifests`, then `-manifests-1`, ….
 func shardName(reg string, i int) string {
@@ -629,47 +665,29 @@ func shardName(reg string, i int) string {
 	return reg + "-manifests-" + strconv.Itoa(i)
 }
 
-func (r *ManifestRegistryReconciler) renderedWith(ctx context.Context, reg *v1alpha1.ManifestRegistry) (rendering, bool) {
-	var cm corev1.ConfigMap
-	if err := r.Get(ctx, types.NamespacedName{Namespace: reg.Namespace, Name: shardName(reg.Name, 0)}, &cm); err != nil {
-		return rendering{}, false
-	}
-	return rendering{cm.Annotations[AnnotationRevision], cm.Annotations[AnnotationInputs]}, true
-}
-
-// render writes the bundle's shards as ConfigMaps owned by the registry (shard 0 last, so a
-// reader that sees shard 0 of a revision finds the others) and deletes shards no longer needed.
-func (r *ManifestRegistryReconciler) render(ctx context.Context, reg *v1alpha1.ManifestRegistry, b bundle.Bundle, inputs string) ([]string, *stepError) {
+// render writes the bundle's shards as ConfigMaps owned by the registry, restoring any that
+// someone else edited (a Warning event names who), and deletes shards no longer needed. It
+// returns the names and the rendering digest.
+func (r *ManifestRegistryReconciler) render(ctx context.Context, reg *v1alpha1.ManifestRegistry, b bundle.Bundle, inputs string) ([]string, string, *stepError) {
 	shards, err := b.Shards(r.MaxShardBytes)
 	if err != nil {
-		return nil, fail(v1alpha1.ReasonStorageFailed, false, "%v", err)
+		return nil, "", fail(v1alpha1.ReasonStorageFailed, false, "%v", err)
 	}
-	names := make([]string, len(shards))
-	for i := len(shards) - 1; i >= 0; i-- {
-		names[i] = shardName(reg.Name, i)
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: reg.Namespace}}
-		_, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
-			if cm.Labels == nil {
-				cm.Labels = map[string]string{}
-			}
-			cm.Labels[LabelRegistry] = reg.Name
-			cm.Labels[LabelManagedBy] = ManagedBy
-			if cm.Annotations == nil {
-				cm.Annotations = map[string]string{}
-			}
-			cm.Annotations[AnnotationRevision] = b.Revision
-			cm.Annotations[AnnotationInputs] = inputs
-			cm.Annotations[AnnotationGeneration] = strconv.FormatInt(reg.Generation, 10)
-			cm.Data = shards[i]
-			return controllerutil.SetControllerReference(reg, cm, r.Scheme())
-		})
-		if err != nil {
-			return nil, fail(v1alpha1.ReasonStorageFailed, false, "writing ConfigMap %s: %v", names[i], err)
-		}
+	names := shardNames(reg.Name+"-manifests", len(shards))
+	set := shardSet{owner: reg, names: names, shards: shards,
+		labels:      map[string]string{LabelRegistry: reg.Name, LabelManagedBy: ManagedBy},
+		annotations: map[string]string{AnnotationRevision: b.Snapshots[0].Snapshot.Revision, AnnotationInputs: inputs}}
+	drifts, err := set.apply(ctx, r.Client, r.APIReader, r.Scheme())
+	if len(drifts) > 0 {
+		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventRenderingDrift, b.Snapshots[0].Snapshot.Revision,
+			driftNote(reg.Namespace, drifts, "the rendering of "+b.Snapshots[0].Snapshot.Describe()))
+	}
+	if err != nil {
+		return nil, "", fail(v1alpha1.ReasonStorageFailed, false, "%v", err)
 	}
 	var existing corev1.ConfigMapList
 	if err := r.List(ctx, &existing, client.InNamespace(reg.Namespace), client.MatchingLabels{LabelRegistry: reg.Name}); err != nil {
-		return nil, fail(v1alpha1.ReasonStorageFailed, false, "listing ConfigMaps: %v", err)
+		return nil, "", fail(v1alpha1.ReasonStorageFailed, false, "listing ConfigMaps: %v", err)
 	}
 	keep := map[string]bool{}
 	for _, n := range names {
@@ -679,11 +697,11 @@ func (r *ManifestRegistryReconciler) render(ctx context.Context, reg *v1alpha1.M
 		cm := &existing.Items[i]
 		if !keep[cm.Name] && metav1.IsControlledBy(cm, reg) {
 			if err := r.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
-				return nil, fail(v1alpha1.ReasonStorageFailed, false, "deleting stale shard %s: %v", cm.Name, err)
+				return nil, "", fail(v1alpha1.ReasonStorageFailed, false, "deleting stale shard %s: %v", cm.Name, err)
 			}
 		}
 	}
 	setCondition(reg, v1alpha1.ConditionArtifactInStorage, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "rendered "+strings.Join(names, ", "))
-	log.FromContext(ctx).V(1).Info("rendered", "configMaps", names, "revision", b.Revision)
-	return names, nil
+	log.FromContext(ctx).V(1).Info("rendered", "configMaps", names, "snapshot", b.Snapshots[0].Snapshot.Describe())
+	return names, renderingDigest(shards), nil
 }

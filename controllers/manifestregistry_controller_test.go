@@ -90,8 +90,10 @@ func TestRegistryRendersAndFollowsNewCommits(t *testing.T) {
 		t.Fatalf("ConfigMap %+v", cm)
 	}
 	b, ms := renderedBundle(t, ns, "payments", k.Trust)
-	if b.Revision != rev || len(ms) != 3 || reg.Status.Artifact.Digest != b.Digest() {
-		t.Fatalf("rendered %s with %d manifests", b.Revision, len(ms))
+	snap := b.Snapshots[0].Snapshot
+	if snap.Revision != rev || snap.Source != "ManifestRegistry "+ns+"/payments" || snap.Kind != "Registry" || snap.Sequence != reg.Status.Artifact.Sequence ||
+		snap.Index == nil || snap.Index.Sequence != reg.Status.Artifact.IndexSequence || len(ms) != 3 || reg.Status.Artifact.Digest != b.Digest() {
+		t.Fatalf("rendered %+v with %d manifests (status %+v)", snap, len(ms), reg.Status.Artifact)
 	}
 	eventually(t, 10*time.Second, func() string {
 		var evs eventsv1.EventList
@@ -389,7 +391,8 @@ func TestShardingAndDeletion(t *testing.T) {
 }
 
 // A branch reset to an older signed commit would bring back replaced manifests: refused, the
-// last good rendering stays; changing the spec (pinning that commit) accepts it on purpose.
+// last good rendering stays, also after a spec change; the annotation naming exactly that
+// revision accepts it, echoed in status and a Warning event.
 func TestBranchResetToAnOldCommitIsRefused(t *testing.T) {
 	ns := namespace(t)
 	k := newKey(t)
@@ -401,25 +404,48 @@ func TestBranchResetToAnOldCommitIsRefused(t *testing.T) {
 	repo.Commit("refund v2")
 	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	create(t, newRegistry(ns, "reg", repo.FileURL(), withKeys("manifest-keys")))
-	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
+	good := waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
 	before := configMap(t, ns, "reg-manifests")
 
 	repo.Git("reset", "-q", "--hard", old)
+	oldRev := "main@sha1:" + old
 	requestReconcile(t, ns, "reg")
-	reg := waitReady(t, ns, "reg", metav1.ConditionFalse, v1alpha1.ReasonVersionDowngrade, "main@sha1:"+old)
-	if m := condition(reg.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(m, "stripe.refund v2 → v1") {
+	reg := waitReady(t, ns, "reg", metav1.ConditionFalse, v1alpha1.ReasonVersionDowngrade, oldRev)
+	if m := condition(reg.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(m, "older than sequence") || !strings.Contains(m, v1alpha1.AnnotationAcceptRevision+"="+oldRev) {
 		t.Fatalf("message %q", m)
 	}
+	// Whatever changes in the spec (here the interval), the downgrade stays refused.
+	patch := client.MergeFrom(reg.DeepCopy())
+	reg.Spec.Interval = &metav1.Duration{Duration: 2 * time.Hour}
+	if err := k8s.Patch(t.Context(), reg, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if r := getRegistry(t, ns, "reg"); r.Status.ObservedGeneration != r.Generation {
+			return "the spec change is not reconciled yet"
+		}
+		return ""
+	})
+	waitReady(t, ns, "reg", metav1.ConditionFalse, v1alpha1.ReasonVersionDowngrade, oldRev)
 	if after := configMap(t, ns, "reg-manifests"); after.ResourceVersion != before.ResourceVersion {
 		t.Fatal("the last good rendering was replaced")
 	}
 
-	patch := client.MergeFrom(reg.DeepCopy())
-	reg.Spec.Ref = &v1alpha1.GitRef{Commit: old}
+	reg = getRegistry(t, ns, "reg")
+	patch = client.MergeFrom(reg.DeepCopy())
+	reg.Annotations[v1alpha1.AnnotationAcceptRevision] = oldRev
 	if err := k8s.Patch(t.Context(), reg, patch); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "sha1:"+old)
+	reg = waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, oldRev)
+	if reg.Status.AcceptedRevision != oldRev || reg.Status.Artifact.Sequence <= good.Status.Artifact.Sequence {
+		t.Fatalf("accepted %q, sequence %d after %d", reg.Status.AcceptedRevision, reg.Status.Artifact.Sequence, good.Status.Artifact.Sequence)
+	}
+	b, _ := renderedBundle(t, ns, "reg", k.Trust)
+	if s := b.Snapshots[0].Snapshot; s.AcceptedRevision != oldRev || s.Revision != oldRev {
+		t.Fatalf("snapshot %+v", s)
+	}
+	waitEvent(t, ns, "reg", v1alpha1.EventRevisionOverrideAccepted+": applied because the annotation")
 }
 
 // Options that cannot work until the spec changes stall the registry (no retries); suspending

@@ -28,3 +28,8 @@ package controllers
 // Leader election: a Lease in the controller's own namespace (kustomize's namespace
 // transformer keeps it in step with config/default). A Role, not a ClusterRole.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=reversi-system
+
+// The controller's own signing key (a Secret it creates on first start) and the ConfigMap that
+// publishes its public keys, in its own namespace.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create,namespace=reversi-system
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update,namespace=reversi-system

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"sort"
+	"errors"
 	"strings"
 	"time"
 
@@ -53,6 +53,12 @@ type ReversiGatewayReconciler struct {
 	Image string
 	// MaxShardBytes is the manifest bytes per rendered ConfigMap (bundle.MaxShardBytes when 0).
 	MaxShardBytes int
+	// Key signs the snapshot of the selected ToolManifests and verifies the registries'
+	// renderings; its public keys go into every gateway pod (ControllerKeysEnv). Required.
+	Key *SigningKey
+	// APIReader reads the gateway and the rendered ConfigMaps from the API server, not the
+	// cache (mgr.GetAPIReader()): see ManifestRegistryReconciler.APIReader.
+	APIReader client.Reader
 }
 
 // gatewayRetry is how soon a gateway waiting for a source or a rollout is looked at again
@@ -122,7 +128,7 @@ func gatewayOfPod(_ context.Context, obj client.Object) []reconcile.Request {
 // Reconcile renders one gateway and patches its status.
 func (r *ReversiGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	gw := &v1alpha1.ReversiGateway{}
-	if err := r.Get(ctx, req.NamespacedName, gw); err != nil {
+	if err := r.APIReader.Get(ctx, req.NamespacedName, gw); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !gw.DeletionTimestamp.IsZero() {
@@ -223,25 +229,21 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 	}
 	digest := b.Digest()
 	prev := r.renderedDigest(ctx, n)
-	for i := len(shards) - 1; i >= 0; i-- {
-		cm := &corev1.ConfigMap{ObjectMeta: meta(n.manifestShard(i))}
-		if e := own(cm, func() error {
-			if cm.Annotations == nil {
-				cm.Annotations = map[string]string{}
-			}
-			cm.Annotations[AnnotationRevision] = b.Revision
-			cm.Data = shards[i]
-			return nil
-		}); e != nil {
-			return ctrl.Result{}, e
-		}
+	set := shardSet{owner: gw, names: shardNames(n.manifests, len(shards)), shards: shards,
+		labels: gatewayLabels(gw), annotations: map[string]string{AnnotationRevision: b.Revision()}}
+	drifts, err := set.apply(ctx, r.Client, r.APIReader, r.Scheme())
+	if len(drifts) > 0 {
+		r.event(gw, corev1.EventTypeWarning, v1alpha1.EventRenderingDrift, driftNote(gw.Namespace, drifts, "the rendering of digest "+digest))
+	}
+	if err != nil {
+		return ctrl.Result{}, fail(v1alpha1.ReasonApplyFailed, false, "%v", err)
 	}
 	if e := r.deleteStaleShards(ctx, gw, len(shards)); e != nil {
 		return ctrl.Result{}, e
 	}
 	if prev != digest {
 		r.event(gw, corev1.EventTypeNormal, v1alpha1.EventManifestsRendered,
-			fmt.Sprintf("rendered %d tools into %s, digest %s (revision %s)", len(b.Entries), n.manifests, digest, b.Revision))
+			fmt.Sprintf("rendered %d tools into %s, digest %s (%s)", len(b.Entries), n.manifests, digest, b.Revision()))
 	}
 
 	if storeType(gw) == v1alpha1.StoreSQLite {
@@ -269,7 +271,7 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 		}
 	}
 	dep := &appsv1.Deployment{ObjectMeta: meta(n.object)}
-	if e := own(dep, func() error { mutateDeployment(dep, gw, r.image(gw), rc); return nil }); e != nil {
+	if e := own(dep, func() error { mutateDeployment(dep, gw, r.image(gw), rc, r.Key.PublicPEM); return nil }); e != nil {
 		return ctrl.Result{}, e
 	}
 	svc := &corev1.Service{ObjectMeta: meta(n.object)}
@@ -300,6 +302,11 @@ func (r *ReversiGatewayReconciler) rollout(ctx context.Context, gw *v1alpha1.Rev
 		return ctrl.Result{}, fail(v1alpha1.ReasonApplyFailed, false, "listing the gateway's pods: %v", err)
 	}
 	ms := &v1alpha1.GatewayManifestsStatus{DesiredRevision: digest, Tools: int32(len(b.Entries))}
+	for _, ss := range b.Snapshots {
+		if s := ss.Snapshot; s.Kind == bundle.KindToolManifests {
+			ms.ToolManifestsSequence, ms.ToolManifestsDigest = s.Sequence, s.Digest
+		}
+	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if !p.DeletionTimestamp.IsZero() || !podReady(p) {
@@ -308,8 +315,13 @@ func (r *ReversiGatewayReconciler) rollout(ctx context.Context, gw *v1alpha1.Rev
 		switch {
 		case p.Annotations[v1alpha1.AnnotationManifestDigest] == digest:
 			ms.LoadedReplicas++
-		case p.Annotations[v1alpha1.AnnotationManifestError] != "":
-			ms.LastLoadError = truncate(p.Name+": "+p.Annotations[v1alpha1.AnnotationManifestError], 4096)
+		default:
+			if e := p.Annotations[v1alpha1.AnnotationManifestError]; e != "" {
+				ms.LastLoadError = truncate(p.Name+": "+e, 4096)
+			}
+			if len(ms.OtherDigests) < 10 {
+				ms.OtherDigests = append(ms.OtherDigests, p.Name+"="+p.Annotations[v1alpha1.AnnotationManifestDigest])
+			}
 		}
 	}
 	gw.Status.Manifests = ms
@@ -324,6 +336,9 @@ func (r *ReversiGatewayReconciler) rollout(ctx context.Context, gw *v1alpha1.Rev
 		return ctrl.Result{}, nil
 	}
 	msg := fmt.Sprintf("waiting for the rollout: %d/%d pods ready, %d serve digest %s (%s)%s", dep.Status.ReadyReplicas, want, ms.LoadedReplicas, digest, sources, note)
+	if len(ms.OtherDigests) > 0 {
+		msg += "; pods serving another digest: " + strings.Join(ms.OtherDigests, ", ")
+	}
 	if ms.LastLoadError != "" {
 		msg += "; a pod refused it: " + ms.LastLoadError
 	}
@@ -411,63 +426,39 @@ func ParseTrustedKeys(data map[string][]byte) (*signing.TrustSet, error) {
 }
 
 // merge builds the gateway's bundle from its sources. Each registry's rendering is assembled
-// and, with trusted keys, verified; ToolManifests count when Ready=True for their current
-// generation. A tool defined by two sources is an error naming both (no silent pick). The
-// revision names every source's revision; the second result summarises the sources.
+// and verified as a gateway pod would (its signed snapshot, and with trusted keys every
+// signature), and must be the one its status names; the selected ToolManifests count when
+// Ready=True for their current generation, and their set gets a snapshot signed here. A tool
+// defined by two sources is an error naming both (no silent pick). The second result
+// summarises the sources.
 func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.ReversiGateway, trust *signing.TrustSet) (bundle.Bundle, string, *stepError) {
-	var entries []bundle.Entry
+	var parts []bundle.Bundle
 	from := map[string][]string{} // tool -> sources
-	var revs, summary []string
+	var summary []string
 	m := gw.Spec.Manifests
 	if m == nil {
 		m = &v1alpha1.GatewayManifests{}
 	}
 	for _, name := range m.Registries {
-		b, e := r.registryBundle(ctx, gw.Namespace, name)
+		b, e := r.registryBundle(ctx, gw.Namespace, name, trust)
 		if e != nil {
 			return bundle.Bundle{}, "", e
-		}
-		if trust != nil {
-			if _, errs := b.Verify(trust); len(errs) > 0 {
-				return bundle.Bundle{}, "", fail(v1alpha1.ReasonSignatureVerificationFailed, false,
-					"ManifestRegistry %s (revision %s) does not verify against spec.trustedKeysSecretRef, the last good rendering stays: %v", name, b.Revision, errs[0])
-			}
 		}
 		for _, e := range b.Entries {
 			from[e.Tool] = append(from[e.Tool], "ManifestRegistry "+name)
 		}
-		entries = append(entries, b.Entries...)
-		revs = append(revs, name+"="+b.Revision)
-		summary = append(summary, fmt.Sprintf("registry %s at %s", name, b.Revision))
+		parts = append(parts, b)
+		summary = append(summary, fmt.Sprintf("registry %s at %s", name, b.Snapshots[0].Snapshot.Revision))
 	}
 	if m.Selector != nil {
-		sel, err := metav1.LabelSelectorAsSelector(m.Selector)
-		if err != nil {
-			return bundle.Bundle{}, "", fail(v1alpha1.ReasonInvalidSpec, true, "spec.manifests.selector: %v", err)
+		b, used, e := r.toolManifests(ctx, gw, m.Selector)
+		if e != nil {
+			return bundle.Bundle{}, "", e
 		}
-		var tms v1alpha1.ToolManifestList
-		if err := r.List(ctx, &tms, client.InNamespace(gw.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-			return bundle.Bundle{}, "", fail(v1alpha1.ReasonApplyFailed, false, "listing ToolManifests: %v", err)
+		for _, e := range b.Entries {
+			from[e.Tool] = append(from[e.Tool], "ToolManifest "+strings.TrimPrefix(e.Author, "ToolManifest "+gw.Namespace+"/"))
 		}
-		sort.Slice(tms.Items, func(i, j int) bool { return tms.Items[i].Name < tms.Items[j].Name })
-		h := sha256.New()
-		used := 0
-		for i := range tms.Items {
-			tm := &tms.Items[i]
-			c := apimeta.FindStatusCondition(tm.Status.Conditions, v1alpha1.ConditionReady)
-			if c == nil || c.Status != metav1.ConditionTrue || tm.Status.ObservedGeneration != tm.Generation {
-				continue // invalid or unverified: its own status says why
-			}
-			e, err := toolManifestEntry(tm)
-			if err != nil {
-				continue
-			}
-			from[e.Tool] = append(from[e.Tool], "ToolManifest "+tm.Name)
-			entries = append(entries, e)
-			fmt.Fprintf(h, "%s %s\n", tm.Name, e.Checksum)
-			used++
-		}
-		revs = append(revs, "toolmanifests="+hex.EncodeToString(h.Sum(nil))[:12])
+		parts = append(parts, b)
 		summary = append(summary, fmt.Sprintf("%d ToolManifests", used))
 	}
 	var dups []string
@@ -480,15 +471,68 @@ func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.Rever
 		return bundle.Bundle{}, "", fail(v1alpha1.ReasonDuplicateTool, true,
 			"tools defined by more than one source, the last good rendering stays: %s: remove each from all but one source", strings.Join(dups, "; "))
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Tool < entries[j].Tool })
 	if len(summary) == 0 {
 		summary = []string{"no manifest sources"}
 	}
-	return bundle.Bundle{Revision: strings.Join(revs, ","), Entries: entries}, strings.Join(summary, ", "), nil
+	return bundle.Merge(parts...), strings.Join(summary, ", "), nil
 }
 
-// registryBundle assembles a ManifestRegistry's rendering (its own ConfigMaps).
-func (r *ReversiGatewayReconciler) registryBundle(ctx context.Context, ns, name string) (bundle.Bundle, *stepError) {
+// toolManifestsSource is how snapshots name a gateway's selected ToolManifests.
+func toolManifestsSource(gw *v1alpha1.ReversiGateway) string {
+	return "ToolManifests " + gw.Namespace + "/" + gw.Name
+}
+
+// toolManifests is the bundle of the ToolManifests selector selects (Ready for their current
+// generation), with a snapshot of the set signed by the controller: the sequence stays while
+// the set does and grows when it changes. It returns how many were used.
+func (r *ReversiGatewayReconciler) toolManifests(ctx context.Context, gw *v1alpha1.ReversiGateway, selector *metav1.LabelSelector) (bundle.Bundle, int, *stepError) {
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return bundle.Bundle{}, 0, fail(v1alpha1.ReasonInvalidSpec, true, "spec.manifests.selector: %v", err)
+	}
+	var tms v1alpha1.ToolManifestList
+	if err := r.List(ctx, &tms, client.InNamespace(gw.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return bundle.Bundle{}, 0, fail(v1alpha1.ReasonApplyFailed, false, "listing ToolManifests: %v", err)
+	}
+	src := toolManifestsSource(gw)
+	var b bundle.Bundle
+	for i := range tms.Items {
+		tm := &tms.Items[i]
+		c := apimeta.FindStatusCondition(tm.Status.Conditions, v1alpha1.ConditionReady)
+		if c == nil || c.Status != metav1.ConditionTrue || tm.Status.ObservedGeneration != tm.Generation {
+			continue // invalid or unverified: its own status says why
+		}
+		e, err := toolManifestEntry(tm)
+		if err != nil {
+			continue
+		}
+		e.Source = src
+		b.Entries = append(b.Entries, e)
+	}
+	b = bundle.Merge(b) // sorted
+	snap := bundle.Snapshot{Source: src, Kind: bundle.KindToolManifests}
+	digest := b.SourceDigest(src)
+	var last int64
+	if ms := gw.Status.Manifests; ms != nil {
+		last = ms.ToolManifestsSequence
+		if ms.ToolManifestsDigest == digest && last > 0 {
+			snap.Sequence = last
+		}
+	}
+	if snap.Sequence == 0 {
+		snap.Sequence = nextSequence(last)
+	}
+	if _, err := b.Attest(snap, r.Key.Signer); err != nil {
+		return bundle.Bundle{}, 0, fail(v1alpha1.ReasonApplyFailed, false, "signing the ToolManifests snapshot: %v", err)
+	}
+	return b, len(b.Entries), nil
+}
+
+// registryBundle assembles a ManifestRegistry's rendering (its own ConfigMaps) and verifies it
+// as a gateway pod would: the controller's snapshot over exactly its entries and, with trust,
+// every writer signature. A rendering older than the registry's status says (an edit the
+// registry's reconcile has not restored yet) is not used.
+func (r *ReversiGatewayReconciler) registryBundle(ctx context.Context, ns, name string, trust *signing.TrustSet) (bundle.Bundle, *stepError) {
 	var reg v1alpha1.ManifestRegistry
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &reg); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -512,6 +556,18 @@ func (r *ReversiGatewayReconciler) registryBundle(ctx context.Context, ns, name 
 	b, err := bundle.Assemble(shards)
 	if err != nil {
 		return bundle.Bundle{}, fail(v1alpha1.ReasonSourceNotReady, false, "ManifestRegistry %s: %v", name, err)
+	}
+	if _, errs := b.Verify(trust, r.Key.Trust); len(errs) > 0 {
+		return bundle.Bundle{}, fail(v1alpha1.ReasonSignatureVerificationFailed, false,
+			"the rendering of ManifestRegistry %s does not verify (against spec.trustedKeysSecretRef and the controller's key), the last good rendering stays: %v", name, errors.Join(errs...))
+	}
+	src := registrySource(&reg)
+	if len(b.Snapshots) != 1 || b.Snapshots[0].Snapshot.Source != src {
+		return bundle.Bundle{}, fail(v1alpha1.ReasonSignatureVerificationFailed, false, "the rendering of ManifestRegistry %s holds snapshots of other sources: it was edited", name)
+	}
+	if a := reg.Status.Artifact; a != nil && b.Snapshots[0].Snapshot.Sequence < a.Sequence {
+		return bundle.Bundle{}, fail(v1alpha1.ReasonSourceNotReady, false, "the rendering of ManifestRegistry %s has sequence %d, older than %d in its status: it was replaced by an older one; waiting for the registry's reconcile to restore it",
+			name, b.Snapshots[0].Snapshot.Sequence, a.Sequence)
 	}
 	return b, nil
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,7 +104,7 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, errs := b.Verify(k.Trust)
+	ms, errs := b.Verify(k.Trust, ctlKey.Trust)
 	if len(errs) > 0 || len(ms) != 3 {
 		t.Fatalf("verify: %v (%d manifests)", errs, len(ms))
 	}
@@ -115,9 +116,10 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 	if b.Digest() != reg.Status.Artifact.Digest || gw.Status.Manifests == nil || gw.Status.Manifests.DesiredRevision != b.Digest() || gw.Status.Manifests.Tools != 3 {
 		t.Fatalf("digest %s, registry %s, status %+v", b.Digest(), reg.Status.Artifact.Digest, gw.Status.Manifests)
 	}
-	if want := "payments=" + reg.Status.Artifact.Revision; b.Revision != want {
-		t.Errorf("revision %q, want %q", b.Revision, want)
+	if want := "ManifestRegistry " + ns + "/payments " + reg.Status.Artifact.Revision + " (sequence " + strconv.FormatInt(reg.Status.Artifact.Sequence, 10) + ")"; b.Revision() != want {
+		t.Errorf("revision %q, want %q", b.Revision(), want)
 	}
+
 
 	// gateway.yaml: what the gateway accepts, the secret only by reference.
 	cfgMap := configMap(t, ns, "pay-config")
@@ -174,6 +176,16 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 		"--kube-trusted-keys", "manifest-keys", "--kubeconfig", "", "--namespace", ns, "--gateway-name", "pay", "--store", "sqlite", "--data", GatewayDataDir}
 	if !reflect.DeepEqual(c.Args, wantArgs) || c.Image != DefaultGatewayImage || pod.ServiceAccountName != "pay-gateway" {
 		t.Fatalf("container %v image %s sa %s", c.Args, c.Image, pod.ServiceAccountName)
+	}
+	// The pods get the controller's public keys, to verify the snapshots with.
+	keysEnv := ""
+	for _, e := range c.Env {
+		if e.Name == ControllerKeysEnv {
+			keysEnv = e.Value
+		}
+	}
+	if keysEnv != string(ctlKey.PublicPEM) {
+		t.Errorf("the container's %s is %q", ControllerKeysEnv, keysEnv)
 	}
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.ReadinessProbe.TimeoutSeconds < 3 ||
 		c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.LivenessProbe.TimeoutSeconds < 3 {

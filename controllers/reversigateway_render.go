@@ -277,9 +277,10 @@ func storeType(gw *v1alpha1.ReversiGateway) string {
 
 // gatewayPodSpec is the pod the Deployment runs: non-root, read-only root filesystem, no
 // privilege escalation, every capability dropped, probes on /healthz and /readyz.
-func gatewayPodSpec(gw *v1alpha1.ReversiGateway, image string, rc renderedConfig) corev1.PodSpec {
+func gatewayPodSpec(gw *v1alpha1.ReversiGateway, image string, rc renderedConfig, controllerKeys []byte) corev1.PodSpec {
 	n := namesOf(gw)
-	env := []corev1.EnvVar{{Name: PodNameEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}}}
+	env := []corev1.EnvVar{{Name: PodNameEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
+		{Name: ControllerKeysEnv, Value: string(controllerKeys)}}
 	env = append(env, rc.env...)
 	mounts := []corev1.VolumeMount{
 		{Name: "config", MountPath: GatewayConfigDir, ReadOnly: true},
@@ -353,12 +354,12 @@ func configDigest(rc renderedConfig, pod corev1.PodSpec) string {
 }
 
 // mutateDeployment sets the fields of the gateway's Deployment that the controller owns.
-func mutateDeployment(d *appsv1.Deployment, gw *v1alpha1.ReversiGateway, image string, rc renderedConfig) {
+func mutateDeployment(d *appsv1.Deployment, gw *v1alpha1.ReversiGateway, image string, rc renderedConfig, controllerKeys []byte) {
 	replicas := int32(1)
 	if gw.Spec.Replicas != nil {
 		replicas = *gw.Spec.Replicas
 	}
-	pod := gatewayPodSpec(gw, image, rc)
+	pod := gatewayPodSpec(gw, image, rc, controllerKeys)
 	d.Labels = mergeLabels(d.Labels, gatewayLabels(gw))
 	d.Spec.Replicas = &replicas
 	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: selectorLabels(gw)}

@@ -20,13 +20,23 @@ type Options struct {
 	// GatewayImage is the image of ReversiGateways without spec.image (DefaultGatewayImage
 	// when empty).
 	GatewayImage string
+	// SigningKey signs the snapshot of every rendering (EnsureSigningKey reads it from its
+	// Secret). Nil: a key for this process only (EphemeralSigningKey), for tests.
+	SigningKey *SigningKey
 }
 
 // Setup registers every reconciler with the manager.
 func Setup(mgr ctrl.Manager, o Options) error {
+	if o.SigningKey == nil {
+		key, err := EphemeralSigningKey()
+		if err != nil {
+			return err
+		}
+		o.SigningKey = key
+	}
 	if err := (&ManifestRegistryReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
-		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes,
+		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader(),
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -34,7 +44,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return err
 	}
 	if err := (&ReversiGatewayReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
-		Image: o.GatewayImage, MaxShardBytes: o.MaxShardBytes}).SetupWithManager(mgr); err != nil {
+		Image: o.GatewayImage, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return setupApprovals(mgr, o)

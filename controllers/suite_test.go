@@ -38,6 +38,8 @@ var (
 	k8s     client.Client
 	testEnv *testenv.Env
 	envErr  error
+	// ctlKey is the controller's signing key in these tests: renderings verify against it.
+	ctlKey *SigningKey
 )
 
 // TestMain starts one control plane and one manager running every reconciler for the tests
@@ -55,7 +57,10 @@ func TestMain(m *testing.M) {
 		WebhookServer: env.WebhookServer(),
 	})
 	if err == nil {
-		err = Setup(mgr, Options{MaxShardBytes: testShardBytes, Webhooks: true})
+		ctlKey, err = EphemeralSigningKey()
+	}
+	if err == nil {
+		err = Setup(mgr, Options{MaxShardBytes: testShardBytes, Webhooks: true, SigningKey: ctlKey})
 	}
 	if err != nil {
 		envErr = err
@@ -171,7 +176,7 @@ func renderedBundle(t *testing.T, ns, reg string, trust *signing.TrustSet) (bund
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, errs := b.Verify(trust)
+	ms, errs := b.Verify(trust, ctlKey.Trust)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}

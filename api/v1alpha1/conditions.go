@@ -67,9 +67,12 @@ const (
 	ReasonNoTrustedKeys = "NoTrustedKeys"
 	// ReasonVerified: every configured signature check passed.
 	ReasonVerified = "Verified"
-	// ReasonVersionDowngrade: the new revision holds an older version of a tool than the one
-	// rendered (a branch reset to an old commit); the spec did not change to allow it.
+	// ReasonVersionDowngrade: the new revision's signed index has a lower sequence than the
+	// one applied (a branch reset to an old commit), and no annotation accepts it.
 	ReasonVersionDowngrade = "VersionDowngrade"
+	// ReasonRevisionNotDescendant: the new commit does not descend from the one applied last
+	// (a force-push, or a ref moved to an older commit), and no annotation accepts it.
+	ReasonRevisionNotDescendant = "RevisionNotDescendant"
 	// ReasonStorageFailed: writing the rendered ConfigMaps failed.
 	ReasonStorageFailed = "StorageFailed"
 )
@@ -78,6 +81,12 @@ const (
 const (
 	// EventNewArtifact (Normal): a new revision was verified, validated and stored.
 	EventNewArtifact = "NewArtifact"
+	// EventRenderingDrift (Warning): a rendered ConfigMap held other data than the controller
+	// wrote; the note names the field managers that changed it. The rendering was restored.
+	EventRenderingDrift = "RenderingDrift"
+	// EventRevisionOverrideAccepted (Warning): the reversi.dev/accept-revision annotation made
+	// the controller apply a revision the ancestry or sequence checks refused.
+	EventRevisionOverrideAccepted = "RevisionOverrideAccepted"
 )
 
 // Annotations read or written by the controllers.
@@ -93,4 +102,9 @@ const (
 	// time) asks for a reconcile now; the value handled last is echoed in
 	// status.lastHandledReconcileAt.
 	AnnotationRequestedAt = "reversi.dev/requestedAt"
+	// AnnotationAcceptRevision on a ManifestRegistry names one exact revision (e.g.
+	// main@sha1:<40 hex>) to apply even though it does not descend from the applied one or its
+	// index sequence is lower: the audited way to go back. Echoed in status.acceptedRevision
+	// and a RevisionOverrideAccepted event.
+	AnnotationAcceptRevision = "reversi.dev/accept-revision"
 )

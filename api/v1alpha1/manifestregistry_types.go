@@ -199,6 +199,11 @@ type ManifestRegistryStatus struct {
 	// +optional
 	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
 
+	// AcceptedRevision is the revision the reversi.dev/accept-revision annotation made the
+	// controller accept although it does not descend from the one applied before it.
+	// +optional
+	AcceptedRevision string `json:"acceptedRevision,omitempty"`
+
 	// InvalidTools lists the tools of the last attempted revision that failed validation or
 	// signature verification, each with its errors. Bounded: at most 50 tools (sorted by
 	// name) with at most 10 errors each; invalidToolCount gives the full count.
@@ -242,6 +247,23 @@ type RegistryArtifact struct {
 	// LastUpdateTime is when this artifact was stored.
 	// +required
 	LastUpdateTime metav1.Time `json:"lastUpdateTime"`
+
+	// Sequence is the sequence of the rendering's signed snapshot: it only grows, and gateways
+	// refuse a snapshot older than one they served.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Sequence int64 `json:"sequence,omitempty"`
+
+	// IndexSequence is the sequence of the registry's signed index.json (format Registry). A
+	// revision whose index sequence is lower is refused, unless accepted by annotation.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	IndexSequence int64 `json:"indexSequence,omitempty"`
+
+	// RenderingDigest is `sha256:<hex>` over the data of the rendered ConfigMaps, in shard
+	// order: a ConfigMap whose data differs was changed by someone else and is rendered again.
+	// +optional
+	RenderingDigest string `json:"renderingDigest,omitempty"`
 }
 
 // InvalidTool is one tool that failed validation or verification, with its errors.

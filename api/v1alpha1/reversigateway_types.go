@@ -358,6 +358,20 @@ type GatewayManifestsStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	LastLoadError string `json:"lastLoadError,omitempty"`
+
+	// OtherDigests names the ready pods that serve another digest than DesiredRevision (still
+	// loading, or refusing the desired set: see LastLoadError), at most 10, as `pod=digest`.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	OtherDigests []string `json:"otherDigests,omitempty"`
+
+	// ToolManifestsSequence and ToolManifestsDigest describe the signed snapshot of the
+	// selected ToolManifests: the sequence grows whenever the set changes.
+	// +optional
+	ToolManifestsSequence int64 `json:"toolManifestsSequence,omitempty"`
+	// +optional
+	ToolManifestsDigest string `json:"toolManifestsDigest,omitempty"`
 }
 
 // +kubebuilder:object:root=true

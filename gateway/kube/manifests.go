@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 
-	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
+	"github.com/reversi-gitops/reversi/gateway/store"
 	"github.com/reversi-gitops/reversi/internal/bundle"
 	"github.com/reversi-gitops/reversi/internal/signing"
 )
@@ -38,6 +38,10 @@ type ManifestOptions struct {
 	// manifest must be signed by. Empty: signatures are not checked, only each manifest's
 	// checksum and the rendering's digest.
 	TrustedKeysSecret string
+	// ControllerKeys are the controller's public keys: every source of the rendering must
+	// come with a snapshot they signed (the set, its revision and sequence). Required with
+	// TrustedKeysSecret: writer signatures alone do not bind the set.
+	ControllerKeys *signing.TrustSet
 	// PodName is this pod (downward API): after each load the gateway writes the digest it
 	// serves, or why it refused a rendering, as annotations on it. Empty: no report.
 	PodName string
@@ -62,7 +66,6 @@ type Manifests struct {
 
 	mu      sync.Mutex
 	watches map[string]*watch // "configmaps/<name>" or "secrets/<name>"
-	loaded  string            // the revision of the last bundle Load returned
 	closed  bool
 }
 
@@ -78,6 +81,9 @@ type watch struct {
 func WatchManifests(ctx context.Context, o ManifestOptions) (*Manifests, error) {
 	if o.Config == nil || o.Namespace == "" || o.ConfigMap == "" {
 		return nil, errors.New("kube: Config, Namespace and ConfigMap are required")
+	}
+	if o.TrustedKeysSecret != "" && o.ControllerKeys == nil {
+		return nil, errors.New("kube: trusted manifest keys are set but no controller keys: without the controller's snapshot signatures the set of manifests, its revision and its order cannot be verified (a ReversiGateway's pods get them in $REVERSI_CONTROLLER_KEYS)")
 	}
 	if o.SyncTimeout <= 0 {
 		o.SyncTimeout = 30 * time.Second
@@ -235,54 +241,53 @@ func (m *Manifests) trust() (*signing.TrustSet, error) {
 }
 
 // Load is the gateway's proxy.LoadFunc: it assembles the cached shards (refusing a missing,
-// repeated or mixed shard, and a digest that does not match the entries) and verifies every
-// entry (checksum, manifest validity, and the signature by a trusted key), then the set.
-// It returns the manifests only when all of it passes, else every problem at once.
-func (m *Manifests) Load(ctx context.Context) ([]*manifest.Manifest, error) {
+// repeated or mixed shard, an unknown key, and a digest that does not match the entries) and
+// verifies everything (bundle.Verify: every entry's checksum, manifest and writer signature,
+// every source's snapshot signed by the controller over exactly its entries, the set as a
+// whole). It returns the manifests with one high-water mark per snapshot (the gateway refuses
+// a snapshot older than one it served) and the revision the snapshots name, only when all of
+// it passes, else every problem at once.
+func (m *Manifests) Load(ctx context.Context) (proxy.Loaded, error) {
 	data, err := m.shards(ctx)
 	if err != nil {
-		return nil, err
+		return proxy.Loaded{}, err
 	}
 	b, err := bundle.Assemble(data)
 	if err != nil {
-		return nil, fmt.Errorf("ConfigMap %s/%s: %w", m.o.Namespace, m.o.ConfigMap, err)
+		return proxy.Loaded{}, fmt.Errorf("ConfigMap %s/%s: %w", m.o.Namespace, m.o.ConfigMap, err)
 	}
 	trust, err := m.trust()
 	if err != nil {
-		return nil, err
+		return proxy.Loaded{}, err
 	}
-	ms, errs := b.Verify(trust)
+	ms, errs := b.Verify(trust, m.o.ControllerKeys)
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("ConfigMap %s/%s (revision %s) was refused: %w", m.o.Namespace, m.o.ConfigMap, b.Revision, errors.Join(errs...))
+		return proxy.Loaded{}, fmt.Errorf("ConfigMap %s/%s was refused: %w", m.o.Namespace, m.o.ConfigMap, errors.Join(errs...))
 	}
-	m.mu.Lock()
-	m.loaded = b.Revision
-	m.mu.Unlock()
-	return ms, nil
-}
-
-// Revision is the source revision of the bundle Load last returned.
-func (m *Manifests) Revision() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.loaded
+	l := proxy.Loaded{Manifests: ms}
+	if m.o.ControllerKeys != nil { // verified snapshots only: nothing unsigned is shown or kept
+		l.Revision = b.Revision()
+		for _, ss := range b.Snapshots {
+			s := ss.Snapshot
+			l.Marks = append(l.Marks, store.HighWater{Source: s.Source, Sequence: s.Sequence, Revision: s.Revision, Digest: s.Digest})
+		}
+	}
+	return l, nil
 }
 
 // Target is the gateway Run reloads: *proxy.Gateway.
 type Target interface {
 	Reload(ctx context.Context) proxy.ReloadResult
 	Digest() string
-	SetRevision(revision string)
+	Revision() string
 }
 
 // Run reports what gw serves now, then reloads gw after every change of a watched object
-// (debounced) until ctx ends. After a reload it sets the served revision and writes the
-// digest (or why the rendering was refused) on the pod. A refused rendering leaves gw
-// serving the previous manifests (proxy.Gateway.Reload journals reload_failed).
+// (debounced) until ctx ends, and writes the digest and revision it serves (or why the
+// rendering was refused) on the pod. A refused rendering leaves gw serving the previous
+// manifests (proxy.Gateway.Reload journals reload_failed).
 func (m *Manifests) Run(ctx context.Context, gw Target) {
-	rev := m.Revision()
-	gw.SetRevision(rev)
-	m.report(ctx, gw.Digest(), rev, nil)
+	m.report(ctx, gw.Digest(), gw.Revision(), nil)
 	for {
 		select {
 		case <-ctx.Done():
@@ -299,14 +304,10 @@ func (m *Manifests) Run(ctx context.Context, gw Target) {
 		default:
 		}
 		res := gw.Reload(ctx)
-		if res.Err == nil {
-			rev = m.Revision()
-			gw.SetRevision(rev)
-			if res.Changed {
-				m.o.Logf("reversi-gateway: serving %d manifests, digest %s (revision %s)", res.Tools, res.Checksum, rev)
-			}
+		if res.Err == nil && res.Changed {
+			m.o.Logf("reversi-gateway: serving %d manifests, digest %s (%s)", res.Tools, res.Checksum, gw.Revision())
 		}
-		m.report(ctx, res.Checksum, rev, res.Err)
+		m.report(ctx, res.Checksum, gw.Revision(), res.Err)
 	}
 }
 

@@ -19,7 +19,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/auth"
 	"github.com/reversi-gitops/reversi/gateway/auth/authtest"
 	"github.com/reversi-gitops/reversi/gateway/config"
@@ -107,7 +106,7 @@ func startAuth(t *testing.T) *authFixture {
 	cfg.Auth = config.Auth{Keys: keyFile, OIDC: &config.OIDC{Issuer: is.URL, Audience: testAudience, RoleMap: oidcRoleMap}}
 	cfg.AllowedOrigins = []string{"https://console.test"}
 	ms := loadAgentManifests(t)
-	f.fixture = startWith(t, cfg, Options{Manifests: ms, Signer: signer, Load: func(context.Context) ([]*manifest.Manifest, error) { return ms, nil }})
+	f.fixture = startWith(t, cfg, Options{Manifests: ms, Signer: signer, Load: func(context.Context) (Loaded, error) { return Loaded{Manifests: ms}, nil }})
 	f.base = serveOn(t, f.gw, ln)
 	return f
 }

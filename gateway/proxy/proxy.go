@@ -54,6 +54,10 @@ type Options struct {
 	Config *config.Gateway
 	// Manifests are the loaded manifests (none: the automatic observe mode applies).
 	Manifests []*manifest.Manifest
+	// Marks and Revision are the high-water marks and revision of the snapshots Manifests
+	// came from (see Loaded): New refuses to start on a snapshot older than one served before.
+	Marks    []store.HighWater
+	Revision string
 	// Load re-reads the manifests on Reload (file watch, SIGHUP); nil: Reload fails.
 	Load LoadFunc
 	// PageSize is the most tools one tools/list page holds; 0 is the SDK's default (1000).
@@ -144,6 +148,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 			g.mode = engine.Observe
 		}
 	}
+	if err := o.Store.AdvanceHighWater(ctx, o.Marks); err != nil {
+		return nil, fmt.Errorf("the manifests were refused: %w", err)
+	}
 	set, sums, err := digest(o.Manifests)
 	if err != nil {
 		return nil, err
@@ -190,6 +197,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.addOperatorServer(o.PageSize)
 	g.server.AddReceivingMiddleware(g.listMiddleware, g.passMiddleware)
 	g.metrics = newMetrics(g)
+	g.metrics.setRevision(o.Revision)
 	close(g.started)
 	for _, up := range g.upstreams {
 		go g.supervise(up)

@@ -20,9 +20,19 @@ import (
 	"github.com/reversi-gitops/reversi/internal/bundle"
 )
 
+// Loaded is what a LoadFunc read: the manifests; one high-water mark per signed snapshot they
+// came from, which the gateway advances in its store before it serves them (an older snapshot
+// than one it served is refused, also after a restart; TUF: rollback attacks); and the
+// revision those snapshots name (only signed data is shown).
+type Loaded struct {
+	Manifests []*manifest.Manifest
+	Marks     []store.HighWater
+	Revision  string
+}
+
 // LoadFunc re-reads the manifests (and with them the trusted manifest keys) for a reload. It
 // returns every problem at once; any error refuses the reload.
-type LoadFunc func(ctx context.Context) ([]*manifest.Manifest, error)
+type LoadFunc func(ctx context.Context) (Loaded, error)
 
 // ReloadResult is what one reload did (seed: `reversi.reload` returns {changed, tools,
 // policy_checksum, error?}). Checksum is the digest of the manifests now served.
@@ -70,10 +80,15 @@ func (g *Gateway) Reload(ctx context.Context) ReloadResult {
 	if g.load == nil {
 		return g.reloadFailed(errors.New("the gateway was started without a manifest source, so there is nothing to reload"))
 	}
-	ms, err := g.load(ctx)
+	l, err := g.load(ctx)
 	if err != nil {
 		return g.reloadFailed(err)
 	}
+	if err := g.store.AdvanceHighWater(context.WithoutCancel(ctx), l.Marks); err != nil {
+		return g.reloadFailed(err)
+	}
+	g.metrics.setRevision(l.Revision)
+	ms := l.Manifests
 	set, sums, err := digest(ms)
 	if err != nil {
 		return g.reloadFailed(err)

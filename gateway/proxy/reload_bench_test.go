@@ -77,13 +77,13 @@ func BenchmarkReloadScale(b *testing.B) {
 				renderings[v] = shards
 			}
 			var which atomic.Int32
-			load := func(context.Context) ([]*manifest.Manifest, error) {
+			load := func(context.Context) (Loaded, error) {
 				bu, err := bundle.Assemble(renderings[which.Load()])
 				if err != nil {
-					return nil, err
+					return Loaded{}, err
 				}
-				out, errs := bu.Verify(k.Trust)
-				return out, errors.Join(errs...)
+				out, errs := bu.Verify(k.Trust, nil)
+				return Loaded{Manifests: out}, errors.Join(errs...)
 			}
 			u := config.Upstream{Name: "memory", Command: cmd, Args: args, Env: map[string]string{}, Namespace: true}
 			for _, kv := range env {

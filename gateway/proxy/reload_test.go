@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,13 +28,13 @@ const searchManifest = `
 
 // dirLoader reads and validates every manifest file in dir, as the CLI's loader does.
 func dirLoader(dir string) LoadFunc {
-	return func(context.Context) ([]*manifest.Manifest, error) {
+	return func(context.Context) (Loaded, error) {
 		docs, errs := manifest.ReadPaths(dir)
 		ms, verrs := manifest.ValidateDocuments(docs)
 		if errs = append(errs, verrs...); len(errs) > 0 {
-			return nil, errors.Join(errs...)
+			return Loaded{}, errors.Join(errs...)
 		}
-		return ms, nil
+		return Loaded{Manifests: ms}, nil
 	}
 }
 
@@ -91,7 +92,7 @@ func TestHotReloadFromFileWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms, Load: load})
+	f := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms.Manifests, Load: load})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go f.gw.Watch(ctx, 100*time.Millisecond, dir)
@@ -162,7 +163,7 @@ func TestReloadUnchangedIsNotJournaled(t *testing.T) {
 	write(t, filepath.Join(dir, "memory.yaml"), memoryManifests)
 	load := dirLoader(dir)
 	ms, _ := load(context.Background())
-	f := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms, Load: load})
+	f := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms.Manifests, Load: load})
 	e := f.gw.Engine()
 	res := f.gw.Reload(context.Background())
 	if res.Changed || res.Err != nil || res.Tools != 4 || !strings.HasPrefix(res.Checksum, "sha256:") {
@@ -177,7 +178,7 @@ func TestReloadUnchangedIsNotJournaled(t *testing.T) {
 		t.Fatal("a comment-only change counted as a change")
 	}
 	// Without a source, a reload is refused and journaled.
-	g := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms})
+	g := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms.Manifests})
 	if res := g.gw.Reload(context.Background()); res.Err == nil || len(gatewayRecords(t, g.store, store.KindReloadFailed)) != 1 {
 		t.Fatalf("Reload without a source = %+v", res)
 	}
@@ -210,7 +211,7 @@ func TestReloadDoesNotDisturbCalls(t *testing.T) {
 	write(t, p, memoryManifests)
 	load := dirLoader(dir)
 	ms, _ := load(context.Background())
-	f := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms, Load: load})
+	f := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms.Manifests, Load: load})
 	const sessions, calls = 4, 40
 	var wg sync.WaitGroup
 	errs := make(chan string, sessions*calls)
@@ -339,7 +340,7 @@ func TestRequiresThroughTheGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms, Name: "agents"})
+	f := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: ms.Manifests, Name: "agents"})
 	cs := f.client(t)
 	q := map[string]any{"query": "x"}
 	if res := call(t, cs, "memory.search_nodes", q); !res.IsError || !strings.Contains(strings.Join(texts(res), ""), "memory.read_graph") {
@@ -356,5 +357,59 @@ func TestRequiresThroughTheGateway(t *testing.T) {
 	runs, _ := f.store.ListRuns(context.Background(), store.RunFilter{})
 	if len(runs) != 2 || runs[0].Gateway != "agents" || runs[1].Gateway != "agents" {
 		t.Errorf("runs %+v, want two of gateway agents (Options.Name)", runs)
+	}
+}
+
+// TestReloadRefusesAnOlderSnapshot: the gateway keeps a high-water mark per source in its
+// store; a load whose snapshot is older than one it served is refused (the newer rules keep
+// serving, reload_failed is journaled) and so is a start on it with the same store.
+func TestReloadRefusesAnOlderSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "memory.yaml"), memoryManifests)
+	v1, err := dirLoader(dir)(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "search.yaml"), searchManifest)
+	v2, err := dirLoader(dir)(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := func(seq int64, l Loaded, rev string) Loaded {
+		d, _, _ := digest(l.Manifests)
+		l.Marks = []store.HighWater{{Source: "ManifestRegistry agents/memory", Sequence: seq, Revision: rev, Digest: d}}
+		l.Revision = "ManifestRegistry agents/memory " + rev
+		return l
+	}
+	var next atomic.Pointer[Loaded]
+	first := mark(5, v1, "main@sha1:1111")
+	next.Store(&first)
+	load := func(context.Context) (Loaded, error) { return *next.Load(), nil }
+	f := startWith(t, memoryConfig(t, config.ModeEnforce), Options{Manifests: first.Manifests, Marks: first.Marks, Revision: first.Revision, Load: load})
+	if f.gw.Revision() != first.Revision {
+		t.Fatalf("revision at start %q", f.gw.Revision())
+	}
+	newer := mark(6, v2, "main@sha1:2222")
+	next.Store(&newer)
+	if res := f.gw.Reload(context.Background()); res.Err != nil || !res.Changed || f.gw.Revision() != newer.Revision {
+		t.Fatalf("newer snapshot: %+v, revision %q", res, f.gw.Revision())
+	}
+	served := f.gw.Digest()
+	replay := mark(5, v1, "main@sha1:1111")
+	next.Store(&replay)
+	res := f.gw.Reload(context.Background())
+	if !errors.Is(res.Err, store.ErrDowngrade) || !strings.Contains(res.Err.Error(), "older than 6") {
+		t.Fatalf("replayed older snapshot: %+v", res)
+	}
+	if f.gw.Digest() != served || f.gw.Revision() != newer.Revision {
+		t.Fatalf("after the refusal the gateway serves %s (%s)", f.gw.Digest(), f.gw.Revision())
+	}
+	if failed := gatewayRecords(t, f.store, store.KindReloadFailed); len(failed) != 1 || !strings.Contains(failed[0].Note, "older than 6") {
+		t.Fatalf("reload_failed records %+v", failed)
+	}
+	// A restart on the older snapshot, with the same store: refused.
+	_, err = New(context.Background(), Options{Config: memoryConfig(t, config.ModeEnforce), Store: f.store, Manifests: replay.Manifests, Marks: replay.Marks})
+	if !errors.Is(err, store.ErrDowngrade) {
+		t.Fatalf("start on an older snapshot: %v", err)
 	}
 }

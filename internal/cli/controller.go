@@ -1,12 +1,17 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -19,7 +24,7 @@ import (
 func init() { register(newControllerCmd) }
 
 func newControllerCmd() *cobra.Command {
-	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir string
+	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey string
 	var leaderElect, devLog, webhooks bool
 	var webhookPort int
 	var webhookCertDir string
@@ -44,7 +49,11 @@ func newControllerCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("starting the manager: %w", err)
 			}
-			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks}); err != nil {
+			key, err := controllerSigningKey(cmd.Context(), cfg, signingKey)
+			if err != nil {
+				return err
+			}
+			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks, SigningKey: key}); err != nil {
 				return err
 			}
 			if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -63,11 +72,33 @@ func newControllerCmd() *cobra.Command {
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so only one replica reconciles")
 	f.StringVar(&keysSecret, "tool-manifest-keys-secret", controllers.TrustedKeysSecret, "the Secret, in each namespace, with the public keys ToolManifest signatures must verify against")
 	f.StringVar(&tempDir, "temp-dir", "", "where checkouts are made (default: the system temp folder)")
+	f.StringVar(&signingKey, "signing-key-secret", "", "NAMESPACE/NAME of the Secret with the controller's own Ed25519 key, which signs every rendering's snapshot; created on first start (default: $POD_NAMESPACE, else reversi-system, /"+controllers.DefaultSigningKeySecret+")")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
 	f.BoolVar(&webhooks, "webhooks", true, "serve the Approval admission webhooks (needs a serving certificate in --webhook-cert-dir)")
 	f.IntVar(&webhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS)")
 	f.StringVar(&webhookCertDir, "webhook-cert-dir", "", "folder with tls.crt and tls.key (default $TMPDIR/k8s-webhook-server/serving-certs)")
 	return cmd
+}
+
+// controllerSigningKey reads (or, on first start, creates) the controller's signing key in the
+// Secret ref (NAMESPACE/NAME; default: $POD_NAMESPACE or reversi-system, and
+// controllers.DefaultSigningKeySecret), with a client that reads the API server directly.
+func controllerSigningKey(ctx context.Context, cfg *rest.Config, ref string) (*controllers.SigningKey, error) {
+	ns, name := os.Getenv("POD_NAMESPACE"), controllers.DefaultSigningKeySecret
+	if ns == "" {
+		ns = "reversi-system"
+	}
+	if ref != "" {
+		var ok bool
+		if ns, name, ok = strings.Cut(ref, "/"); !ok || ns == "" || name == "" {
+			return nil, fmt.Errorf("--signing-key-secret %q: write NAMESPACE/NAME", ref)
+		}
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return controllers.EnsureSigningKey(ctx, c, types.NamespacedName{Namespace: ns, Name: name})
 }
 
 // restConfig is the kubeconfig given, else controller-runtime's lookup (in-cluster, $KUBECONFIG).

@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/kube"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
@@ -34,6 +33,7 @@ func newGatewayCmd() *cobra.Command {
 	var (
 		cfgFile, manifests, data, storeKind, runID, signingKey, dbURL string
 		kubeconfig, namespace, kubeCM, kubeKeys, gatewayName          string
+		kubeControllerKeys                                            string
 		flags                                                         config.Flags
 	)
 	cmd := &cobra.Command{
@@ -75,21 +75,21 @@ func newGatewayCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var ms []*manifest.Manifest
+			var initial proxy.Loaded
 			var load proxy.LoadFunc
 			var kubeRun func(context.Context, kube.Target)
 			if kubeCM != "" { // the manifests come from the API server (ReversiGateway pods)
-				km, kms, err := kubeManifests(cmd.Context(), kubeCM, kubeKeys, kubeconfig, namespace, cmd.ErrOrStderr())
+				km, l, err := kubeManifests(cmd.Context(), kubeCM, kubeKeys, kubeControllerKeys, kubeconfig, namespace, cmd.ErrOrStderr())
 				if err != nil {
 					return err
 				}
 				defer km.Close()
-				ms, load, src, kubeRun = kms, km.Load, "", km.Run
+				initial, load, src, kubeRun = l, km.Load, "", km.Run
 			} else if src != "" {
-				if ms, err = loadGatewayManifests(src); err != nil {
+				if initial, err = loadGatewayManifests(src); err != nil {
 					return err
 				}
-				load = func(context.Context) ([]*manifest.Manifest, error) { return loadGatewayManifests(src) }
+				load = func(context.Context) (proxy.Loaded, error) { return loadGatewayManifests(src) }
 			}
 			var st store.Store
 			var runs *kube.Runs
@@ -135,7 +135,7 @@ func newGatewayCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: ms, Load: load, Store: st, RunID: runID, Name: gatewayName,
+			gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: initial.Manifests, Marks: initial.Marks, Revision: initial.Revision, Load: load, Store: st, RunID: runID, Name: gatewayName,
 				Stdin: stdin(cmd), Stdout: stdout(cmd), Stderr: cmd.ErrOrStderr(), Egress: &pc.Egress, Signer: signer})
 			if err != nil {
 				return err
@@ -173,6 +173,7 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&kubeconfig, "kubeconfig", "", "keep the approval queue (ApprovalRequests) and the runs (ReversiRuns) in Kubernetes, reached with this kubeconfig")
 	f.StringVar(&kubeCM, "kube-configmap", "", "follow the manifests rendered into this ConfigMap (NAMESPACE/NAME) through the API, instead of --manifests")
 	f.StringVar(&kubeKeys, "kube-trusted-keys", "", "with --kube-configmap: the Secret (in that namespace) of the Ed25519 public keys every manifest must be signed by")
+	f.StringVar(&kubeControllerKeys, "kube-controller-keys", "", "with --kube-configmap: a PEM file of the controller's public keys, which sign every rendering's snapshots (default: the PEM in $"+ControllerKeysEnv+")")
 	f.StringVar(&namespace, "namespace", "", "namespace of the ApprovalRequests and ReversiRuns (default: the kubeconfig's; with only --namespace: in-cluster)")
 	return cmd
 }
@@ -208,17 +209,17 @@ func manifestSource(flag string) (string, *projconfig.Config, error) {
 // loadGatewayManifests reads the manifests at p (a registry is verified against the trusted
 // keys read now, so a reload also picks up a rotated key). Every error at once.
 // An existing folder that holds none yet is no manifests, not an error (seed: Observe first).
-func loadGatewayManifests(p string) ([]*manifest.Manifest, error) {
+func loadGatewayManifests(p string) (proxy.Loaded, error) {
 	ms, errs := LoadManifests(p)
 	if len(errs) == 1 && errors.Is(errs[0], errNoManifests) {
 		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			return nil, nil
+			return proxy.Loaded{}, nil
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return proxy.Loaded{}, errors.Join(errs...)
 	}
-	return ms, nil
+	return proxy.Loaded{Manifests: ms}, nil
 }
 
 // reloadTriggers reloads gw on SIGHUP and, when there are manifests and the project config's

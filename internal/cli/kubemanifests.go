@@ -7,9 +7,14 @@ import (
 	"os"
 	"strings"
 
-	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/kube"
+	"github.com/reversi-gitops/reversi/gateway/proxy"
+	"github.com/reversi-gitops/reversi/internal/signing"
 )
+
+// ControllerKeysEnv holds the controller's public keys (PEM), set by the rendered Deployment:
+// the default of --kube-controller-keys.
+const ControllerKeysEnv = "REVERSI_CONTROLLER_KEYS"
 
 // PodNameEnv names this pod (set by the rendered Deployment from the downward API): the
 // gateway reports the manifest digest it serves as an annotation on that pod.
@@ -18,28 +23,57 @@ const PodNameEnv = "POD_NAME"
 // kubeManifests starts following the rendered manifests of `gateway --kube-configmap
 // NAMESPACE/NAME` (ConfigMap shards and the --kube-trusted-keys Secret, through the API) and
 // loads them once: a rendering that fails verification at start is an error, never a start
-// without rules (fail closed).
-func kubeManifests(ctx context.Context, ref, keys, kubeconfig, namespace string, stderr io.Writer) (*kube.Manifests, []*manifest.Manifest, error) {
+// without rules (fail closed). controllerKeys is --kube-controller-keys (a PEM file; default
+// the PEM in $REVERSI_CONTROLLER_KEYS).
+func kubeManifests(ctx context.Context, ref, keys, controllerKeys, kubeconfig, namespace string, stderr io.Writer) (*kube.Manifests, proxy.Loaded, error) {
 	ns, name, ok := strings.Cut(ref, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		return nil, nil, fmt.Errorf("--kube-configmap %q: write NAMESPACE/NAME", ref)
+		return nil, proxy.Loaded{}, fmt.Errorf("--kube-configmap %q: write NAMESPACE/NAME", ref)
+	}
+	ctl, err := controllerTrust(controllerKeys)
+	if err != nil {
+		return nil, proxy.Loaded{}, err
 	}
 	cfg, _, err := kubeClientConfig(kubeconfig, namespace)
 	if err != nil {
-		return nil, nil, err
+		return nil, proxy.Loaded{}, err
 	}
 	km, err := kube.WatchManifests(ctx, kube.ManifestOptions{Config: cfg, Namespace: ns, ConfigMap: name, TrustedKeysSecret: keys,
-		PodName: os.Getenv(PodNameEnv), Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
+		ControllerKeys: ctl, PodName: os.Getenv(PodNameEnv), Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
 	if err != nil {
-		return nil, nil, err
+		return nil, proxy.Loaded{}, err
 	}
 	ms, err := km.Load(ctx)
 	if err != nil {
 		km.Close()
-		return nil, nil, fmt.Errorf("the manifests of --kube-configmap %s: %w", ref, err)
+		return nil, proxy.Loaded{}, fmt.Errorf("the manifests of --kube-configmap %s: %w", ref, err)
 	}
 	if keys == "" {
 		fmt.Fprintf(stderr, "reversi-gateway: no --kube-trusted-keys: the manifests' signatures are not verified, only their checksums\n")
 	}
+	if ctl == nil {
+		fmt.Fprintf(stderr, "reversi-gateway: no controller keys (--kube-controller-keys, $%s): the rendering's snapshots are not verified, so neither is the set of manifests\n", ControllerKeysEnv)
+	}
 	return km, ms, nil
+}
+
+// controllerTrust reads the controller's public keys: the PEM file path, else the PEM in
+// $REVERSI_CONTROLLER_KEYS; nil when neither is set.
+func controllerTrust(path string) (*signing.TrustSet, error) {
+	if path != "" {
+		t, err := signing.LoadTrustSet(path)
+		if err != nil {
+			return nil, fmt.Errorf("--kube-controller-keys: %w", err)
+		}
+		return t, nil
+	}
+	pem := os.Getenv(ControllerKeysEnv)
+	if strings.TrimSpace(pem) == "" {
+		return nil, nil
+	}
+	t, err := signing.ParseTrustSet([]byte(pem))
+	if err != nil {
+		return nil, fmt.Errorf("$%s: %w", ControllerKeysEnv, err)
+	}
+	return t, nil
 }

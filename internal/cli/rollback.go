@@ -71,9 +71,11 @@ func newRunRollbackCmd() *cobra.Command {
 			}
 			var ms []*manifest.Manifest
 			if src != "" {
-				if ms, err = loadGatewayManifests(src); err != nil {
+				l, err := loadGatewayManifests(src)
+				if err != nil {
 					return err
 				}
+				ms = l.Manifests
 			}
 			st, err := sf.open()
 			if err != nil {

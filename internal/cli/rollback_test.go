@@ -76,7 +76,7 @@ func (f rollbackFixture) agentRun(t *testing.T, cfg, run string, calls ...mcp.Ca
 		t.Fatal(err)
 	}
 	defer st.Close()
-	gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: ms, Store: st, RunID: run})
+	gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: ms.Manifests, Store: st, RunID: run})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,22 @@ func KeyID(pub ed25519.PublicKey) (string, error) {
 	return hex.EncodeToString(sum[:8]), nil
 }
 
+// GenerateKey makes a new Ed25519 key pair and returns the private key as PKCS#8 PEM and the
+// public key as PKIX PEM (the forms ParseSigner and ParseTrustSet read).
+func GenerateKey() (privPEM, pubPEM []byte, err error) {
+	_, priv, err := signature.NewDefaultED25519SignerVerifier()
+	if err != nil {
+		return nil, nil, err
+	}
+	if privPEM, err = cryptoutils.MarshalPrivateKeyToPEM(priv); err != nil {
+		return nil, nil, err
+	}
+	if pubPEM, err = cryptoutils.MarshalPublicKeyToPEM(priv.Public().(ed25519.PublicKey)); err != nil {
+		return nil, nil, err
+	}
+	return privPEM, pubPEM, nil
+}
+
 // GenerateKeyFiles writes a new Ed25519 key pair: PREFIX.key (PKCS#8 PEM, mode 0600) and
 // PREFIX.pub (PKIX PEM, mode 0644), creating PREFIX's folder, and returns the key id.
 // Existing files are never overwritten (an error names them).
@@ -55,16 +71,7 @@ func GenerateKeyFiles(prefix string) (string, error) {
 			return "", fmt.Errorf("%s already exists: keygen never overwrites a key; choose another prefix", p)
 		}
 	}
-	_, priv, err := signature.NewDefaultED25519SignerVerifier()
-	if err != nil {
-		return "", err
-	}
-	privPEM, err := cryptoutils.MarshalPrivateKeyToPEM(priv)
-	if err != nil {
-		return "", err
-	}
-	pub := priv.Public().(ed25519.PublicKey)
-	pubPEM, err := cryptoutils.MarshalPublicKeyToPEM(pub)
+	privPEM, pubPEM, err := GenerateKey()
 	if err != nil {
 		return "", err
 	}
@@ -74,12 +81,17 @@ func GenerateKeyFiles(prefix string) (string, error) {
 	if err := renameio.WriteFile(pubPath, pubPEM, 0o644); err != nil {
 		return "", err
 	}
-	return KeyID(pub)
+	s, err := ParseSigner(privPEM)
+	if err != nil {
+		return "", err
+	}
+	return s.KeyID, nil
 }
 
 // Signer signs manifest versions with one private key.
 type Signer struct {
 	signer *signature.ED25519Signer
+	public ed25519.PublicKey
 	// KeyID is the fingerprint of the signer's public key.
 	KeyID string
 }
@@ -127,7 +139,12 @@ func ParseSigner(pemBytes []byte) (*Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Signer{signer: signer, KeyID: id}, nil
+	return &Signer{signer: signer, public: priv.Public().(ed25519.PublicKey), KeyID: id}, nil
+}
+
+// PublicKeyPEM is the signer's public key as PKIX PEM (what ParseTrustSet reads).
+func (s *Signer) PublicKeyPEM() ([]byte, error) {
+	return cryptoutils.MarshalPublicKeyToPEM(s.public)
 }
 
 // Sign returns the Ed25519 signature (64 bytes) of msg.

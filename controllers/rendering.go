@@ -1,0 +1,212 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+)
+
+// FieldManager is the field manager of everything the controller writes: a ConfigMap field
+// owned by another manager was changed by someone else.
+const FieldManager = "reversi-controller"
+
+// nextSequence is the sequence of a new snapshot after last: the larger of last+1 and the time
+// in Unix milliseconds, so it grows across restarts, a lost status or a recreated object, and
+// never goes back even when the clock does.
+func nextSequence(last int64) int64 {
+	return max(last+1, time.Now().UnixMilli())
+}
+
+// renderingDigest is `sha256:<hex>` over the data of shards, in order (keys sorted): what
+// status records, to tell an edited ConfigMap at once.
+func renderingDigest(shards []map[string]string) string {
+	h := sha256.New()
+	for i, data := range shards {
+		keys := make([]string, 0, len(data))
+		for k := range data {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		fmt.Fprintf(h, "shard %d %d\n", i, len(keys))
+		for _, k := range keys {
+			fmt.Fprintf(h, "%d %s %d %s\n", len(k), k, len(data[k]), data[k])
+		}
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// liveRenderingDigest is the renderingDigest of the ConfigMaps named, as they are now ("" when
+// one is missing or not controlled by owner). Read them with the API reader: the cache may
+// still hold the controller's own earlier write.
+func liveRenderingDigest(ctx context.Context, c client.Reader, owner client.Object, names []string) string {
+	shards := make([]map[string]string, 0, len(names))
+	for _, name := range names {
+		var cm corev1.ConfigMap
+		if err := c.Get(ctx, types.NamespacedName{Namespace: owner.GetNamespace(), Name: name}, &cm); err != nil || !metav1.IsControlledBy(&cm, owner) {
+			return ""
+		}
+		shards = append(shards, cm.Data)
+	}
+	return renderingDigest(shards)
+}
+
+// drift is a rendered ConfigMap that held other data than the controller wrote.
+type drift struct {
+	name     string
+	managers []string // field managers other than the controller that own data keys
+	keys     []string // data keys that differed
+}
+
+func (d drift) String() string {
+	who := "a writer whose field manager is not recorded"
+	if len(d.managers) > 0 {
+		who = strings.Join(d.managers, ", ")
+	}
+	return fmt.Sprintf("ConfigMap %s was changed by %s (data: %s)", d.name, who, strings.Join(d.keys, ", "))
+}
+
+// driftNote is the note of a RenderingDrift event.
+func driftNote(ns string, ds []drift, restored string) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		d.name = ns + "/" + d.name
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, "; ") + ": restored " + restored + "; gateways refuse such edits, and the controller's field manager is " + FieldManager
+}
+
+// diffKeys lists the data keys whose values differ between have and want.
+func diffKeys(have, want map[string]string) []string {
+	var keys []string
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			keys = append(keys, k)
+		}
+	}
+	for k := range have {
+		if _, ok := want[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// foreignManagers are the field managers of cm other than the controller that own data keys.
+func foreignManagers(cm *corev1.ConfigMap) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range cm.ManagedFields {
+		if f.Manager == FieldManager || f.FieldsV1 == nil || seen[f.Manager] {
+			continue
+		}
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(f.FieldsV1.Raw, &fields) != nil {
+			continue
+		}
+		if _, ok := fields["f:data"]; ok {
+			seen[f.Manager] = true
+			out = append(out, f.Manager)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// shardSet is what one controller renders into ConfigMaps: the shards of a bundle, named, with
+// the labels and annotations each carries, controlled by owner.
+type shardSet struct {
+	owner       client.Object
+	names       []string
+	shards      []map[string]string
+	labels      map[string]string
+	annotations map[string]string
+}
+
+// apply writes the shards (the last first, so a reader that sees shard 0 finds the others),
+// creating missing ones and restoring any whose data, labels or annotations differ, and
+// reports the ConfigMaps whose data someone else changed. It reads with live (the API
+// reader), so that its own earlier write still in the cache is not taken for an edit.
+// Existing ConfigMaps it does not control are taken over (issue 17 turns that into a conflict).
+func (s shardSet) apply(ctx context.Context, c client.Client, live client.Reader, scheme *runtime.Scheme) ([]drift, error) {
+	var drifts []drift
+	for i := len(s.shards) - 1; i >= 0; i-- {
+		cm := &corev1.ConfigMap{}
+		key := types.NamespacedName{Namespace: s.owner.GetNamespace(), Name: s.names[i]}
+		err := live.Get(ctx, key, cm)
+		exists := err == nil
+		if err != nil && !apierrors.IsNotFound(err) {
+			return drifts, fmt.Errorf("reading ConfigMap %s: %w", s.names[i], err)
+		}
+		if !exists {
+			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		}
+		changed := !exists
+		if exists && metav1.IsControlledBy(cm, s.owner) {
+			if keys := diffKeys(cm.Data, s.shards[i]); len(keys) > 0 {
+				drifts = append(drifts, drift{name: s.names[i], managers: foreignManagers(cm), keys: keys})
+				changed = true
+			}
+		} else if exists {
+			changed = true
+		}
+		if cm.Labels == nil {
+			cm.Labels = map[string]string{}
+		}
+		for k, v := range s.labels {
+			if cm.Labels[k] != v {
+				cm.Labels[k], changed = v, true
+			}
+		}
+		if cm.Annotations == nil {
+			cm.Annotations = map[string]string{}
+		}
+		for k, v := range s.annotations {
+			if cm.Annotations[k] != v {
+				cm.Annotations[k], changed = v, true
+			}
+		}
+		if !changed {
+			continue
+		}
+		cm.Data = s.shards[i]
+		if err := controllerutil.SetControllerReference(s.owner, cm, scheme); err != nil {
+			return drifts, err
+		}
+		if exists {
+			err = c.Update(ctx, cm, client.FieldOwner(FieldManager))
+		} else {
+			err = c.Create(ctx, cm, client.FieldOwner(FieldManager))
+		}
+		if err != nil {
+			return drifts, fmt.Errorf("writing ConfigMap %s: %w", s.names[i], err)
+		}
+	}
+	return drifts, nil
+}
+
+// shardNames names n shards `<base>`, `<base>-1`, ….
+func shardNames(base string, n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = base
+		if i > 0 {
+			names[i] = base + "-" + strconv.Itoa(i)
+		}
+	}
+	return names
+}
