@@ -120,7 +120,6 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 		t.Errorf("revision %q, want %q", b.Revision(), want)
 	}
 
-
 	// gateway.yaml: what the gateway accepts, the secret only by reference.
 	cfgMap := configMap(t, ns, "pay-config")
 	if cfgMap == nil {

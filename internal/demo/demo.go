@@ -363,6 +363,7 @@ func (s *story) controlPlane(ctx context.Context) error {
 	for _, args := range [][]string{
 		{"apply", "--server-side", "-k", filepath.Join(s.root, "config", "crd")},
 		{"create", "namespace", Namespace},
+		{"create", "namespace", "reversi-system"}, // the controller keeps its signing key there
 		{"apply", "-f", filepath.Join(s.root, "config", "rbac", "approver_role.yaml")},
 		{"create", "rolebinding", "finance-approvers", "-n", Namespace, "--clusterrole=approver", "--group=finance"},
 	} {

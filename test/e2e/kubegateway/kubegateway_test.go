@@ -307,6 +307,11 @@ func startWorld(t testing.TB) *world {
 	t.Logf("reversi %s", strings.Join(argv, " "))
 	t.Setenv("KUBECONFIG", kubeconfig)
 	t.Setenv(controllers.PodNameEnv, "pay-gateway-0")
+	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == controllers.ControllerKeysEnv {
+			t.Setenv(e.Name, e.Value)
+		}
+	}
 	gwCtx, stopGW := context.WithCancel(context.Background())
 	stderr := &syncbuf.Buffer{}
 	gwDone := make(chan error, 1)
