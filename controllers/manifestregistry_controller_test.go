@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/internal/bundle"
 	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
 )
 
@@ -477,4 +479,42 @@ func TestStalledThenSuspended(t *testing.T) {
 func newSSHIdentity(t *testing.T) []byte {
 	t.Helper()
 	return sourcetest.NewSSHKey(t).PrivateKey
+}
+
+// Someone who may edit ConfigMaps changes the rendering: the controller restores exactly what
+// it rendered (the data, not only its annotations), names the field manager that changed it in
+// a Warning event, and then leaves the restored rendering alone.
+func TestEditedRenderingIsRestored(t *testing.T) {
+	ns := namespace(t)
+	k := newKey(t)
+	repo := signedRegistryRepo(t, k)
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
+	create(t, newRegistry(ns, "reg", repo.FileURL(), withKeys("manifest-keys")))
+	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
+	want := configMap(t, ns, "reg-manifests").Data
+
+	cm := configMap(t, ns, "reg-manifests")
+	cm.Data[bundle.KeyManifests] = strings.Replace(cm.Data[bundle.KeyManifests], `"approval"`, `"approval_was"`, 1)
+	cm.Data["revision"] = "main@sha1:ffffffffffffffffffffffffffffffffffffffff"
+	if err := k8s.Update(t.Context(), cm, client.FieldOwner("mallory-edit")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if got := configMap(t, ns, "reg-manifests").Data; !reflect.DeepEqual(got, want) {
+			return "the edited rendering is not restored yet"
+		}
+		return ""
+	})
+	waitEvent(t, ns, "reg", v1alpha1.EventRenderingDrift+": ConfigMap "+ns+"/reg-manifests was changed by mallory-edit (data: manifests.json, revision)")
+	restored := configMap(t, ns, "reg-manifests")
+	at := requestReconcile(t, ns, "reg")
+	eventually(t, 10*time.Second, func() string {
+		if getRegistry(t, ns, "reg").Status.LastHandledReconcileAt != at {
+			return "requestedAt not handled yet"
+		}
+		return ""
+	})
+	if again := configMap(t, ns, "reg-manifests"); again.ResourceVersion != restored.ResourceVersion {
+		t.Fatal("the restored rendering was written again without a change")
+	}
 }

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -245,8 +246,9 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 		}
 		return readyIs(metav1.ConditionFalse, v1alpha1.ReasonRolloutInProgress)(gw)
 	})
-	if gw.Status.Manifests.LoadedReplicas != 0 {
-		t.Fatalf("a pod serving another digest counted: %+v", gw.Status.Manifests)
+	if gw.Status.Manifests.LoadedReplicas != 0 || len(gw.Status.Manifests.OtherDigests) != 1 || gw.Status.Manifests.OtherDigests[0] != "pay-gateway-abc=sha256:old" ||
+		!strings.Contains(condition(gw.Status.Conditions, v1alpha1.ConditionReady).Message, "pods serving another digest: pay-gateway-abc=sha256:old") {
+		t.Fatalf("a pod serving another digest: %+v", gw.Status.Manifests)
 	}
 	patch := client.MergeFrom(p.DeepCopy())
 	p.Annotations[v1alpha1.AnnotationManifestDigest] = b.Digest()
@@ -259,6 +261,26 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 		t.Fatalf("status %+v", gw.Status)
 	}
 	t.Logf("Ready: %s", condition(gw.Status.Conditions, v1alpha1.ConditionReady).Message)
+
+	// An edit of the gateway's rendering (here: a signed entry dropped) is restored and named.
+	want := configMap(t, ns, "pay-manifests").Data
+	edited := configMap(t, ns, "pay-manifests")
+	var es []bundle.Entry
+	if err := json.Unmarshal([]byte(edited.Data[bundle.KeyManifests]), &es); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(es[1:])
+	edited.Data[bundle.KeyManifests] = string(raw)
+	if err := k8s.Update(t.Context(), edited, client.FieldOwner("mallory-edit")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if got := configMap(t, ns, "pay-manifests").Data; !reflect.DeepEqual(got, want) {
+			return "pay-manifests is not restored yet"
+		}
+		return ""
+	})
+	waitEvent(t, ns, "pay", v1alpha1.EventRenderingDrift+": ConfigMap "+ns+"/pay-manifests was changed by mallory-edit (data: manifests.json)")
 }
 
 // A tool defined by a registry and by a selected ToolManifest is a Stalled condition naming
