@@ -223,15 +223,21 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 	}); e != nil {
 		return ctrl.Result{}, e
 	}
-	cfg := &corev1.ConfigMap{ObjectMeta: meta(n.config)}
-	if e := own(cfg, func() error { cfg.Data = map[string]string{GatewayConfigKey: string(rc.data)}; return nil }); e != nil {
-		return ctrl.Result{}, e
+	// gateway.yaml and the manifests: written again whenever their data differs from the
+	// rendering, with a RenderingDrift event naming who changed them.
+	configSet := shardSet{owner: gw, names: []string{n.config}, shards: []map[string]string{{GatewayConfigKey: string(rc.data)}}, labels: gatewayLabels(gw)}
+	drifts, err := configSet.apply(ctx, r.Client, r.APIReader, r.Scheme())
+	if len(drifts) > 0 {
+		r.event(gw, corev1.EventTypeWarning, v1alpha1.EventRenderingDrift, driftNote(gw.Namespace, drifts, "the rendered gateway.yaml (pods refuse to start on another one)"))
+	}
+	if err != nil {
+		return ctrl.Result{}, fail(v1alpha1.ReasonApplyFailed, false, "%v", err)
 	}
 	digest := b.Digest()
 	prev := r.renderedDigest(ctx, n)
 	set := shardSet{owner: gw, names: shardNames(n.manifests, len(shards)), shards: shards,
 		labels: gatewayLabels(gw), annotations: map[string]string{AnnotationRevision: b.Revision()}}
-	drifts, err := set.apply(ctx, r.Client, r.APIReader, r.Scheme())
+	drifts, err = set.apply(ctx, r.Client, r.APIReader, r.Scheme())
 	if len(drifts) > 0 {
 		r.event(gw, corev1.EventTypeWarning, v1alpha1.EventRenderingDrift, driftNote(gw.Namespace, drifts, "the rendering of digest "+digest))
 	}

@@ -43,6 +43,9 @@ const (
 	PodNameEnv = "POD_NAME"
 	// DatabaseURLEnv carries the postgres store's URL (internal/cli reads it).
 	DatabaseURLEnv = "REVERSI_DATABASE_URL"
+	// ConfigDigestEnv carries `sha256:<hex>` of the rendered gateway.yaml: the gateway refuses
+	// to start on a config file with another digest (the ConfigMap was edited by hand).
+	ConfigDigestEnv = "REVERSI_CONFIG_DIGEST"
 )
 
 // gatewayNames are the names of a gateway's owned objects.
@@ -279,8 +282,10 @@ func storeType(gw *v1alpha1.ReversiGateway) string {
 // privilege escalation, every capability dropped, probes on /healthz and /readyz.
 func gatewayPodSpec(gw *v1alpha1.ReversiGateway, image string, rc renderedConfig, controllerKeys []byte) corev1.PodSpec {
 	n := namesOf(gw)
+	cfgSum := sha256.Sum256(rc.data)
 	env := []corev1.EnvVar{{Name: PodNameEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
-		{Name: ControllerKeysEnv, Value: string(controllerKeys)}}
+		{Name: ControllerKeysEnv, Value: string(controllerKeys)},
+		{Name: ConfigDigestEnv, Value: "sha256:" + hex.EncodeToString(cfgSum[:])}}
 	env = append(env, rc.env...)
 	mounts := []corev1.VolumeMount{
 		{Name: "config", MountPath: GatewayConfigDir, ReadOnly: true},

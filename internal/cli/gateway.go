@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +51,9 @@ func newGatewayCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			tuneGC()
 			var g *config.Gateway
+			if err := checkConfigDigest(cfgFile); err != nil {
+				return err
+			}
 			if cfgFile != "" {
 				file, errs := config.Load(cfgFile)
 				if len(errs) > 0 {
@@ -176,6 +181,32 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&kubeControllerKeys, "kube-controller-keys", "", "with --kube-configmap: a PEM file of the controller's public keys, which sign every rendering's snapshots (default: the PEM in $"+ControllerKeysEnv+")")
 	f.StringVar(&namespace, "namespace", "", "namespace of the ApprovalRequests and ReversiRuns (default: the kubeconfig's; with only --namespace: in-cluster)")
 	return cmd
+}
+
+// ConfigDigestEnv is set by a ReversiGateway's Deployment to `sha256:<hex>` of the gateway.yaml
+// it rendered.
+const ConfigDigestEnv = "REVERSI_CONFIG_DIGEST"
+
+// checkConfigDigest refuses a --config file whose SHA-256 is not $REVERSI_CONFIG_DIGEST (when
+// set): the ConfigMap it is mounted from was edited by someone other than the controller, who
+// could loosen the mode or the allow list; the Deployment, which names the digest, was not.
+func checkConfigDigest(path string) error {
+	want := os.Getenv(ConfigDigestEnv)
+	if want == "" {
+		return nil
+	}
+	if path == "" {
+		return fmt.Errorf("$%s is set but there is no --config to check", ConfigDigestEnv)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(data)
+	if got := "sha256:" + hex.EncodeToString(sum[:]); got != want {
+		return fmt.Errorf("%s has digest %s, but the Deployment expects %s: the gateway's config ConfigMap was changed by someone other than the controller; refusing to start (the controller restores it)", path, got, want)
+	}
+	return nil
 }
 
 // manifestSource names the gateway's manifests: --manifests, $REVERSI_MANIFESTS, manifests:
