@@ -997,3 +997,26 @@ func TestValidateSetRefusesAnEnforcedToolLeaningOnADraft(t *testing.T) {
 		t.Fatalf("a draft leaning on a draft: %v", errs)
 	}
 }
+
+// ValidateDocumentsAs judges the files as the versions publish --status will write: a file's
+// own status: draft does not make an approved publish refuse, and a draft publish of an
+// approved-by-default file leaning on a draft is not refused either.
+func TestValidateDocumentsAsTheStatusPublished(t *testing.T) {
+	y := ry("- tool: pay.charge", "  effect: compensable", "  permission: pay:write", "  compensation: {tool: pay.refund}",
+		"- tool: pay.refund", "  effect: idempotent", "  permission: pay:write", "  status: draft")
+	docs, perrs := ParseFile(rulesFile, []byte(y))
+	if len(perrs) > 0 {
+		t.Fatal(perrs)
+	}
+	_, errs := ValidateDocuments(docs)
+	want := `rules.yaml:4: pay.charge: compensation.tool: tool "pay.refund" is only a draft: drafts are not enforced, so compensation.tool cannot use it; approve pay.refund first (reversi manifests approve pay.refund, or status: approved in plain files)`
+	if len(errs) != 1 || errs[0].Error() != want {
+		t.Fatalf("as written: %v\nwant %s", errs, want)
+	}
+	for _, s := range []Status{Approved, Draft} {
+		ms, errs := ValidateDocumentsAs(docs, s)
+		if len(errs) > 0 || len(ms) != 2 || ms[0].Status != s || ms[1].Status != s {
+			t.Fatalf("as %s: %v", s, errs)
+		}
+	}
+}

@@ -25,6 +25,18 @@ func Validate(raw any) (*Manifest, []error) {
 // duplicate names). Errors carry the file and line. It returns the
 // manifests that passed the single-manifest rules, in document order, and every error.
 func ValidateDocuments(docs []Document) ([]*Manifest, []error) {
+	return validateDocuments(docs, "")
+}
+
+// ValidateDocumentsAs is ValidateDocuments for files about to be published with status
+// (`reversi manifests publish --status` decides, whatever `status:` the files say): each
+// manifest gets that status (and, unless deprecated, no replaced_by, as the registry writes
+// it) before the cross-manifest rules, so they judge the versions that will be written.
+func ValidateDocumentsAs(docs []Document, status Status) ([]*Manifest, []error) {
+	return validateDocuments(docs, status)
+}
+
+func validateDocuments(docs []Document, status Status) ([]*Manifest, []error) {
 	var errs []error
 	all := make([]*Manifest, len(docs))
 	valid := make([]bool, len(docs))
@@ -35,6 +47,12 @@ func ValidateDocuments(docs []Document) ([]*Manifest, []error) {
 			e.(*FieldError).File = doc.File
 		}
 		errs = append(errs, es...)
+		if status != "" {
+			m.Status = status
+			if status != Deprecated {
+				m.ReplacedBy = ""
+			}
+		}
 		all[i] = m
 		valid[i] = len(es) == 0
 	}
