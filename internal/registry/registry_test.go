@@ -580,8 +580,23 @@ func TestLoadPath(t *testing.T) {
 	if ms, errs := LoadPath(payments, nil); len(errs) > 0 || len(ms) != 3 {
 		t.Fatalf("plain: %d %v", len(ms), errs)
 	}
-	if _, errs := LoadPath(payments, k.Trust); !containsErr(errs, "is not a registry, but a trusted manifest key is set") {
-		t.Fatalf("trust on plain files: %v", errs)
+	_, errs := LoadPath(payments, k.Trust)
+	want := payments + " is not a registry, but trusted manifest keys are set (manifest_public_key): plain manifest files carry no signatures to check; publish them to a signed registry (reversi manifests publish --key), or unset manifest_public_key"
+	var pe *PlainTrustError
+	if len(errs) != 1 || errs[0].Error() != want || !errors.As(errs[0], &pe) {
+		t.Fatalf("trust on plain files: %v\nwant %s", errs, want)
+	}
+	// Plain files with an approved tool compensated by a draft: the gateway's --manifests.
+	dir := t.TempDir()
+	plain := "- tool: pay.charge\n  effect: compensable\n  permission: pay:write\n  compensation: {tool: pay.refund}\n" +
+		"- tool: pay.refund\n  effect: idempotent\n  permission: pay:write\n  status: draft\n"
+	if err := os.WriteFile(filepath.Join(dir, "pay.yaml"), []byte(plain), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errs = LoadPath(dir, nil)
+	want = filepath.Join(dir, "pay.yaml") + `:4: pay.charge: compensation.tool: tool "pay.refund" is only a draft: drafts are not enforced, so compensation.tool cannot use it; approve pay.refund first (reversi manifests approve pay.refund, or status: approved in plain files)`
+	if len(errs) != 1 || errs[0].Error() != want {
+		t.Fatalf("plain files leaning on a draft: %v\nwant %s", errs, want)
 	}
 	editJSON(t, versionFile(t, r, "stripe.refund", 2), func(m map[string]any) { m["note"] = "changed" })
 	if ms, errs := LoadPath(r.Dir, k.Trust); ms != nil || !containsErr(errs, "[note] differ") {
