@@ -165,8 +165,10 @@ func (c *Config) TrustedKeys() (*signing.TrustSet, error) {
 // it: "$REVERSI_MANIFEST_PUBLIC_KEY" (which wins), "manifest_public_key in <config file>", or
 // "" when neither is set. Nothing is read or parsed.
 func (c *Config) TrustedKeysSetting() string {
-	switch {
-	case strings.TrimSpace(os.Getenv(TrustedKeysEnv)) != "":
+	switch env := os.Getenv(TrustedKeysEnv); {
+	case env != "" && strings.TrimSpace(env) == "":
+		return "" // as TrustedKeys: a blank variable still overrides the config
+	case env != "":
 		return "$" + TrustedKeysEnv
 	case strings.TrimSpace(c.ManifestPublicKey) == "":
 		return ""
