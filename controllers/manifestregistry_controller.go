@@ -516,6 +516,12 @@ func (r *ManifestRegistryReconciler) loadBundle(ctx context.Context, reg *v1alph
 		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonInvalidSpec, true, "spec.path: %v", err)
 	}
 	if reg.Spec.Format == v1alpha1.FormatPlain {
+		if v := reg.Spec.Verify; v != nil && v.ManifestKeysSecretRef != nil {
+			// Plain files carry no signatures: the keys would check nothing (seed: "Setting it
+			// for manifests that are not in a registry is an error").
+			return bundle.Bundle{}, nil, fail(v1alpha1.ReasonInvalidSpec, true, "%v", &registry.PlainTrustError{
+				Manifests: fmt.Sprintf("spec.path %q (format: Plain)", reg.Spec.Path), Setting: "spec.verify.manifestKeysSecretRef"})
+		}
 		b, serr := loadPlain(registrySource(reg), art, files, dir)
 		return b, nil, serr
 	}

@@ -27,6 +27,8 @@ const ruleHelpers = `---
 - {tool: h.undo, effect: idempotent, permission: h:write}
 - {tool: h.dep, effect: read_only, permission: h:read}
 - {tool: h.new, effect: read_only, permission: h:read}
+- {tool: h.draft, effect: idempotent, permission: h:write, status: draft}
+- {tool: h.rdraft, effect: read_only, permission: h:read, status: draft}
 `
 
 // ry joins lines into a fixture: line n of the fixture is lines[n-1].
@@ -415,6 +417,19 @@ func ruleCases() []ruleCase {
 			want: []wantErr{e("compensation.verification.tool", 7, `tool "h.nope" has no manifest`)}},
 		{name: "replaced_by missing", kind: cross, yaml: rdoc("read_only", "status: deprecated", "replaced_by: h.gone"),
 			want: []wantErr{e("replaced_by", 5, `tool "h.gone" has no manifest`)}},
+		// A draft is not enforced: an enforced manifest cannot lean on a tool that is only a draft
+		// (its rollback would run a tool nobody approved); a draft may.
+		{name: "compensation tool only a draft", kind: cross, yaml: rdoc("compensable", "compensation:", "  tool: h.draft"),
+			want: []wantErr{e("compensation.tool", 5, `tool "h.draft" is only a draft: drafts are not enforced, so compensation.tool cannot use it; approve h.draft first (reversi manifests approve h.draft, or status: approved in plain files)`)}},
+		{name: "required tool only a draft", kind: cross, yaml: rdoc("read_only", "requires: [h.dep, {tool: h.rdraft}]"),
+			want: []wantErr{e("requires[1]", 4, `tool "h.rdraft" is only a draft: drafts are not enforced, so requires cannot use it; approve h.rdraft first (reversi manifests approve h.rdraft, or status: approved in plain files)`)}},
+		{name: "verification tool only a draft", kind: cross, yaml: rcomp("  verification:", "    tool: h.rdraft", "    expect: {ok: true}"),
+			want: []wantErr{e("compensation.verification.tool", 7, `tool "h.rdraft" is only a draft: drafts are not enforced, so compensation.verification.tool cannot use it; approve h.rdraft first (reversi manifests approve h.rdraft, or status: approved in plain files)`)}},
+		{name: "replaced_by only a draft", kind: cross, yaml: rdoc("read_only", "status: deprecated", "replaced_by: h.rdraft"),
+			want: []wantErr{e("replaced_by", 5, `tool "h.rdraft" is only a draft: drafts are not enforced, so replaced_by cannot use it; approve h.rdraft first (reversi manifests approve h.rdraft, or status: approved in plain files)`)}},
+		{name: "a draft may use drafts", kind: cross, yaml: rdoc("compensable", "status: draft", "requires: [h.rdraft]", "compensation:", "  tool: h.draft", "  verification:", "    tool: h.rdraft", "    expect: {ok: true}")},
+		{name: "a draft's missing tool is still missing", kind: cross, yaml: rdoc("compensable", "status: draft", "compensation:", "  tool: h.nope"),
+			want: []wantErr{e("compensation.tool", 6, `tool "h.nope" has no manifest`)}},
 		{name: "verification tool not read_only", kind: cross, yaml: rcomp("  verification:", "    tool: h.undo", "    expect: {ok: true}"),
 			want: []wantErr{e("compensation.verification.tool", 7, `"h.undo" is idempotent: a verification read-back must use a read_only tool`)}},
 		{name: "duplicate tool name", kind: cross,
@@ -954,5 +969,54 @@ func TestWhitespaceIsUnicode(t *testing.T) {
 	}
 	if isSpace(0x200B) || isSpace(0xFEFF) {
 		t.Error("zero-width space and BOM are not White_Space")
+	}
+}
+
+// ValidateSet (registry loads, writers, rendered bundles) applies the draft rule too: a
+// manifest with status draft stands for a tool that has only a draft.
+func TestValidateSetRefusesAnEnforcedToolLeaningOnADraft(t *testing.T) {
+	mk := func(raw map[string]any) *Manifest {
+		m, errs := Validate(raw)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return m
+	}
+	charge := mk(map[string]any{"tool": "pay.charge", "effect": "compensable", "permission": "pay:write",
+		"compensation": map[string]any{"tool": "pay.refund"}})
+	refund := mk(map[string]any{"tool": "pay.refund", "effect": "idempotent", "permission": "pay:write", "status": "draft"})
+	errs := ValidateSet([]*Manifest{charge, refund})
+	want := `pay.charge: compensation.tool: tool "pay.refund" is only a draft: drafts are not enforced, so compensation.tool cannot use it; approve pay.refund first (reversi manifests approve pay.refund, or status: approved in plain files)`
+	if len(errs) != 1 || errs[0].Error() != want {
+		t.Fatalf("errors %v\nwant %s", errs, want)
+	}
+	// The same two tools, the charge a draft too: nothing is enforced that leans on a draft.
+	draftCharge := *charge
+	draftCharge.Status = Draft
+	if errs := ValidateSet([]*Manifest{&draftCharge, refund}); len(errs) != 0 {
+		t.Fatalf("a draft leaning on a draft: %v", errs)
+	}
+}
+
+// ValidateDocumentsAs judges the files as the versions publish --status will write: a file's
+// own status: draft does not make an approved publish refuse, and a draft publish of an
+// approved-by-default file leaning on a draft is not refused either.
+func TestValidateDocumentsAsTheStatusPublished(t *testing.T) {
+	y := ry("- tool: pay.charge", "  effect: compensable", "  permission: pay:write", "  compensation: {tool: pay.refund}",
+		"- tool: pay.refund", "  effect: idempotent", "  permission: pay:write", "  status: draft")
+	docs, perrs := ParseFile(rulesFile, []byte(y))
+	if len(perrs) > 0 {
+		t.Fatal(perrs)
+	}
+	_, errs := ValidateDocuments(docs)
+	want := `rules.yaml:4: pay.charge: compensation.tool: tool "pay.refund" is only a draft: drafts are not enforced, so compensation.tool cannot use it; approve pay.refund first (reversi manifests approve pay.refund, or status: approved in plain files)`
+	if len(errs) != 1 || errs[0].Error() != want {
+		t.Fatalf("as written: %v\nwant %s", errs, want)
+	}
+	for _, s := range []Status{Approved, Draft} {
+		ms, errs := ValidateDocumentsAs(docs, s)
+		if len(errs) > 0 || len(ms) != 2 || ms[0].Status != s || ms[1].Status != s {
+			t.Fatalf("as %s: %v", s, errs)
+		}
 	}
 }

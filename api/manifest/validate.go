@@ -20,10 +20,23 @@ func Validate(raw any) (*Manifest, []error) {
 }
 
 // ValidateDocuments validates every document and then the set as a whole (cross-manifest
-// rules: compensation, requires, verification tool and replaced_by exist, the verification
-// tool is read_only, no duplicate names). Errors carry the file and line. It returns the
+// rules: compensation, requires, verification tool and replaced_by exist, and are not only a
+// draft when the manifest naming them is not a draft; the verification tool is read_only; no
+// duplicate names). Errors carry the file and line. It returns the
 // manifests that passed the single-manifest rules, in document order, and every error.
 func ValidateDocuments(docs []Document) ([]*Manifest, []error) {
+	return validateDocuments(docs, "")
+}
+
+// ValidateDocumentsAs is ValidateDocuments for files about to be published with status
+// (`reversi manifests publish --status` decides, whatever `status:` the files say): each
+// manifest gets that status (and, unless deprecated, no replaced_by, as the registry writes
+// it) before the cross-manifest rules, so they judge the versions that will be written.
+func ValidateDocumentsAs(docs []Document, status Status) ([]*Manifest, []error) {
+	return validateDocuments(docs, status)
+}
+
+func validateDocuments(docs []Document, status Status) ([]*Manifest, []error) {
 	var errs []error
 	all := make([]*Manifest, len(docs))
 	valid := make([]bool, len(docs))
@@ -34,6 +47,12 @@ func ValidateDocuments(docs []Document) ([]*Manifest, []error) {
 			e.(*FieldError).File = doc.File
 		}
 		errs = append(errs, es...)
+		if status != "" {
+			m.Status = status
+			if status != Deprecated {
+				m.ReplacedBy = ""
+			}
+		}
 		all[i] = m
 		valid[i] = len(es) == 0
 	}
@@ -56,7 +75,9 @@ func ValidateSet(ms []*Manifest) []error {
 }
 
 // crossCheck applies the rules that need every manifest loaded. Manifests with errors of
-// their own still count as defined, so one typo does not cascade into "has no manifest".
+// their own still count as defined, so one typo does not cascade into "has no manifest". A
+// manifest whose status is draft stands for a tool that has only a draft (a registry passes
+// a draft-only tool's newest draft; a tool with an enforced version passes that version).
 func crossCheck(ms []*Manifest, locate func(i int, path string) (string, int)) []error {
 	var errs []error
 	add := func(i int, path, format string, args ...any) {
@@ -82,38 +103,54 @@ func crossCheck(ms []*Manifest, locate func(i int, path string) (string, int)) [
 		}
 		byName[m.Tool] = i
 	}
-	missing := func(name string) string {
-		return fmt.Sprintf("tool %q has no manifest: add its manifest or fix the name", name)
+	// check reports a reference to a tool that has no manifest, or (from a manifest that is
+	// enforced) to one that is only a draft: a draft is not enforced, so an approved tool's
+	// rollback would run a tool nobody approved. A draft's own references are to drafts freely.
+	check := func(i int, path, field, name string) (int, bool) {
+		j, ok := byName[name]
+		switch {
+		case !ok:
+			add(i, path, "tool %q has no manifest: add its manifest or fix the name", name)
+			return 0, false
+		case ms[j].Status == Draft && ms[i].Status != Draft:
+			add(i, path, "%s", draftReference(name, field))
+			return 0, false
+		}
+		return j, true
 	}
 	for i, m := range ms {
 		for k, r := range m.Requires {
-			if _, ok := byName[r.Tool]; !ok {
-				add(i, indexPath("requires", k), "%s", missing(r.Tool))
-			}
+			check(i, indexPath("requires", k), "requires", r.Tool)
 		}
 		if m.ReplacedBy != "" {
-			if _, ok := byName[m.ReplacedBy]; !ok {
-				add(i, "replaced_by", "%s", missing(m.ReplacedBy))
-			}
+			check(i, "replaced_by", "replaced_by", m.ReplacedBy)
 		}
 		c := m.Compensation
 		if c == nil {
 			continue
 		}
-		if _, ok := byName[c.Tool]; c.Tool != "" && !ok {
-			add(i, "compensation.tool", "%s", missing(c.Tool))
+		if c.Tool != "" {
+			check(i, "compensation.tool", "compensation.tool", c.Tool)
 		}
 		if v := c.Verification; v != nil && v.Tool != "" {
-			j, ok := byName[v.Tool]
-			switch {
-			case !ok:
-				add(i, "compensation.verification.tool", "%s", missing(v.Tool))
-			case ms[j].Effect != ReadOnly && ms[j].Effect != "":
-				add(i, "compensation.verification.tool", "%q is %s: a verification read-back must use a read_only tool", v.Tool, ms[j].Effect)
+			const p = "compensation.verification.tool"
+			if j, ok := check(i, p, p, v.Tool); ok && ms[j].Effect != ReadOnly && ms[j].Effect != "" {
+				add(i, p, "%q is %s: a verification read-back must use a read_only tool", v.Tool, ms[j].Effect)
 			}
 		}
 	}
 	return errs
+}
+
+// draftReference is the message for an enforced manifest whose field (compensation.tool,
+// requires, compensation.verification.tool or replaced_by) names a tool that is only a draft.
+// Plain files, registry loads, registry writers, rendered bundles and the controller all
+// report this one text (seed: "Once all manifests are loaded: the compensation tool, every
+// required tool, the verification tool and replaced_by must exist"; a draft "is simply absent
+// from the loaded registry").
+func draftReference(tool, field string) string {
+	return fmt.Sprintf("tool %q is only a draft: drafts are not enforced, so %s cannot use it; approve %s first (reversi manifests approve %s, or status: approved in plain files)",
+		tool, field, printable(tool), printable(tool))
 }
 
 // normaliseNumbers converts the number types a Go caller may pass (int, int32, float32,

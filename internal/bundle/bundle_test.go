@@ -323,3 +323,47 @@ func TestFromManifestsVerifiesWithoutTrustOnly(t *testing.T) {
 		t.Fatalf("unsigned plain entries with trusted keys: %v", errs)
 	}
 }
+
+// A rendering in which an enforced tool leans on a draft is refused as a whole: a signed
+// draft swapped in for the approved compensation tool (each entry verifies on its own), or a
+// plain rendering whose approved tool is compensated by a draft.
+func TestVerifyRefusesAnEnforcedToolLeaningOnADraft(t *testing.T) {
+	k := signingtest.NewKey(t)
+	docs, errs := manifest.ReadPaths("../../test/fixtures/manifests")
+	ms, verrs := manifest.ValidateDocuments(docs)
+	if len(errs)+len(verrs) > 0 {
+		t.Fatal(errs, verrs)
+	}
+	reg := registry.New(filepath.Join(t.TempDir(), "reg"))
+	o := registry.WriteOptions{By: "alice", Signer: k.Signer}
+	if _, err := reg.Publish(ms, manifest.Approved, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Publish(ms[2:], manifest.Draft, o); err != nil { // stripe.refund v2, a signed draft
+		t.Fatal(err)
+	}
+	snap, lerrs := reg.Load(k.Trust)
+	if len(lerrs) > 0 {
+		t.Fatal(lerrs)
+	}
+	draft, err := reg.ReadVersion("stripe.refund", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := FromSnapshot(rev, snap)
+	b.Entries[2] = Entry{Tool: draft.Tool, Entry: draft.Entry, Manifest: draft.Canonical}
+	want := `stripe.create_charge: compensation.tool: tool "stripe.refund" is only a draft: drafts are not enforced, so compensation.tool cannot use it; approve stripe.refund first (reversi manifests approve stripe.refund, or status: approved in plain files)`
+	if out, errs := b.Verify(k.Trust, nil); out != nil || len(errs) != 1 || errs[0].Error() != want {
+		t.Fatalf("signed draft swapped in: %v\nwant %s", errs, want)
+	}
+
+	refund := *ms[2]
+	refund.Status = manifest.Draft
+	plain, err := FromManifests(rev, []*manifest.Manifest{ms[0], ms[1], &refund})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, errs := plain.Verify(nil, nil); out != nil || len(errs) != 1 || errs[0].Error() != want {
+		t.Fatalf("plain rendering: %v\nwant %s", errs, want)
+	}
+}

@@ -96,7 +96,11 @@ func newPublishCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ms, errs := LoadManifests(args...)
+			st := manifest.Status(status)
+			if st == "" {
+				st = manifest.Draft
+			}
+			ms, errs := loadManifests(args, st)
 			if len(errs) > 0 {
 				return printInvalid(cmd, errs)
 			}

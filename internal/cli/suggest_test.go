@@ -82,7 +82,7 @@ func TestSuggestManifestMemory(t *testing.T) {
 	if len(ms) != 0 || len(lerrs) != 1 || !strings.Contains(lerrs[0].Error(), "no tool manifests found") {
 		t.Fatalf("registry of drafts loads %d manifests, errors %v; want none enforced", len(ms), lerrs)
 	}
-	for _, tool := range []string{"create_relations", "delete_relations"} {
+	for _, tool := range []string{"delete_relations", "create_relations"} { // the compensation tool first
 		if code, out, errs = runCLI("manifests", "approve", tool, "--registry", "reg", "--by", "bob", "--four-eyes"); code != 0 {
 			t.Fatalf("approve %s: %d %q %q", tool, code, out, errs)
 		}

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -36,13 +37,34 @@ func newValidateCmd() *cobra.Command {
 // LoadManifests reads and validates the manifests under paths: every syntax, field and
 // cross-manifest error together, ordered by file and line. A path that is a registry folder
 // contributes its loaded versions (newest non-draft, checksums and, with the project's trusted
-// keys, signatures checked).
+// keys, signatures checked). Trusted keys set for a path that is not a registry are an error
+// (registry.PlainTrustError): plain files carry no signatures to check.
 func LoadManifests(paths ...string) ([]*manifest.Manifest, []error) {
+	return loadManifests(paths, "")
+}
+
+// loadManifests is LoadManifests, or with publish set (the --status of manifests publish) the
+// reading of the files publish is about to sign into a registry: the project's trusted keys
+// are for that registry, not a reason to refuse its sources, and the cross-manifest rules
+// judge the files with the status publish writes.
+func loadManifests(paths []string, publish manifest.Status) ([]*manifest.Manifest, []error) {
 	var plain []string
 	var ms []*manifest.Manifest
 	var errs []error
+	setting := ""
+	if publish == "" {
+		c, err := config.Find()
+		if err != nil {
+			return nil, []error{err}
+		}
+		setting = c.TrustedKeysSetting()
+	}
 	for _, p := range paths {
 		if !registry.IsRegistry(p) {
+			if _, err := os.Stat(p); err == nil && setting != "" { // a missing path is reported as such
+				errs = append(errs, &registry.PlainTrustError{Manifests: p, Setting: setting})
+				continue
+			}
 			plain = append(plain, p)
 			continue
 		}
@@ -58,7 +80,7 @@ func LoadManifests(paths ...string) ([]*manifest.Manifest, []error) {
 		}
 	}
 	docs, perrs := manifest.ReadPaths(plain...)
-	pms, verrs := manifest.ValidateDocuments(docs)
+	pms, verrs := manifest.ValidateDocumentsAs(docs, publish)
 	errs = append(append(errs, perrs...), verrs...)
 	manifest.SortErrors(errs)
 	ms = append(ms, pms...)

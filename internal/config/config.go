@@ -161,6 +161,23 @@ func (c *Config) TrustedKeys() (*signing.TrustSet, error) {
 	return t, nil
 }
 
+// TrustedKeysSetting names where trusted manifest keys are set, as a reader would look for
+// it: "$REVERSI_MANIFEST_PUBLIC_KEY" (which wins), "manifest_public_key in <config file>", or
+// "" when neither is set. Nothing is read or parsed.
+func (c *Config) TrustedKeysSetting() string {
+	switch env := os.Getenv(TrustedKeysEnv); {
+	case env != "" && strings.TrimSpace(env) == "":
+		return "" // as TrustedKeys: a blank variable still overrides the config
+	case env != "":
+		return "$" + TrustedKeysEnv
+	case strings.TrimSpace(c.ManifestPublicKey) == "":
+		return ""
+	case c.File != "":
+		return "manifest_public_key in " + c.File
+	}
+	return "manifest_public_key"
+}
+
 // Reload is `reload:` in reversi.config.yaml: the file watch that re-reads manifests, the policy
 // and the manifest public key while the gateway runs. Source: seed "MCP gateway", Hot reload
 // ("File watch | On by default, polling every 2 s. `reload: { watch: false, interval: 10s }`").

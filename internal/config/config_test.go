@@ -64,17 +64,17 @@ func TestTrustedKeysFromPathInlineAndEnv(t *testing.T) {
 	}
 	pubB, _ := os.ReadFile(filepath.Join(dir, "b.pub"))
 
-	c := &Config{Dir: dir}
-	if ts, err := c.TrustedKeys(); ts != nil || err != nil {
-		t.Fatalf("no key set: %v %v", ts, err)
+	c := &Config{Dir: dir, File: filepath.Join(dir, FileName)}
+	if ts, err := c.TrustedKeys(); ts != nil || err != nil || c.TrustedKeysSetting() != "" {
+		t.Fatalf("no key set: %v %v %q", ts, err, c.TrustedKeysSetting())
 	}
 	c.ManifestPublicKey = "a.pub" // relative to the config's folder
-	if ts, err := c.TrustedKeys(); err != nil || ts.KeyIDs()[0] != idA {
-		t.Fatalf("path: %v %v", ts, err)
+	if ts, err := c.TrustedKeys(); err != nil || ts.KeyIDs()[0] != idA || c.TrustedKeysSetting() != "manifest_public_key in "+c.File {
+		t.Fatalf("path: %v %v %q", ts, err, c.TrustedKeysSetting())
 	}
 	t.Setenv(TrustedKeysEnv, string(pubB)) // the environment wins
-	if ts, err := c.TrustedKeys(); err != nil || len(ts.KeyIDs()) != 1 || ts.KeyIDs()[0] != idB {
-		t.Fatalf("env: %v %v", ts, err)
+	if ts, err := c.TrustedKeys(); err != nil || len(ts.KeyIDs()) != 1 || ts.KeyIDs()[0] != idB || c.TrustedKeysSetting() != "$"+TrustedKeysEnv {
+		t.Fatalf("env: %v %v %q", ts, err, c.TrustedKeysSetting())
 	}
 	t.Setenv(TrustedKeysEnv, filepath.Join(dir, "missing.pub"))
 	if _, err := c.TrustedKeys(); err == nil || !strings.Contains(err.Error(), TrustedKeysEnv) {

@@ -204,10 +204,12 @@ func checkEntries(tool string, es []Entry) error {
 
 // Load reads the newest non-draft version of every tool (drafts are not enforceable and are
 // simply absent), checks each as readVersion does, and then the set as a whole (cross-manifest
-// rules). A reference to a tool that so far has only drafts counts as registered: the
-// referenced tool is in the registry, it just is not enforced yet (seed: "a call to a tool that
-// has only a draft reports no manifest"). It returns the snapshot of the tools that passed and
-// every problem; callers that enforce must treat any problem as a failed load (see Loader).
+// rules). A loaded tool whose compensation, required tool, verification tool or replaced_by has
+// only drafts is a problem: the draft is absent, so its rollback would run a tool nobody
+// approved (seed: "Once all manifests are loaded: the compensation tool … must exist"). A
+// draft-only tool's own references are checked when it is approved. It returns the snapshot
+// of the tools that passed and every problem; callers that enforce must treat any problem as
+// a failed load (see Loader).
 func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
 	idx, fsys, closeFS, errs := r.open(trust)
 	if idx == nil {
@@ -270,10 +272,19 @@ func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
 	}
 	for _, e := range manifest.ValidateSet(set) {
 		var fe *manifest.FieldError
-		if errors.As(e, &fe) && draftOnly[fe.Tool] {
+		if !errors.As(e, &fe) {
+			errs = append(errs, &Problem{File: IndexFile, Message: e.Error()})
+			continue
+		}
+		if draftOnly[fe.Tool] {
 			continue // the draft's own references are checked when it is approved
 		}
-		errs = append(errs, &Problem{File: IndexFile, Message: e.Error()})
+		// Named by tool and version, so the controller lists the tool as invalid.
+		p := &Problem{File: IndexFile, Tool: fe.Tool, Version: snap.Entries[fe.Tool].Version, Message: fe.Message}
+		if fe.Path != "" {
+			p.Message = fe.Path + ": " + fe.Message
+		}
+		errs = append(errs, p)
 	}
 	return snap, errs
 }

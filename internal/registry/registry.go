@@ -355,10 +355,28 @@ func (r *Registry) Tools() ([]string, error) {
 	return idx.tools(), nil
 }
 
+// PlainTrustError is trusted manifest keys set for manifests that are not in a registry:
+// plain manifest files carry no signatures, so the keys would check nothing while looking as
+// if they did (seed: "Setting it for manifests that are not in a registry is an error"). The
+// CLI (validate, lint, test, gateway --manifests …), LoadPath and the controller (a
+// ManifestRegistry with format: Plain and spec.verify.manifestKeysSecretRef) report this one
+// error.
+type PlainTrustError struct {
+	// Manifests names what was loaded: a path, or a ManifestRegistry and its spec.path.
+	Manifests string
+	// Setting names where the keys are set, and so what to unset: manifest_public_key in a
+	// config file, $REVERSI_MANIFEST_PUBLIC_KEY, spec.verify.manifestKeysSecretRef.
+	Setting string
+}
+
+func (e *PlainTrustError) Error() string {
+	return fmt.Sprintf("%s is not a registry, but trusted manifest keys are set (%s): plain manifest files carry no signatures to check; publish them to a signed registry (reversi manifests publish --key), or unset %s",
+		e.Manifests, e.Setting, e.Setting)
+}
+
 // LoadPath loads the manifests `manifests:` names: a registry folder (with index.json) is
-// loaded with every check and trust; plain manifest files are read and validated. Trusted
-// keys set for plain files are an error, since plain files carry no signatures to check
-// (seed: "Setting it for manifests that are not in a registry is an error").
+// loaded with every check and trust (the project's manifest_public_key); plain manifest files
+// are read and validated. Trusted keys set for plain files are a *PlainTrustError.
 func LoadPath(p string, trust *signing.TrustSet) ([]*manifest.Manifest, []error) {
 	if IsRegistry(p) {
 		snap, errs := New(p).Load(trust)
@@ -368,7 +386,7 @@ func LoadPath(p string, trust *signing.TrustSet) ([]*manifest.Manifest, []error)
 		return snap.Manifests, nil
 	}
 	if trust != nil {
-		return nil, []error{fmt.Errorf("%s is not a registry, but a trusted manifest key is set: plain manifest files carry no signatures; publish them with reversi manifests publish --key, or unset manifest_public_key", p)}
+		return nil, []error{&PlainTrustError{Manifests: p, Setting: "manifest_public_key"}}
 	}
 	docs, errs := manifest.ReadPaths(p)
 	ms, verrs := manifest.ValidateDocuments(docs)

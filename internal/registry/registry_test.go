@@ -35,8 +35,8 @@ func loadFixtures(t testing.TB) []*manifest.Manifest {
 	return ms
 }
 
-// seedRegistry is the seed's walkthrough: publish as alice (draft), approve create_charge as
-// bob with four eyes, and approve the other two so the whole set loads.
+// seedRegistry is the seed's walkthrough: publish as alice (draft) and approve as bob with
+// four eyes, the tools create_charge leans on first (an approved tool cannot name a draft).
 func seedRegistry(t *testing.T, k keyPair) *Registry {
 	t.Helper()
 	r := New(filepath.Join(t.TempDir(), "reg"))
@@ -49,7 +49,7 @@ func seedRegistry(t *testing.T, k keyPair) *Registry {
 		t.Fatalf("published %+v", pub)
 	}
 	bob := WriteOptions{By: "bob", Signer: k.Signer}
-	for _, tool := range []string{"stripe.create_charge", "stripe.get_charge", "stripe.refund"} {
+	for _, tool := range []string{"stripe.get_charge", "stripe.refund", "stripe.create_charge"} {
 		p, err := r.Approve(tool, 0, true, bob)
 		if err != nil {
 			t.Fatal(err)
@@ -105,17 +105,131 @@ func TestDraftsAreNotLoaded(t *testing.T) {
 	if e := snap.Entries["stripe.create_charge"]; e.Version != 1 || e.Status != manifest.Approved {
 		t.Fatalf("loaded %+v, want the approved v1 under the v2 draft", e)
 	}
-	// A tool with only drafts is absent, and approved tools may still reference it.
+	// A tool with only drafts is absent; the approved tools that do not lean on it load.
 	r2 := New(t.TempDir())
 	if _, err := r2.Publish(ms, "", WriteOptions{By: "alice"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r2.Approve("stripe.create_charge", 0, true, WriteOptions{By: "bob"}); err != nil {
+	if _, err := r2.Approve("stripe.refund", 0, true, WriteOptions{By: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	snap, errs = r2.Load(nil)
-	if len(errs) > 0 || len(snap.Manifests) != 1 {
+	if len(errs) > 0 || len(snap.Manifests) != 1 || snap.Manifests[0].Tool != "stripe.refund" {
 		t.Fatalf("errs %v, %d manifests", errs, len(snap.Manifests))
+	}
+}
+
+// The draft messages of create_charge (fixture order: compensation, then verification).
+const (
+	refundIsDraft = `compensation.tool: tool "stripe.refund" is only a draft: drafts are not enforced, so compensation.tool cannot use it; approve stripe.refund first (reversi manifests approve stripe.refund, or status: approved in plain files)`
+	getIsDraft    = `compensation.verification.tool: tool "stripe.get_charge" is only a draft: drafts are not enforced, so compensation.verification.tool cannot use it; approve stripe.get_charge first (reversi manifests approve stripe.get_charge, or status: approved in plain files)`
+)
+
+// writeUnchecked writes versions the way writers did before they applied the draft rule (no
+// cross-manifest check), each tool with its status: what an old or hand-made registry holds.
+func writeUnchecked(t *testing.T, r *Registry, ms []*manifest.Manifest, status map[string]manifest.Status) {
+	t.Helper()
+	o := WriteOptions{By: "alice"}
+	if err := r.update(o, func(idx *Index) error {
+		for _, m := range ms {
+			approver := ""
+			if status[m.Tool] != manifest.Draft {
+				approver = "bob"
+			}
+			if _, err := r.appendVersion(idx, m, status[m.Tool], "alice", approver, o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An approved tool whose compensation and verification tools have only drafts does not load:
+// the drafts are absent, so its rollback would run tools nobody approved.
+func TestLoadRefusesAnApprovedToolLeaningOnDrafts(t *testing.T) {
+	r := New(t.TempDir())
+	writeUnchecked(t, r, loadFixtures(t), map[string]manifest.Status{
+		"stripe.get_charge": manifest.Draft, "stripe.create_charge": manifest.Approved, "stripe.refund": manifest.Draft,
+	})
+	snap, errs := r.Load(nil)
+	want := []string{"index.json: stripe.create_charge v1: " + refundIsDraft, "index.json: stripe.create_charge v1: " + getIsDraft}
+	if len(errs) != 2 || errs[0].Error() != want[0] || errs[1].Error() != want[1] {
+		t.Fatalf("errors %q\nwant %q", errs, want)
+	}
+	if p, ok := errs[0].(*Problem); !ok || p.Tool != "stripe.create_charge" {
+		t.Fatalf("the problem does not name the tool: %#v", errs[0])
+	}
+	if _, lerrs := (&Loader{Registry: r}).Reload(nil); len(lerrs) != 2 || snap == nil {
+		t.Fatalf("the loader took the set: %v", lerrs)
+	}
+	// Approving the drafts is the fix; a draft's own references still wait for its approval.
+	if _, err := r.Approve("stripe.refund", 0, false, WriteOptions{By: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Approve("stripe.get_charge", 0, false, WriteOptions{By: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if snap, errs := r.Load(nil); len(errs) > 0 || len(snap.Manifests) != 3 {
+		t.Fatalf("after approving: %v", errs)
+	}
+}
+
+// The writers refuse to make an enforced version that names a tool with only drafts: approve,
+// publish --status approved, deprecate --replaced-by and rollback.
+func TestWritersRefuseAnEnforcedVersionLeaningOnDrafts(t *testing.T) {
+	r := New(t.TempDir())
+	ms := loadFixtures(t)
+	if _, err := r.Publish(ms, "", WriteOptions{By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	wantErr := "stripe.create_charge: " + refundIsDraft + "\nstripe.create_charge: " + getIsDraft
+	if _, err := r.Approve("stripe.create_charge", 0, true, WriteOptions{By: "bob"}); err == nil || err.Error() != wantErr {
+		t.Fatalf("approve: %v\nwant %s", err, wantErr)
+	}
+	if _, err := r.Publish(ms[1:2], manifest.Approved, WriteOptions{By: "bob"}); err == nil || err.Error() != wantErr {
+		t.Fatalf("publish --status approved: %v\nwant %s", err, wantErr)
+	}
+	if es, _ := r.History("stripe.create_charge"); len(es) != 1 {
+		t.Fatalf("a refused write left a version: %+v", es)
+	}
+	// The flag decides the status, as for the versions written: all three approved together.
+	drafts := make([]*manifest.Manifest, len(ms))
+	for i, m := range ms {
+		d := *m
+		d.Status = manifest.Draft
+		drafts[i] = &d
+	}
+	if _, err := r.Publish(drafts, manifest.Approved, WriteOptions{By: "bob"}); err != nil {
+		t.Fatalf("publishing the set approved: %v", err)
+	}
+	// A new draft of the compensation tool leaves its approved version loaded: no refusal.
+	if _, err := r.Publish(ms[2:3], manifest.Draft, WriteOptions{By: "alice"}); err != nil {
+		t.Fatalf("a draft over an approved compensation tool: %v", err)
+	}
+	// ... but its own references are still checked.
+	bad := *ms[2]
+	bad.Requires = []manifest.Requirement{{Tool: "stripe.nope", Status: manifest.RequirementSucceeded}}
+	if _, err := r.Publish([]*manifest.Manifest{&bad}, manifest.Draft, WriteOptions{By: "alice"}); err == nil || err.Error() != `stripe.refund: requires[0]: tool "stripe.nope" has no manifest: add its manifest or fix the name` {
+		t.Fatalf("a draft naming a missing tool: %v", err)
+	}
+	// A tool that has only a draft cannot replace a deprecated one, nor come back by rollback
+	// as the reference of an approved version.
+	fresh := *ms[0]
+	fresh.Tool = "stripe.get_charge_v2"
+	if _, err := r.Publish([]*manifest.Manifest{&fresh}, manifest.Draft, WriteOptions{By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Deprecate("stripe.get_charge", "stripe.get_charge_v2", WriteOptions{By: "bob"}); err == nil ||
+		err.Error() != `stripe.get_charge: replaced_by: tool "stripe.get_charge_v2" is only a draft: drafts are not enforced, so replaced_by cannot use it; approve stripe.get_charge_v2 first (reversi manifests approve stripe.get_charge_v2, or status: approved in plain files)` {
+		t.Fatalf("deprecate --replaced-by a draft: %v", err)
+	}
+	r2 := New(t.TempDir())
+	writeUnchecked(t, r2, ms[1:2], map[string]manifest.Status{"stripe.create_charge": manifest.Approved})
+	writeUnchecked(t, r2, []*manifest.Manifest{ms[0], ms[2]}, map[string]manifest.Status{"stripe.get_charge": manifest.Draft, "stripe.refund": manifest.Draft})
+	if _, err := r2.Rollback("stripe.create_charge", 1, WriteOptions{By: "carol"}); err == nil || err.Error() != wantErr {
+		t.Fatalf("rollback to an approved version leaning on drafts: %v\nwant %s", err, wantErr)
 	}
 }
 
@@ -142,7 +256,7 @@ func TestDeprecateAndRollback(t *testing.T) {
 	if _, err := r.Publish(ms, manifest.Approved, WriteOptions{By: "alice"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Deprecate("stripe.get_charge", "stripe.nope", WriteOptions{By: "bob"}); err == nil || !strings.Contains(err.Error(), "stripe.nope is not in the registry") {
+	if _, err := r.Deprecate("stripe.get_charge", "stripe.nope", WriteOptions{By: "bob"}); err == nil || err.Error() != `stripe.get_charge: replaced_by: tool "stripe.nope" has no manifest: add its manifest or fix the name` {
 		t.Fatalf("unknown replacement: %v", err)
 	}
 	p, err := r.Deprecate("stripe.refund", "stripe.get_charge", WriteOptions{By: "bob"})
@@ -466,8 +580,23 @@ func TestLoadPath(t *testing.T) {
 	if ms, errs := LoadPath(payments, nil); len(errs) > 0 || len(ms) != 3 {
 		t.Fatalf("plain: %d %v", len(ms), errs)
 	}
-	if _, errs := LoadPath(payments, k.Trust); !containsErr(errs, "is not a registry, but a trusted manifest key is set") {
-		t.Fatalf("trust on plain files: %v", errs)
+	_, errs := LoadPath(payments, k.Trust)
+	want := payments + " is not a registry, but trusted manifest keys are set (manifest_public_key): plain manifest files carry no signatures to check; publish them to a signed registry (reversi manifests publish --key), or unset manifest_public_key"
+	var pe *PlainTrustError
+	if len(errs) != 1 || errs[0].Error() != want || !errors.As(errs[0], &pe) {
+		t.Fatalf("trust on plain files: %v\nwant %s", errs, want)
+	}
+	// Plain files with an approved tool compensated by a draft: the gateway's --manifests.
+	dir := t.TempDir()
+	plain := "- tool: pay.charge\n  effect: compensable\n  permission: pay:write\n  compensation: {tool: pay.refund}\n" +
+		"- tool: pay.refund\n  effect: idempotent\n  permission: pay:write\n  status: draft\n"
+	if err := os.WriteFile(filepath.Join(dir, "pay.yaml"), []byte(plain), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errs = LoadPath(dir, nil)
+	want = filepath.Join(dir, "pay.yaml") + `:4: pay.charge: compensation.tool: tool "pay.refund" is only a draft: drafts are not enforced, so compensation.tool cannot use it; approve pay.refund first (reversi manifests approve pay.refund, or status: approved in plain files)`
+	if len(errs) != 1 || errs[0].Error() != want {
+		t.Fatalf("plain files leaning on a draft: %v\nwant %s", errs, want)
 	}
 	editJSON(t, versionFile(t, r, "stripe.refund", 2), func(m map[string]any) { m["note"] = "changed" })
 	if ms, errs := LoadPath(r.Dir, k.Trust); ms != nil || !containsErr(errs, "[note] differ") {

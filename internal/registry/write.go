@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -140,7 +141,7 @@ func (r *Registry) Publish(ms []*manifest.Manifest, status manifest.Status, o Wr
 	}
 	var out []Published
 	err := r.update(o, func(idx *Index) error {
-		if err := r.checkSet(idx, ms); err != nil {
+		if err := r.checkSet(idx, ms, status); err != nil {
 			return err
 		}
 		approver := ""
@@ -159,34 +160,99 @@ func (r *Registry) Publish(ms []*manifest.Manifest, status manifest.Status, o Wr
 	return out, err
 }
 
-// checkSet applies the cross-manifest rules to ms plus the newest version of every other tool
-// already in the registry.
-func (r *Registry) checkSet(idx *Index, ms []*manifest.Manifest) error {
-	incoming := map[string]bool{}
-	set := append([]*manifest.Manifest(nil), ms...)
-	for _, m := range ms {
-		incoming[m.Tool] = true
-	}
+// checkSet applies the cross-manifest rules to the registry as Load will see it once ms are
+// written as new versions with status: for every other tool the version Load picks (the
+// newest non-draft one, else the newest draft), for the tools of ms their new versions. So a
+// writer refuses to create an enforced version that names a tool which is only a draft, as
+// Load would refuse it. A new draft of a tool that keeps an enforced version does not stand in
+// for it in the others' references; its own references are checked against the rest.
+// Problems other tools have already are not this write's: they do not block it (approving
+// the drafts an old registry's approved tool leans on is how it is repaired).
+func (r *Registry) checkSet(idx *Index, ms []*manifest.Manifest, status manifest.Status) error {
 	fsys, closeFS, err := r.files()
 	if err != nil {
 		return err
 	}
 	defer closeFS()
-	for _, tool := range idx.tools() {
-		es := idx.Tools[tool]
-		if incoming[tool] || len(es) == 0 {
+	tools := idx.tools()
+	current := map[string]*manifest.Manifest{} // what Load reads now
+	for _, tool := range tools {
+		if es := idx.Tools[tool]; len(es) > 0 {
+			v, err := r.readVersion(fsys, tool, loadedEntry(es), nil, false)
+			if err != nil {
+				return err
+			}
+			current[tool] = v.Manifest
+		}
+	}
+	// keeps: the tool's enforced version stays the one Load reads under a new draft.
+	keeps := func(tool string) bool {
+		c := current[tool]
+		return status == manifest.Draft && c != nil && c.Status != manifest.Draft
+	}
+	incoming := map[string]bool{}
+	var fresh, shadowed []*manifest.Manifest
+	for _, m := range ms {
+		next := *m // as appendVersion stamps it
+		next.Status = status
+		if status != manifest.Deprecated {
+			next.ReplacedBy = ""
+		}
+		incoming[m.Tool] = true
+		if keeps(m.Tool) {
+			shadowed = append(shadowed, &next)
+		} else {
+			fresh = append(fresh, &next)
+		}
+	}
+	var others, kept, now []*manifest.Manifest
+	for _, tool := range tools {
+		c := current[tool]
+		switch {
+		case c == nil:
 			continue
+		case !incoming[tool]:
+			others = append(others, c)
+		case keeps(tool):
+			kept = append(kept, c)
 		}
-		v, err := r.readVersion(fsys, tool, es[len(es)-1], nil, false)
-		if err != nil {
-			return err
+		now = append(now, c)
+	}
+	var errs []error
+	var before map[string]bool
+	for _, e := range manifest.ValidateSet(slices.Concat(fresh, kept, others)) {
+		if fe, ok := e.(*manifest.FieldError); ok && !incoming[fe.Tool] {
+			if before == nil {
+				before = map[string]bool{}
+				for _, b := range manifest.ValidateSet(now) {
+					before[b.Error()] = true
+				}
+			}
+			if before[e.Error()] {
+				continue
+			}
 		}
-		set = append(set, v.Manifest)
+		errs = append(errs, e)
 	}
-	if errs := manifest.ValidateSet(set); len(errs) > 0 {
-		return errors.Join(errs...)
+	if len(shadowed) > 0 {
+		for _, e := range manifest.ValidateSet(slices.Concat(shadowed, fresh, others)) {
+			if fe, ok := e.(*manifest.FieldError); ok && keeps(fe.Tool) && incoming[fe.Tool] {
+				errs = append(errs, e)
+			}
+		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// loadedEntry is the version of a tool that Load reads: the newest non-draft one, else the
+// newest draft (which stands for a tool that has only drafts).
+func loadedEntry(es []Entry) Entry {
+	for i := len(es) - 1; i >= 0; i-- {
+		if es[i].Status != manifest.Draft {
+			return es[i]
+		}
+	}
+	return es[len(es)-1]
 }
 
 // latest reads a tool's version: the given one (version > 0) or the newest whose status is
@@ -246,6 +312,9 @@ func (r *Registry) Approve(tool string, version int, fourEyes bool, o WriteOptio
 		if fourEyes && v.Author == o.By {
 			return fmt.Errorf("four eyes: %s wrote %s v%d and cannot approve it; ask another reviewer", o.By, tool, v.Version)
 		}
+		if err := r.checkSet(idx, []*manifest.Manifest{v.Manifest}, manifest.Approved); err != nil {
+			return err
+		}
 		if o.Note == "" {
 			o.Note = fmt.Sprintf("approved from v%d", v.Version)
 		}
@@ -267,13 +336,12 @@ func (r *Registry) Deprecate(tool, replacedBy string, o WriteOptions) (Published
 		}
 		m := *v.Manifest
 		m.ReplacedBy = replacedBy
-		if replacedBy != "" {
-			if replacedBy == tool {
-				return errors.New("a tool cannot be replaced by itself")
-			}
-			if _, err := r.latest(idx, replacedBy, 0, manifest.Approved, manifest.Deprecated); err != nil {
-				return fmt.Errorf("--replaced-by: %w", err)
-			}
+		if replacedBy == tool {
+			return errors.New("a tool cannot be replaced by itself")
+		}
+		// replacedBy must be registered and not only a draft, as Load checks.
+		if err := r.checkSet(idx, []*manifest.Manifest{&m}, manifest.Deprecated); err != nil {
+			return err
 		}
 		if o.Note == "" {
 			o.Note = fmt.Sprintf("deprecated from v%d", v.Version)
@@ -295,6 +363,9 @@ func (r *Registry) Rollback(tool string, version int, o WriteOptions) (Published
 		}
 		v, err := r.latest(idx, tool, version, manifest.Draft, manifest.Approved, manifest.Deprecated)
 		if err != nil {
+			return err
+		}
+		if err := r.checkSet(idx, []*manifest.Manifest{v.Manifest}, v.Status); err != nil {
 			return err
 		}
 		if o.Note == "" {
