@@ -241,7 +241,8 @@ func manifestSource(flag string) (string, *projconfig.Config, error) {
 // keys read now, so a reload also picks up a rotated key). Every error at once.
 // An existing folder that holds none yet is no manifests, not an error (seed: Observe first).
 func loadGatewayManifests(p string) (proxy.Loaded, error) {
-	ms, errs := LoadManifests(p)
+	var marks []store.HighWater
+	ms, errs := loadManifests([]string{p}, "", &marks)
 	if len(errs) == 1 && errors.Is(errs[0], errNoManifests) {
 		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 			return proxy.Loaded{}, nil
@@ -250,7 +251,11 @@ func loadGatewayManifests(p string) (proxy.Loaded, error) {
 	if len(errs) > 0 {
 		return proxy.Loaded{}, errors.Join(errs...)
 	}
-	return proxy.Loaded{Manifests: ms}, nil
+	l := proxy.Loaded{Manifests: ms, Marks: marks}
+	for _, m := range marks {
+		l.Revision = fmt.Sprintf("%s (sequence %d)", m.Source, m.Sequence)
+	}
+	return l, nil
 }
 
 // reloadTriggers reloads gw on SIGHUP and, when there are manifests and the project config's

@@ -188,3 +188,54 @@ func TestGatewayReloadRereadsTheTrustedKey(t *testing.T) {
 	}
 	waitPasses(t, cs, "mem.search_nodes", time.Second)
 }
+
+// TestGatewayRefusesAnOlderRegistry: a standalone gateway keeps the signed index's sequence as a
+// high-water mark in its store: a registry folder put back to an older signed state is refused
+// by the running gateway (the newer rules keep serving) and by a gateway started on it with the
+// same data folder.
+func TestGatewayRefusesAnOlderRegistry(t *testing.T) {
+	dir, _ := reloadFixture(t, "manifest_public_key: keys/a.pub\nreload: { interval: 100ms }\n")
+	t.Chdir(dir)
+	for _, args := range [][]string{
+		{"keygen", "keys/a"},
+		{"manifests", "publish", "manifests", "--registry", "reg", "--by", "alice", "--key", "keys/a.key", "--status", "approved"},
+	} {
+		if code, out, errs := runCLI(args...); code != 0 {
+			t.Fatalf("%v: %d %s %s", args, code, out, errs)
+		}
+	}
+	if err := os.CopyFS("reg-v1", os.DirFS("reg")); err != nil { // sequence 1: no search_nodes
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("search.yaml", []byte(searchYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runCLI("manifests", "publish", "search.yaml", "--registry", "reg", "--by", "alice", "--key", "keys/a.key", "--status", "approved"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	cs, stderr := gatewayCmd(t, "--config", "gateway.yaml", "--manifests", "reg", "--store", "sqlite", "--data", "data")
+	waitPasses(t, cs, "mem.search_nodes", 5*time.Second)
+
+	if err := os.Rename("reg", "reg-v2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename("reg-v1", "reg"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), "has sequence 1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the older registry was not refused:\n%s", stderr.String())
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if !strings.Contains(stderr.String(), "older than 2") {
+		t.Fatalf("the refusal does not name the sequences:\n%s", stderr.String())
+	}
+	waitPasses(t, cs, "mem.search_nodes", time.Second)
+
+	code, _, errs := runCLI("gateway", "--config", "gateway.yaml", "--manifests", "reg", "--store", "sqlite", "--data", "data")
+	if code == 0 || !strings.Contains(errs, "older than 2") {
+		t.Fatalf("a gateway started on the older registry: exit %d\n%s", code, errs)
+	}
+}

@@ -100,7 +100,7 @@ func newPublishCmd() *cobra.Command {
 			if st == "" {
 				st = manifest.Draft
 			}
-			ms, errs := loadManifests(args, st)
+			ms, errs := loadManifests(args, st, nil)
 			if len(errs) > 0 {
 				return printInvalid(cmd, errs)
 			}

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/gateway/store"
 	"github.com/reversi-gitops/reversi/internal/config"
 	"github.com/reversi-gitops/reversi/internal/registry"
 	"github.com/reversi-gitops/reversi/internal/signing"
@@ -40,14 +42,14 @@ func newValidateCmd() *cobra.Command {
 // keys, signatures checked). Trusted keys set for a path that is not a registry are an error
 // (registry.PlainTrustError): plain files carry no signatures to check.
 func LoadManifests(paths ...string) ([]*manifest.Manifest, []error) {
-	return loadManifests(paths, "")
+	return loadManifests(paths, "", nil)
 }
 
 // loadManifests is LoadManifests, or with publish set (the --status of manifests publish) the
 // reading of the files publish is about to sign into a registry: the project's trusted keys
 // are for that registry, not a reason to refuse its sources, and the cross-manifest rules
 // judge the files with the status publish writes.
-func loadManifests(paths []string, publish manifest.Status) ([]*manifest.Manifest, []error) {
+func loadManifests(paths []string, publish manifest.Status, marks *[]store.HighWater) ([]*manifest.Manifest, []error) {
 	var plain []string
 	var ms []*manifest.Manifest
 	var errs []error
@@ -77,6 +79,10 @@ func loadManifests(paths []string, publish manifest.Status) ([]*manifest.Manifes
 		errs = append(errs, rerrs...)
 		if snap != nil {
 			ms = append(ms, snap.Manifests...)
+			if marks != nil && trust != nil { // a signed index: its sequence may be trusted
+				abs, _ := filepath.Abs(p)
+				*marks = append(*marks, store.HighWater{Source: "registry " + abs, Sequence: snap.Index.Sequence, Digest: registry.SetDigest(snap.Entries)})
+			}
 		}
 	}
 	docs, perrs := manifest.ReadPaths(plain...)
