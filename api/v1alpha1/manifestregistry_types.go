@@ -23,6 +23,9 @@ const (
 	CommitVerifyTag = "Tag"
 	// CommitVerifyTagAndHEAD verifies both the tag and the commit it points at.
 	CommitVerifyTagAndHEAD = "TagAndHEAD"
+	// CommitVerifyChain verifies the commit the ref points at and every commit since the last
+	// applied one (the head only on the first apply: trust on first use).
+	CommitVerifyChain = "Chain"
 )
 
 // Defaults of ManifestRegistrySpec, also applied by the API server.
