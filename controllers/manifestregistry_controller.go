@@ -62,6 +62,13 @@ type ManifestRegistryReconciler struct {
 	TempDir string
 	// MaxShardBytes is the manifest bytes per ConfigMap (bundle.MaxShardBytes when 0).
 	MaxShardBytes int
+	// AllowFileURLs lets registries use file:// URLs, which read repositories on the
+	// controller's own disk; without it such a registry is Ready=False InvalidSpec.
+	AllowFileURLs bool
+	// SourceMaxFileBytes bounds one file under spec.path (and one object the git server
+	// sends), SourceMaxTotalBytes the files under spec.path (and the objects of one pack);
+	// 0 means source.DefaultMaxFileBytes (4 MiB) and source.DefaultMaxTotalBytes (64 MiB).
+	SourceMaxFileBytes, SourceMaxTotalBytes int64
 }
 
 // stepError is a failed step: the Ready reason, a message saying what to do, and whether
@@ -318,15 +325,22 @@ func (r *ManifestRegistryReconciler) secretData(ctx context.Context, reg *v1alph
 	return s.Data, nil
 }
 
+// sourceOptions are the fetch options of a registry: the spec, the controller's limits, the
+// commit applied last (for the ancestry check and mode Chain) and, for a semver ref whose
+// tags are verified, the keys (Fetch picks the highest tag that verifies).
 func (r *ManifestRegistryReconciler) sourceOptions(ctx context.Context, reg *v1alpha1.ManifestRegistry) (source.Options, *stepError) {
-	// Objects only: the files are read from the git objects, not checked out (a checkout of
-	// 5,000 files cost seconds), and links in the repository are never followed.
-	o := source.Options{URL: reg.Spec.URL, TempDir: r.TempDir, ObjectsOnly: true}
+	// Only the objects are fetched and only spec.path is read from them (no checkout), so
+	// links in the repository are never followed and files elsewhere are never read.
+	o := source.Options{URL: reg.Spec.URL, TempDir: r.TempDir, Path: reg.Spec.Path, AllowFileURLs: r.AllowFileURLs,
+		MaxFileBytes: r.SourceMaxFileBytes, MaxTotalBytes: r.SourceMaxTotalBytes}
 	if ref := reg.Spec.Ref; ref != nil {
 		o.Ref = source.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit}
 	}
 	if reg.Spec.Timeout != nil {
 		o.Timeout = reg.Spec.Timeout.Duration
+	}
+	if reg.Status.Artifact != nil {
+		o.Since = revisionCommit(reg.Status.Artifact.Revision)
 	}
 	if reg.Spec.SecretRef != nil {
 		data, err := r.secretData(ctx, reg, reg.Spec.SecretRef.Name, "git credentials")
@@ -335,7 +349,47 @@ func (r *ManifestRegistryReconciler) sourceOptions(ctx context.Context, reg *v1a
 		}
 		o.Auth = source.AuthFromSecret(data)
 	}
+	if v := reg.Spec.Verify; v != nil && v.Commit != nil && o.Ref.SemVer != "" {
+		if mode := source.Mode(v.Commit.Mode); mode == source.ModeTag || mode == source.ModeTagAndHEAD {
+			keys, err := r.commitKeys(ctx, reg)
+			if err != nil {
+				return o, err
+			}
+			o.Verify = &source.VerifyOptions{Mode: mode, Keys: keys}
+		}
+	}
 	return o, nil
+}
+
+// revisionCommit is the commit of a revision `<name>@sha1:<40 hex>` or `sha1:<40 hex>`, or
+// "" when it has another form.
+func revisionCommit(revision string) string {
+	i := strings.LastIndex(revision, "sha1:")
+	if i < 0 || (i > 0 && revision[i-1] != '@') {
+		return ""
+	}
+	h := revision[i+len("sha1:"):]
+	if _, err := hex.DecodeString(h); err != nil || len(h) != 40 {
+		return ""
+	}
+	return h
+}
+
+// commitKeys reads and parses verify.commit.secretRef; a Secret without usable keys is
+// InvalidSecret (stalled) and sets SourceVerified=False.
+func (r *ManifestRegistryReconciler) commitKeys(ctx context.Context, reg *v1alpha1.ManifestRegistry) (*source.KeyRing, *stepError) {
+	name := reg.Spec.Verify.Commit.SecretRef.Name
+	data, serr := r.secretData(ctx, reg, name, "commit verification keys")
+	if serr != nil {
+		return nil, serr
+	}
+	keys, err := source.ParseKeys(data)
+	if err != nil {
+		e := fail(v1alpha1.ReasonInvalidSecret, true, "commit verification keys %s: %v", name, err)
+		setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, e.reason, e.msg)
+		return nil, e
+	}
+	return keys, nil
 }
 
 // inputsDigest hashes what a rendering is verified with besides the revision: the spec's
@@ -381,28 +435,35 @@ func sourceFailure(err error) *stepError {
 		return fail(v1alpha1.ReasonAuthenticationFailed, false, "%v", err)
 	case errors.Is(err, source.ErrRefNotFound):
 		return fail(v1alpha1.ReasonRefNotFound, false, "%v", err)
+	case errors.Is(err, source.ErrTooLarge):
+		return fail(v1alpha1.ReasonSourceTooLarge, false, "%v", err)
+	case errors.Is(err, source.ErrVerification), errors.Is(err, source.ErrInvalidKeys):
+		// A semver ref with verified tags where no candidate tag verifies.
+		return fail(v1alpha1.ReasonCommitVerificationFailed, false, "%v", err)
 	default:
 		return fail(v1alpha1.ReasonFetchFailed, false, "%v", err)
 	}
 }
 
+// verifyCommit checks verify.commit on the fetched revision (mode Chain: every commit since
+// the last applied one) and names, in TagSkipped events, the higher semver tags Fetch
+// skipped because they do not verify.
 func (r *ManifestRegistryReconciler) verifyCommit(ctx context.Context, reg *v1alpha1.ManifestRegistry, art *source.Artifact) *stepError {
+	for _, t := range art.SkippedTags {
+		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventTagSkipped, art.Revision,
+			fmt.Sprintf("tag %s skipped, its signature does not verify: %s", t.Tag, t.Reason))
+	}
 	v := reg.Spec.Verify
 	if v == nil || v.Commit == nil {
 		removeCondition(reg, v1alpha1.ConditionSourceVerified)
 		return nil
 	}
-	data, serr := r.secretData(ctx, reg, v.Commit.SecretRef.Name, "commit verification keys")
+	keys, serr := r.commitKeys(ctx, reg)
 	if serr != nil {
 		return serr
 	}
-	keys, err := source.ParseKeys(data)
-	if err != nil {
-		e := fail(v1alpha1.ReasonInvalidSecret, true, "commit verification keys %s: %v", v.Commit.SecretRef.Name, err)
-		setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, e.reason, e.msg)
-		return e
-	}
-	res, err := source.Verify(art, source.Mode(v.Commit.Mode), keys)
+	mode := source.Mode(v.Commit.Mode)
+	res, err := source.Verify(art, mode, keys)
 	if err != nil {
 		e := fail(v1alpha1.ReasonCommitVerificationFailed, false, "%v", err)
 		setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, e.reason, e.msg)
@@ -414,6 +475,13 @@ func (r *ManifestRegistryReconciler) verifyCommit(ctx context.Context, reg *v1al
 	}
 	if res.Tag != nil {
 		who = append(who, fmt.Sprintf("tag %s by %s", art.Tag, res.Tag.Fingerprint))
+	}
+	if mode == source.ModeChain {
+		if art.Since == "" || art.Since == art.Commit {
+			who = append(who, "no earlier commits (first apply: the history is trusted on first use)")
+		} else {
+			who = append(who, fmt.Sprintf("all %d commits since %s", res.Chain, short(art.Since)))
+		}
 	}
 	setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionTrue, v1alpha1.ReasonVerified, "verified "+strings.Join(who, " and "))
 	return nil
@@ -430,6 +498,9 @@ func short(s string) string {
 // and returns the verified bundle. Every problem is reported, with the invalid tools listed.
 func (r *ManifestRegistryReconciler) load(ctx context.Context, reg *v1alpha1.ManifestRegistry, art *source.Artifact) (bundle.Bundle, *stepError) {
 	files, err := art.FS()
+	if errors.Is(err, source.ErrTooLarge) {
+		return bundle.Bundle{}, sourceFailure(err)
+	}
 	if err != nil {
 		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "reading revision %s: %v", art.Revision, err)
 	}

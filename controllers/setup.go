@@ -20,13 +20,20 @@ type Options struct {
 	// GatewayImage is the image of ReversiGateways without spec.image (DefaultGatewayImage
 	// when empty).
 	GatewayImage string
+	// AllowFileURLs lets ManifestRegistries use file:// URLs (repositories on the
+	// controller's disk: demos and tests).
+	AllowFileURLs bool
+	// SourceMaxFileBytes and SourceMaxTotalBytes bound one file under a registry's spec.path
+	// and all of them, in bytes (0: 4 MiB and 64 MiB).
+	SourceMaxFileBytes, SourceMaxTotalBytes int64
 }
 
 // Setup registers every reconciler with the manager.
 func Setup(mgr ctrl.Manager, o Options) error {
 	if err := (&ManifestRegistryReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
-		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes,
+		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes, AllowFileURLs: o.AllowFileURLs,
+		SourceMaxFileBytes: o.SourceMaxFileBytes, SourceMaxTotalBytes: o.SourceMaxTotalBytes,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

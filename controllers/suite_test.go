@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 		WebhookServer: env.WebhookServer(),
 	})
 	if err == nil {
-		err = Setup(mgr, Options{MaxShardBytes: testShardBytes, Webhooks: true})
+		err = Setup(mgr, Options{MaxShardBytes: testShardBytes, Webhooks: true, AllowFileURLs: true})
 	}
 	if err != nil {
 		envErr = err

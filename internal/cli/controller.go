@@ -14,13 +14,15 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/controllers"
+	"github.com/reversi-gitops/reversi/internal/source"
 )
 
 func init() { register(newControllerCmd) }
 
 func newControllerCmd() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir string
-	var leaderElect, devLog, webhooks bool
+	var leaderElect, devLog, webhooks, allowFileURLs bool
+	var maxFileBytes, maxTotalBytes int64
 	var webhookPort int
 	var webhookCertDir string
 	cmd := &cobra.Command{
@@ -44,7 +46,11 @@ func newControllerCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("starting the manager: %w", err)
 			}
-			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks}); err != nil {
+			if maxFileBytes <= 0 || maxTotalBytes <= 0 {
+				return fmt.Errorf("--source-max-file-bytes and --source-max-total-bytes must be positive")
+			}
+			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks,
+				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes}); err != nil {
 				return err
 			}
 			if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -62,7 +68,10 @@ func newControllerCmd() *cobra.Command {
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "where /healthz and /readyz listen")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so only one replica reconciles")
 	f.StringVar(&keysSecret, "tool-manifest-keys-secret", controllers.TrustedKeysSecret, "the Secret, in each namespace, with the public keys ToolManifest signatures must verify against")
-	f.StringVar(&tempDir, "temp-dir", "", "where checkouts are made (default: the system temp folder)")
+	f.StringVar(&tempDir, "temp-dir", "", "where fetched repositories are kept while a registry reconciles (default: the system temp folder)")
+	f.BoolVar(&allowFileURLs, "allow-file-urls", false, "let ManifestRegistries use file:// URLs, which read repositories on the controller's own disk (demos and tests)")
+	f.Int64Var(&maxFileBytes, "source-max-file-bytes", source.DefaultMaxFileBytes, "the largest file a registry may hold under spec.path, in bytes (also the largest object a git server may send)")
+	f.Int64Var(&maxTotalBytes, "source-max-total-bytes", source.DefaultMaxTotalBytes, "the most bytes of files a registry may hold under spec.path (also per pack a git server sends)")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
 	f.BoolVar(&webhooks, "webhooks", true, "serve the Approval admission webhooks (needs a serving certificate in --webhook-cert-dir)")
 	f.IntVar(&webhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS)")
