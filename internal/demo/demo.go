@@ -397,7 +397,9 @@ func (s *story) repository(ctx context.Context) error {
 		return err
 	}
 	for _, kv := range [][2]string{{"user.name", "Platform Team"}, {"user.email", "platform@example.com"},
-		{"gpg.format", "ssh"}, {"user.signingkey", filepath.Join(keys, "git_ed25519")}, {"commit.gpgsign", "true"}} {
+		{"gpg.format", "ssh"}, {"user.signingkey", filepath.Join(keys, "git_ed25519")}, {"commit.gpgsign", "true"},
+		// Serve partial clones, as hosted git servers do: the controller fetches only what it reads.
+		{"uploadpack.allowFilter", "true"}} {
 		if _, err := s.git(ctx, "config", kv[0], kv[1]); err != nil {
 			return err
 		}
@@ -424,7 +426,9 @@ func (s *story) controller(ctx context.Context) error {
 	wh := s.env.WebhookInstallOptions
 	argv := []string{"controller", "--kubeconfig", s.admin, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir,
-		"--temp-dir", filepath.Join(s.dir, "checkouts")}
+		"--temp-dir", filepath.Join(s.dir, "checkouts"),
+		// The demo's repository is a folder on this machine.
+		"--allow-file-urls"}
 	if err := os.MkdirAll(filepath.Join(s.dir, "checkouts"), 0o700); err != nil {
 		return err
 	}
