@@ -30,6 +30,9 @@ func newControllerCmd() *cobra.Command {
 		Short: "Run the controller: ManifestRegistry, ToolManifest and ApprovalRequest reconcilers and the Approval webhooks (controller-runtime)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if maxFileBytes <= 0 || maxTotalBytes <= 0 {
+				return fmt.Errorf("--source-max-file-bytes and --source-max-total-bytes must be positive")
+			}
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
@@ -45,9 +48,6 @@ func newControllerCmd() *cobra.Command {
 			})
 			if err != nil {
 				return fmt.Errorf("starting the manager: %w", err)
-			}
-			if maxFileBytes <= 0 || maxTotalBytes <= 0 {
-				return fmt.Errorf("--source-max-file-bytes and --source-max-total-bytes must be positive")
 			}
 			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks,
 				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes}); err != nil {
