@@ -265,7 +265,7 @@ func (f *fetcher) scan(r io.Reader, what string, filtered bool) error {
 			if n, err = dh.targetSize(); err != nil {
 				return fmt.Errorf("reading the %s pack: delta at offset %d: %w", what, h.Offset, err)
 			}
-			kind = "object (delta)"
+			kind = "delta-compressed object"
 		default:
 			return fmt.Errorf("reading the %s pack: object at offset %d has the invalid type %d", what, h.Offset, h.Type)
 		}
