@@ -65,6 +65,13 @@ type ManifestRegistryReconciler struct {
 	// APIReader reads the registry and its ConfigMaps from the API server, not the cache: the
 	// sequence and the drift check depend on the newest status and data (mgr.GetAPIReader()).
 	APIReader client.Reader
+	// AllowFileURLs lets registries use file:// URLs, which read repositories on the
+	// controller's own disk; without it such a registry is Ready=False InvalidSpec.
+	AllowFileURLs bool
+	// SourceMaxFileBytes bounds one file under spec.path (and one object the git server
+	// sends), SourceMaxTotalBytes the files under spec.path (and the objects of one pack);
+	// 0 means source.DefaultMaxFileBytes (4 MiB) and source.DefaultMaxTotalBytes (64 MiB).
+	SourceMaxFileBytes, SourceMaxTotalBytes int64
 }
 
 // stepError is a failed step: the Ready reason, a message saying what to do, and whether
@@ -278,10 +285,14 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 	defer art.Cleanup()
 	reg.Status.LastAttemptedRevision = art.Revision
 
-	if serr := r.verifyCommit(ctx, reg, art); serr != nil {
+	signer, serr := r.verifyCommit(ctx, reg, art)
+	if serr != nil {
 		return ctrl.Result{}, serr
 	}
 	accepted := reg.Annotations[v1alpha1.AnnotationAcceptRevision] == art.Revision
+	if serr := checkAncestry(reg, art, accepted); serr != nil {
+		return ctrl.Result{}, serr
+	}
 	b, kind, index, lerr := r.load(ctx, reg, art)
 	if lerr != nil {
 		return ctrl.Result{}, lerr
@@ -289,7 +300,7 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 	if serr := checkIndexSequence(reg, art.Revision, index, accepted); serr != nil {
 		return ctrl.Result{}, serr
 	}
-	if serr := r.attest(reg, &b, kind, art.Revision, index, accepted); serr != nil {
+	if serr := r.attest(reg, &b, kind, art.Revision, signer, index, accepted); serr != nil {
 		return ctrl.Result{}, serr
 	}
 	names, renderingDigest, werr := r.render(ctx, reg, b, inputs)
@@ -329,6 +340,26 @@ func registrySource(reg *v1alpha1.ManifestRegistry) string {
 	return "ManifestRegistry " + reg.Namespace + "/" + reg.Name
 }
 
+// checkAncestry refuses a commit that does not descend from the one applied last (a
+// force-push, a ref moved back, a pinned older commit, another repository), whatever changed in
+// the spec, unless the revision is accepted by annotation. A history too long to search is
+// refused too (fail closed).
+func checkAncestry(reg *v1alpha1.ManifestRegistry, art *source.Artifact, accepted bool) *stepError {
+	if art.Since == "" || accepted {
+		return nil
+	}
+	ok, err := art.Descends(art.Since)
+	if ok {
+		return nil
+	}
+	why := "does not descend from"
+	if err != nil {
+		why = fmt.Sprintf("could not be shown to descend from (%v)", err)
+	}
+	return fail(v1alpha1.ReasonRevisionNotDescendant, false, "revision %s %s commit %s of revision %s applied before: the branch was probably force-pushed or the ref moved back; push a new commit on top instead, or accept exactly this revision with the annotation %s=%s",
+		art.Revision, why, short(art.Since), reg.Status.Artifact.Revision, v1alpha1.AnnotationAcceptRevision, art.Revision)
+}
+
 // checkIndexSequence refuses a registry whose signed index is older than the one applied (a
 // branch reset to an old signed commit), unless the revision is accepted by annotation. A
 // legitimate rollback is a new publish (manifests rollback), so the sequence never goes back.
@@ -343,8 +374,8 @@ func checkIndexSequence(reg *v1alpha1.ManifestRegistry, revision string, index *
 
 // attest signs the snapshot of b. The sequence stays when the same revision renders the same
 // set again (the same bytes: drift checks compare them) and grows otherwise.
-func (r *ManifestRegistryReconciler) attest(reg *v1alpha1.ManifestRegistry, b *bundle.Bundle, kind, revision string, index *registry.IndexProof, accepted bool) *stepError {
-	s := bundle.Snapshot{Source: registrySource(reg), Kind: kind, Revision: revision, Index: index}
+func (r *ManifestRegistryReconciler) attest(reg *v1alpha1.ManifestRegistry, b *bundle.Bundle, kind, revision, signer string, index *registry.IndexProof, accepted bool) *stepError {
+	s := bundle.Snapshot{Source: registrySource(reg), Kind: kind, Revision: revision, CommitSigner: signer, Index: index}
 	if accepted {
 		s.AcceptedRevision = revision
 	}
@@ -377,15 +408,22 @@ func (r *ManifestRegistryReconciler) secretData(ctx context.Context, reg *v1alph
 	return s.Data, nil
 }
 
+// sourceOptions are the fetch options of a registry: the spec, the controller's limits, the
+// commit applied last (for the ancestry check and mode Chain) and, for a semver ref whose
+// tags are verified, the keys (Fetch picks the highest tag that verifies).
 func (r *ManifestRegistryReconciler) sourceOptions(ctx context.Context, reg *v1alpha1.ManifestRegistry) (source.Options, *stepError) {
-	// Objects only: the files are read from the git objects, not checked out (a checkout of
-	// 5,000 files cost seconds), and links in the repository are never followed.
-	o := source.Options{URL: reg.Spec.URL, TempDir: r.TempDir, ObjectsOnly: true}
+	// Only the objects are fetched and only spec.path is read from them (no checkout), so
+	// links in the repository are never followed and files elsewhere are never read.
+	o := source.Options{URL: reg.Spec.URL, TempDir: r.TempDir, Path: reg.Spec.Path, AllowFileURLs: r.AllowFileURLs,
+		MaxFileBytes: r.SourceMaxFileBytes, MaxTotalBytes: r.SourceMaxTotalBytes}
 	if ref := reg.Spec.Ref; ref != nil {
 		o.Ref = source.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit}
 	}
 	if reg.Spec.Timeout != nil {
 		o.Timeout = reg.Spec.Timeout.Duration
+	}
+	if reg.Status.Artifact != nil {
+		o.Since = revisionCommit(reg.Status.Artifact.Revision)
 	}
 	if reg.Spec.SecretRef != nil {
 		data, err := r.secretData(ctx, reg, reg.Spec.SecretRef.Name, "git credentials")
@@ -394,7 +432,47 @@ func (r *ManifestRegistryReconciler) sourceOptions(ctx context.Context, reg *v1a
 		}
 		o.Auth = source.AuthFromSecret(data)
 	}
+	if v := reg.Spec.Verify; v != nil && v.Commit != nil && o.Ref.SemVer != "" {
+		if mode := source.Mode(v.Commit.Mode); mode == source.ModeTag || mode == source.ModeTagAndHEAD {
+			keys, err := r.commitKeys(ctx, reg)
+			if err != nil {
+				return o, err
+			}
+			o.Verify = &source.VerifyOptions{Mode: mode, Keys: keys}
+		}
+	}
 	return o, nil
+}
+
+// revisionCommit is the commit of a revision `<name>@sha1:<40 hex>` or `sha1:<40 hex>`, or
+// "" when it has another form.
+func revisionCommit(revision string) string {
+	i := strings.LastIndex(revision, "sha1:")
+	if i < 0 || (i > 0 && revision[i-1] != '@') {
+		return ""
+	}
+	h := revision[i+len("sha1:"):]
+	if _, err := hex.DecodeString(h); err != nil || len(h) != 40 {
+		return ""
+	}
+	return h
+}
+
+// commitKeys reads and parses verify.commit.secretRef; a Secret without usable keys is
+// InvalidSecret (stalled) and sets SourceVerified=False.
+func (r *ManifestRegistryReconciler) commitKeys(ctx context.Context, reg *v1alpha1.ManifestRegistry) (*source.KeyRing, *stepError) {
+	name := reg.Spec.Verify.Commit.SecretRef.Name
+	data, serr := r.secretData(ctx, reg, name, "commit verification keys")
+	if serr != nil {
+		return nil, serr
+	}
+	keys, err := source.ParseKeys(data)
+	if err != nil {
+		e := fail(v1alpha1.ReasonInvalidSecret, true, "commit verification keys %s: %v", name, err)
+		setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, e.reason, e.msg)
+		return nil, e
+	}
+	return keys, nil
 }
 
 // inputsDigest hashes what a rendering is verified with besides the revision: the spec's
@@ -440,42 +518,63 @@ func sourceFailure(err error) *stepError {
 		return fail(v1alpha1.ReasonAuthenticationFailed, false, "%v", err)
 	case errors.Is(err, source.ErrRefNotFound):
 		return fail(v1alpha1.ReasonRefNotFound, false, "%v", err)
+	case errors.Is(err, source.ErrTooLarge):
+		return fail(v1alpha1.ReasonSourceTooLarge, false, "%v", err)
+	case errors.Is(err, source.ErrVerification), errors.Is(err, source.ErrInvalidKeys):
+		// A semver ref with verified tags where no candidate tag verifies.
+		return fail(v1alpha1.ReasonCommitVerificationFailed, false, "%v", err)
 	default:
 		return fail(v1alpha1.ReasonFetchFailed, false, "%v", err)
 	}
 }
 
-func (r *ManifestRegistryReconciler) verifyCommit(ctx context.Context, reg *v1alpha1.ManifestRegistry, art *source.Artifact) *stepError {
+// verifyCommit checks verify.commit on the fetched revision (mode Chain: every commit since
+// the last applied one) and names, in TagSkipped events, the higher semver tags Fetch
+// skipped because they do not verify.
+// verifyCommit checks the commit (and tag) signatures as spec.verify.commit says, and returns
+// the fingerprint of the key that signed the commit (else the tag); "" when nothing is verified.
+func (r *ManifestRegistryReconciler) verifyCommit(ctx context.Context, reg *v1alpha1.ManifestRegistry, art *source.Artifact) (string, *stepError) {
+	for _, t := range art.SkippedTags {
+		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventTagSkipped, art.Revision,
+			fmt.Sprintf("tag %s skipped, its signature does not verify: %s", t.Tag, t.Reason))
+	}
 	v := reg.Spec.Verify
 	if v == nil || v.Commit == nil {
 		removeCondition(reg, v1alpha1.ConditionSourceVerified)
-		return nil
+		return "", nil
 	}
-	data, serr := r.secretData(ctx, reg, v.Commit.SecretRef.Name, "commit verification keys")
+	keys, serr := r.commitKeys(ctx, reg)
 	if serr != nil {
-		return serr
+		return "", serr
 	}
-	keys, err := source.ParseKeys(data)
-	if err != nil {
-		e := fail(v1alpha1.ReasonInvalidSecret, true, "commit verification keys %s: %v", v.Commit.SecretRef.Name, err)
-		setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, e.reason, e.msg)
-		return e
-	}
-	res, err := source.Verify(art, source.Mode(v.Commit.Mode), keys)
+	mode := source.Mode(v.Commit.Mode)
+	res, err := source.Verify(art, mode, keys)
 	if err != nil {
 		e := fail(v1alpha1.ReasonCommitVerificationFailed, false, "%v", err)
 		setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, e.reason, e.msg)
-		return e
+		return "", e
 	}
 	var who []string
+	signer := ""
+	if res.Tag != nil {
+		signer = res.Tag.Fingerprint
+	}
 	if res.Commit != nil {
+		signer = res.Commit.Fingerprint
 		who = append(who, fmt.Sprintf("commit %s by %s", short(art.Commit), res.Commit.Fingerprint))
 	}
 	if res.Tag != nil {
 		who = append(who, fmt.Sprintf("tag %s by %s", art.Tag, res.Tag.Fingerprint))
 	}
+	if mode == source.ModeChain {
+		if art.Since == "" || art.Since == art.Commit {
+			who = append(who, "no earlier commits (first apply: the history is trusted on first use)")
+		} else {
+			who = append(who, fmt.Sprintf("all %d commits since %s", res.Chain, short(art.Since)))
+		}
+	}
 	setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionTrue, v1alpha1.ReasonVerified, "verified "+strings.Join(who, " and "))
-	return nil
+	return signer, nil
 }
 
 func short(s string) string {
@@ -501,6 +600,9 @@ func (r *ManifestRegistryReconciler) load(ctx context.Context, reg *v1alpha1.Man
 
 func (r *ManifestRegistryReconciler) loadBundle(ctx context.Context, reg *v1alpha1.ManifestRegistry, art *source.Artifact) (bundle.Bundle, *registry.IndexProof, *stepError) {
 	files, err := art.FS()
+	if errors.Is(err, source.ErrTooLarge) {
+		return bundle.Bundle{}, nil, sourceFailure(err)
+	}
 	if err != nil {
 		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonLoadFailed, false, "reading revision %s: %v", art.Revision, err)
 	}

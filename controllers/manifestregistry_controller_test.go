@@ -16,6 +16,7 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/internal/source"
 	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
 )
 
@@ -141,26 +142,37 @@ func TestBadRevisionsLeaveTheLastGoodRendering(t *testing.T) {
 	cases := []struct {
 		name   string
 		plain  bool
-		commit bool // verify.commit is set (HEAD, the test's SSH key)
-		break_ func(t *testing.T, repo *sourcetest.Repo, k keyPair)
+		commit bool   // verify.commit is set (HEAD, the test's SSH key)
+		mode   string // verify.commit.mode when not HEAD
+		break_ func(t *testing.T, repo *sourcetest.Repo, k keyPair, signer *sourcetest.SSHKey)
 		reason string
 		want   string
 	}{
-		{name: "forged manifest signature", break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair) {
+		{name: "file over the limit in spec.path", plain: true, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair, signer *sourcetest.SSHKey) {
+			repo.WriteZeros("reg/big.bin", 5<<20)
+			repo.Commit("a big file")
+		}, reason: v1alpha1.ReasonSourceTooLarge, want: "reg/big.bin is larger than the 4 MiB limit (--source-max-file-bytes)"},
+		{name: "unsigned commit under a signed head", commit: true, mode: v1alpha1.CommitVerifyChain, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair, signer *sourcetest.SSHKey) {
+			repo.WriteFile("README", "unsigned change\n")
+			repo.Commit("sneak in a change")
+			repo.WriteFile("README", "signed on top\n")
+			repo.CommitSigned("looks fine", signer)
+		}, reason: v1alpha1.ReasonCommitVerificationFailed, want: `"sneak in a change": signature verification failed: not signed`},
+		{name: "forged manifest signature", break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair, signer *sourcetest.SSHKey) {
 			refund := *fixtures(t)[2]
 			refund.Owner = "mallory"
 			publish(t, filepath.Join(repo.Dir, "reg"), other, &refund) // signed by a key nobody trusts
 			repo.Commit("mallory's refund")
 		}, reason: v1alpha1.ReasonSignatureVerificationFailed, want: "not trusted"},
-		{name: "unsigned commit", commit: true, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair) {
+		{name: "unsigned commit", commit: true, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair, signer *sourcetest.SSHKey) {
 			repo.WriteFile("README", "unsigned change\n")
 			repo.Commit("unsigned")
 		}, reason: v1alpha1.ReasonCommitVerificationFailed, want: "not signed"},
-		{name: "invalid YAML", plain: true, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair) {
+		{name: "invalid YAML", plain: true, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair, signer *sourcetest.SSHKey) {
 			repo.WriteFile("reg/broken.yaml", "tool: x\n  effect: [\n")
 			repo.Commit("broken")
 		}, reason: v1alpha1.ReasonValidationFailed, want: "reg/broken.yaml:2: invalid YAML"},
-		{name: "cross-manifest error", plain: true, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair) {
+		{name: "cross-manifest error", plain: true, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair, signer *sourcetest.SSHKey) {
 			repo.WriteFile("reg/orphan.yaml", "tool: x.write\neffect: reversible\npermission: x:write\ncompensation: {tool: x.undo, argument_map: {id: $result.id}}\n")
 			repo.Commit("orphan")
 		}, reason: v1alpha1.ReasonValidationFailed, want: `reg/orphan.yaml:4: x.write: compensation.tool: tool "x.undo" has no manifest`},
@@ -187,14 +199,18 @@ func TestBadRevisionsLeaveTheLastGoodRendering(t *testing.T) {
 			create(t, newRegistry(ns, "reg", repo.FileURL(), func(r *v1alpha1.ManifestRegistry) {
 				mutate(r)
 				if c.commit {
-					r.Spec.Verify.Commit = &v1alpha1.CommitVerification{Mode: v1alpha1.CommitVerifyHEAD, SecretRef: v1alpha1.LocalObjectReference{Name: "commit-keys"}}
+					mode := v1alpha1.CommitVerifyHEAD
+					if c.mode != "" {
+						mode = c.mode
+					}
+					r.Spec.Verify.Commit = &v1alpha1.CommitVerification{Mode: mode, SecretRef: v1alpha1.LocalObjectReference{Name: "commit-keys"}}
 				}
 			}))
 			good := "main@sha1:" + repo.Rev("HEAD")
 			waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, good)
 			before := configMap(t, ns, "reg-manifests")
 
-			c.break_(t, repo, k)
+			c.break_(t, repo, k, sshKey)
 			bad := "main@sha1:" + repo.Rev("HEAD")
 			requestReconcile(t, ns, "reg")
 			reg := waitReady(t, ns, "reg", metav1.ConditionFalse, c.reason, bad)
@@ -412,8 +428,8 @@ func TestBranchResetToAnOldCommitIsRefused(t *testing.T) {
 	repo.Git("reset", "-q", "--hard", old)
 	oldRev := "main@sha1:" + old
 	requestReconcile(t, ns, "reg")
-	reg := waitReady(t, ns, "reg", metav1.ConditionFalse, v1alpha1.ReasonVersionDowngrade, oldRev)
-	if m := condition(reg.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(m, "older than sequence") || !strings.Contains(m, v1alpha1.AnnotationAcceptRevision+"="+oldRev) {
+	reg := waitReady(t, ns, "reg", metav1.ConditionFalse, v1alpha1.ReasonRevisionNotDescendant, oldRev)
+	if m := condition(reg.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(m, "does not descend from commit "+short(repo.Rev("ORIG_HEAD"))) || !strings.Contains(m, v1alpha1.AnnotationAcceptRevision+"="+oldRev) {
 		t.Fatalf("message %q", m)
 	}
 	// Whatever changes in the spec (here the interval), the downgrade stays refused.
@@ -428,7 +444,7 @@ func TestBranchResetToAnOldCommitIsRefused(t *testing.T) {
 		}
 		return ""
 	})
-	waitReady(t, ns, "reg", metav1.ConditionFalse, v1alpha1.ReasonVersionDowngrade, oldRev)
+	waitReady(t, ns, "reg", metav1.ConditionFalse, v1alpha1.ReasonRevisionNotDescendant, oldRev)
 	if after := configMap(t, ns, "reg-manifests"); after.ResourceVersion != before.ResourceVersion {
 		t.Fatal("the last good rendering was replaced")
 	}
@@ -448,6 +464,32 @@ func TestBranchResetToAnOldCommitIsRefused(t *testing.T) {
 		t.Fatalf("snapshot %+v", s)
 	}
 	waitEvent(t, ns, "reg", v1alpha1.EventRevisionOverrideAccepted+": applied because the annotation")
+}
+
+// A new commit on top that puts an older signed registry back (the folder of an old commit,
+// committed again) descends from the applied commit, but its index sequence is lower: refused.
+func TestRestoredOlderIndexIsRefused(t *testing.T) {
+	ns := namespace(t)
+	k := newKey(t)
+	repo := signedRegistryRepo(t, k)
+	old := repo.Rev("HEAD")
+	refund := *fixtures(t)[2]
+	refund.Owner = "payments-team@example.com"
+	publish(t, filepath.Join(repo.Dir, "reg"), k, &refund)
+	repo.Commit("refund v2")
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
+	create(t, newRegistry(ns, "reg", repo.FileURL(), withKeys("manifest-keys")))
+	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
+
+	repo.Git("rm", "-q", "-r", "reg")
+	repo.Git("checkout", old, "--", "reg")
+	repo.Commit("bring back the old rules")
+	rev := "main@sha1:" + repo.Rev("HEAD")
+	requestReconcile(t, ns, "reg")
+	reg := waitReady(t, ns, "reg", metav1.ConditionFalse, v1alpha1.ReasonVersionDowngrade, rev)
+	if m := condition(reg.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(m, "index.json sequence 1, older than sequence 2") {
+		t.Fatalf("message %q", m)
+	}
 }
 
 // Options that cannot work until the spec changes stall the registry (no retries); suspending
@@ -516,5 +558,71 @@ func TestEditedRenderingIsRestored(t *testing.T) {
 	})
 	if again := configMap(t, ns, "reg-manifests"); again.ResourceVersion != restored.ResourceVersion {
 		t.Fatal("the restored rendering was written again without a change")
+	}
+}
+
+// With verify.commit mode Tag a semver ref takes the highest tag whose signature verifies; a
+// higher tag by an untrusted key is skipped and named in a TagSkipped event.
+func TestSemverSkipsAnUntrustedTag(t *testing.T) {
+	ns := namespace(t)
+	k := newKey(t)
+	trusted, stranger := sourcetest.NewSSHKey(t), sourcetest.NewSSHKey(t)
+	repo := signedRegistryRepo(t, k)
+	repo.TagSigned("v1.0.0", "release 1.0.0", trusted)
+	good := repo.Rev("HEAD")
+	refund := *fixtures(t)[2]
+	refund.Owner = "mallory"
+	publish(t, filepath.Join(repo.Dir, "reg"), k, &refund)
+	repo.Commit("a change nobody released")
+	repo.TagSigned("v1.1.0", "release 1.1.0", stranger)
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
+	createSecret(t, ns, "release-keys", map[string][]byte{"release.sshpub": trusted.AuthorizedKey})
+	create(t, newRegistry(ns, "reg", repo.FileURL(), func(r *v1alpha1.ManifestRegistry) {
+		withKeys("manifest-keys")(r)
+		r.Spec.Ref = &v1alpha1.GitRef{SemVer: ">=1.0.0"}
+		r.Spec.Verify.Commit = &v1alpha1.CommitVerification{Mode: v1alpha1.CommitVerifyTag, SecretRef: v1alpha1.LocalObjectReference{Name: "release-keys"}}
+	}))
+	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "v1.0.0@sha1:"+good)
+	eventually(t, 10*time.Second, func() string {
+		var evs eventsv1.EventList
+		if err := k8s.List(t.Context(), &evs, client.InNamespace(ns)); err != nil {
+			return err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Reason == v1alpha1.EventTagSkipped && e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, "tag v1.1.0 skipped") &&
+				strings.Contains(e.Note, stranger.Fingerprint) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("no TagSkipped event naming v1.1.0 among %d events", len(evs.Items))
+	})
+}
+
+// file:// needs --allow-file-urls: without it the registry is InvalidSpec (stalled), and the
+// message says so.
+func TestFileURLsNeedTheFlag(t *testing.T) {
+	repo := sourcetest.NewRepo(t)
+	repo.Commit("empty")
+	r := &ManifestRegistryReconciler{}
+	o, serr := r.sourceOptions(t.Context(), newRegistry("ns", "reg", repo.FileURL(), nil))
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	_, err := source.RemoteRevision(t.Context(), o)
+	e := sourceFailure(err)
+	if e.reason != v1alpha1.ReasonInvalidSpec || !e.stalled || !strings.Contains(e.msg, "--allow-file-urls") {
+		t.Fatalf("%+v", e)
+	}
+}
+
+func TestRevisionCommit(t *testing.T) {
+	h := strings.Repeat("ab", 20)
+	for rev, want := range map[string]string{
+		"main@sha1:" + h: h, "sha1:" + h: h, "v1.0.0@sha1:" + h: h, "feature/x@sha1:" + h: h,
+		"": "", "main@sha1:abc": "", "main@" + h: "", "mainsha1:" + h: "", "sha256:" + h: "",
+	} {
+		if got := revisionCommit(rev); got != want {
+			t.Errorf("revisionCommit(%q) = %q, want %q", rev, got, want)
+		}
 	}
 }

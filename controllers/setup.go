@@ -23,6 +23,12 @@ type Options struct {
 	// SigningKey signs the snapshot of every rendering (EnsureSigningKey reads it from its
 	// Secret). Nil: a key for this process only (EphemeralSigningKey), for tests.
 	SigningKey *SigningKey
+	// AllowFileURLs lets ManifestRegistries use file:// URLs (repositories on the
+	// controller's disk: demos and tests).
+	AllowFileURLs bool
+	// SourceMaxFileBytes and SourceMaxTotalBytes bound one file under a registry's spec.path
+	// and all of them, in bytes (0: 4 MiB and 64 MiB).
+	SourceMaxFileBytes, SourceMaxTotalBytes int64
 }
 
 // Setup registers every reconciler with the manager.
@@ -36,7 +42,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	if err := (&ManifestRegistryReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
-		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader(),
+		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader(), AllowFileURLs: o.AllowFileURLs,
+		SourceMaxFileBytes: o.SourceMaxFileBytes, SourceMaxTotalBytes: o.SourceMaxTotalBytes,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

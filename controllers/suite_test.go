@@ -60,7 +60,7 @@ func TestMain(m *testing.M) {
 		ctlKey, err = EphemeralSigningKey()
 	}
 	if err == nil {
-		err = Setup(mgr, Options{MaxShardBytes: testShardBytes, Webhooks: true, SigningKey: ctlKey})
+		err = Setup(mgr, Options{MaxShardBytes: testShardBytes, Webhooks: true, SigningKey: ctlKey, AllowFileURLs: true})
 	}
 	if err != nil {
 		envErr = err

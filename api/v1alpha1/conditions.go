@@ -47,8 +47,14 @@ const (
 	ReasonFetchFailed = "FetchFailed"
 	// ReasonRefNotFound: the branch, tag, semver range or commit does not exist.
 	ReasonRefNotFound = "RefNotFound"
-	// ReasonCommitVerificationFailed: the HEAD commit or the tag is unsigned or not signed
-	// by a key in verify.commit.secretRef.
+	// ReasonSourceTooLarge: a limit of the controller was hit: a file under spec.path is
+	// larger than --source-max-file-bytes, the files under it total more than
+	// --source-max-total-bytes, the git server sent more than the limits allow, or the history
+	// back to the last applied commit is too long to check.
+	ReasonSourceTooLarge = "SourceTooLarge"
+	// ReasonCommitVerificationFailed: the HEAD commit or the tag (or, in mode Chain, a commit
+	// since the last applied one) is unsigned or not signed by a key in
+	// verify.commit.secretRef.
 	ReasonCommitVerificationFailed = "CommitVerificationFailed"
 	// ReasonLoadFailed: the manifests could not be read (bad YAML or JSON, missing path,
 	// malformed registry folder).
@@ -87,6 +93,9 @@ const (
 	// EventRevisionOverrideAccepted (Warning): the reversi.dev/accept-revision annotation made
 	// the controller apply a revision the ancestry or sequence checks refused.
 	EventRevisionOverrideAccepted = "RevisionOverrideAccepted"
+	// EventTagSkipped (Warning): a tag in the semver range, higher than the one applied, was
+	// skipped because its signature does not verify (one event per tag, naming it and why).
+	EventTagSkipped = "TagSkipped"
 )
 
 // Annotations read or written by the controllers.

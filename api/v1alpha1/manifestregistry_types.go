@@ -23,6 +23,9 @@ const (
 	CommitVerifyTag = "Tag"
 	// CommitVerifyTagAndHEAD verifies both the tag and the commit it points at.
 	CommitVerifyTagAndHEAD = "TagAndHEAD"
+	// CommitVerifyChain verifies the commit the ref points at and every commit since the last
+	// applied one (the head only on the first apply: trust on first use).
+	CommitVerifyChain = "Chain"
 )
 
 // Defaults of ManifestRegistrySpec, also applied by the API server.
@@ -38,7 +41,7 @@ const (
 // ManifestRegistrySpec says where the manifests are, how to check them and how often.
 //
 // +kubebuilder:validation:XValidation:rule="self.format != 'Registry' || (has(self.verify) && has(self.verify.manifestKeysSecretRef))",message="format Registry needs verify.manifestKeysSecretRef: name the Secret with the Ed25519 public keys every version must be signed by (or use format Plain)"
-// +kubebuilder:validation:XValidation:rule="!has(self.verify) || !has(self.verify.commit) || self.verify.commit.mode == 'HEAD' || (has(self.ref) && (has(self.ref.tag) || has(self.ref.semver)))",message="verify.commit.mode Tag and TagAndHEAD need ref.tag or ref.semver: a branch or a commit has no tag to verify"
+// +kubebuilder:validation:XValidation:rule="!has(self.verify) || !has(self.verify.commit) || self.verify.commit.mode in ['HEAD', 'Chain'] || (has(self.ref) && (has(self.ref.tag) || has(self.ref.semver)))",message="verify.commit.mode Tag and TagAndHEAD need ref.tag or ref.semver: a branch or a commit has no tag to verify"
 type ManifestRegistrySpec struct {
 	// URL of the git repository: https://host/path, ssh://[user@]host[:port]/path,
 	// user@host:path (scp-like SSH) or file:///path (a repository on the controller's file
@@ -155,11 +158,16 @@ type RegistryVerification struct {
 
 // CommitVerification checks git commit and tag signatures.
 type CommitVerification struct {
-	// Mode says what is verified: HEAD (the default) the commit the ref resolves to, Tag the
-	// annotated tag (needs ref.tag or ref.semver), TagAndHEAD both.
+	// Mode says what is verified: HEAD (the default, as in Flux) the commit the ref resolves
+	// to, Tag the annotated tag (needs ref.tag or ref.semver), TagAndHEAD both, Chain the
+	// commit the ref resolves to and every commit since the last applied one
+	// (status.artifact.revision): an unsigned commit under a signed head is refused. On the
+	// first apply Chain verifies only the head (trust on first use). With Tag or TagAndHEAD a
+	// semver ref takes the highest tag in range whose signatures verify; higher tags that do
+	// not are skipped with a TagSkipped event.
 	// +optional
 	// +kubebuilder:default=HEAD
-	// +kubebuilder:validation:Enum=HEAD;Tag;TagAndHEAD
+	// +kubebuilder:validation:Enum=HEAD;Tag;TagAndHEAD;Chain
 	Mode string `json:"mode,omitempty"`
 
 	// SecretRef names a Secret with the trusted keys: every data key ending in `.sshpub` holds

@@ -19,13 +19,15 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/controllers"
+	"github.com/reversi-gitops/reversi/internal/source"
 )
 
 func init() { register(newControllerCmd) }
 
 func newControllerCmd() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey string
-	var leaderElect, devLog, webhooks bool
+	var leaderElect, devLog, webhooks, allowFileURLs bool
+	var maxFileBytes, maxTotalBytes int64
 	var webhookPort int
 	var webhookCertDir string
 	cmd := &cobra.Command{
@@ -33,6 +35,9 @@ func newControllerCmd() *cobra.Command {
 		Short: "Run the controller: ManifestRegistry, ToolManifest and ApprovalRequest reconcilers and the Approval webhooks (controller-runtime)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if maxFileBytes <= 0 || maxTotalBytes <= 0 {
+				return fmt.Errorf("--source-max-file-bytes and --source-max-total-bytes must be positive")
+			}
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
@@ -53,7 +58,8 @@ func newControllerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks, SigningKey: key}); err != nil {
+			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks, SigningKey: key,
+				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes}); err != nil {
 				return err
 			}
 			if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -71,7 +77,10 @@ func newControllerCmd() *cobra.Command {
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "where /healthz and /readyz listen")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so only one replica reconciles")
 	f.StringVar(&keysSecret, "tool-manifest-keys-secret", controllers.TrustedKeysSecret, "the Secret, in each namespace, with the public keys ToolManifest signatures must verify against")
-	f.StringVar(&tempDir, "temp-dir", "", "where checkouts are made (default: the system temp folder)")
+	f.StringVar(&tempDir, "temp-dir", "", "where fetched repositories are kept while a registry reconciles (default: the system temp folder)")
+	f.BoolVar(&allowFileURLs, "allow-file-urls", false, "let ManifestRegistries use file:// URLs, which read repositories on the controller's own disk (demos and tests)")
+	f.Int64Var(&maxFileBytes, "source-max-file-bytes", source.DefaultMaxFileBytes, "the largest file a registry may hold under spec.path, in bytes (also the largest object a git server may send)")
+	f.Int64Var(&maxTotalBytes, "source-max-total-bytes", source.DefaultMaxTotalBytes, "the most bytes of files a registry may hold under spec.path (also per pack a git server sends)")
 	f.StringVar(&signingKey, "signing-key-secret", "", "NAMESPACE/NAME of the Secret with the controller's own Ed25519 key, which signs every rendering's snapshot; created on first start (default: $POD_NAMESPACE, else reversi-system, /"+controllers.DefaultSigningKeySecret+")")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
 	f.BoolVar(&webhooks, "webhooks", true, "serve the Approval admission webhooks (needs a serving certificate in --webhook-cert-dir)")

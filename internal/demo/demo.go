@@ -17,6 +17,8 @@ package demo
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -398,7 +400,9 @@ func (s *story) repository(ctx context.Context) error {
 		return err
 	}
 	for _, kv := range [][2]string{{"user.name", "Platform Team"}, {"user.email", "platform@example.com"},
-		{"gpg.format", "ssh"}, {"user.signingkey", filepath.Join(keys, "git_ed25519")}, {"commit.gpgsign", "true"}} {
+		{"gpg.format", "ssh"}, {"user.signingkey", filepath.Join(keys, "git_ed25519")}, {"commit.gpgsign", "true"},
+		// Serve partial clones, as hosted git servers do: the controller fetches only what it reads.
+		{"uploadpack.allowFilter", "true"}} {
 		if _, err := s.git(ctx, "config", kv[0], kv[1]); err != nil {
 			return err
 		}
@@ -425,7 +429,9 @@ func (s *story) controller(ctx context.Context) error {
 	wh := s.env.WebhookInstallOptions
 	argv := []string{"controller", "--kubeconfig", s.admin, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir,
-		"--temp-dir", filepath.Join(s.dir, "checkouts")}
+		"--temp-dir", filepath.Join(s.dir, "checkouts"),
+		// The demo's repository is a folder on this machine.
+		"--allow-file-urls"}
 	if err := os.MkdirAll(filepath.Join(s.dir, "checkouts"), 0o700); err != nil {
 		return err
 	}
@@ -646,6 +652,13 @@ spec:
 		if err != nil {
 			return err
 		}
+		if e.Name == configDigestEnv {
+			// The gateway checks its gateway.yaml against the Deployment's digest. The local copy
+			// names local paths, so the player checks the rendered file and passes the copy's.
+			if v, err = s.localConfigDigest(ctx, v, mounts); err != nil {
+				return err
+			}
+		}
 		penv = append(penv, e.Name+"="+v)
 	}
 	if err := s.start("gateway", s.bin, argv, penv); err != nil {
@@ -670,6 +683,31 @@ spec:
 	}
 	s.say("The agent %s is connected to http://127.0.0.1:%d/mcp with its API key.", Agent, s.port)
 	return nil
+}
+
+// configDigestEnv is the env var a ReversiGateway's container checks its gateway.yaml with.
+const configDigestEnv = "REVERSI_CONFIG_DIGEST"
+
+// localConfigDigest checks that the rendered `<gateway>-config` holds the gateway.yaml the
+// Deployment names (want), and returns the digest of its local copy.
+func (s *story) localConfigDigest(ctx context.Context, want string, mounts map[string]string) (string, error) {
+	var cm corev1.ConfigMap
+	if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: Gateway + "-config"}, &cm); err != nil {
+		return "", err
+	}
+	if d := sha256Hex([]byte(cm.Data["gateway.yaml"])); d != want {
+		return "", fmt.Errorf("ConfigMap %s-config holds a gateway.yaml with digest %s, the Deployment expects %s", Gateway, d, want)
+	}
+	local, err := os.ReadFile(filepath.Join(mounts["/etc/reversi/config"], "gateway.yaml"))
+	if err != nil {
+		return "", err
+	}
+	return sha256Hex(local), nil
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // serviceAccountKubeconfig mints a token of the ServiceAccount (TokenRequest, as the kubelet

@@ -22,6 +22,7 @@ import (
 // Usually fixed on the remote or in the credentials; retrying is reasonable:
 // ErrAuthFailed, ErrHostKey, ErrRepositoryNotFound, ErrRefNotFound, ErrUnreachable,
 // ErrTimeout, ErrFetchFailed. ErrVerification means the fetched revision must not be used.
+// ErrTooLarge is fixed in the repository (or by raising a limit).
 var (
 	// ErrInvalidOptions: the Options cannot work as given (no ref or several, bad URL or
 	// scheme, ssh without known_hosts, credentials that do not fit the scheme, a malformed
@@ -41,8 +42,14 @@ var (
 	// ErrRefNotFound: the branch, tag or commit does not exist on the remote, no tag matches
 	// the semver range, or the repository is empty.
 	ErrRefNotFound = errors.New("reference not found")
-	// ErrFetchFailed: any other failure while talking to the remote or checking out.
+	// ErrFetchFailed: any other failure while talking to the remote or reading the objects.
 	ErrFetchFailed = errors.New("fetch failed")
+	// ErrTooLarge: a limit was hit: a file under Options.Path is larger than
+	// Options.MaxFileBytes (or the server's filter left it out for that reason), the files
+	// under Path total more than Options.MaxTotalBytes, a pack the server sent breaks a
+	// limit (one object, the sum of the objects, their count, the compressed size), or the
+	// history needed for an ancestry check is longer than Options.MaxCommits.
+	ErrTooLarge = errors.New("over the size limit")
 	// ErrVerification: a commit or tag signature is missing, made by an untrusted key,
 	// invalid (tampered), of an unsupported kind, or the mode needs a tag that is absent.
 	ErrVerification = errors.New("signature verification failed")
@@ -54,7 +61,7 @@ var (
 // set, is the underlying cause (a go-git, network or crypto error). errors.Is matches both.
 // Error() reads "<op> <subject>: <kind>: <cause> (<hint>)"; URLs never carry credentials.
 type Error struct {
-	Op      string // "fetch", "list", "options", "verify", "keys"
+	Op      string // "fetch", "list", "options", "verify", "keys", "read", "ancestry"
 	Subject string // the URL (redacted), or the commit/tag being verified, or the key entry
 	Kind    error
 	Err     error

@@ -1,12 +1,43 @@
-// Package source fetches a git repository at a ref into a temporary worktree and verifies
-// the signatures of its HEAD commit and tag. It is what the ManifestRegistry reconciler
-// calls; it has no Kubernetes dependency (Secret data comes in as map[string][]byte).
+// Package source fetches one revision of a git repository into a temporary directory,
+// bounded in memory and disk, and verifies the signatures of its commits and tags. It is
+// what the ManifestRegistry reconciler calls; it has no Kubernetes dependency (Secret data
+// comes in as map[string][]byte).
 //
-// Fetching goes through go-git (https, http, ssh with known_hosts, file); refs are a branch,
-// a tag, a semver range over tags (the highest matching tag wins, Masterminds/semver) or a
-// full commit SHA. Revisions use Flux's form: `main@sha1:<hex>`, `v1.2.0@sha1:<hex>`,
+// Refs are a branch, a tag, a semver range over tags (the highest matching tag wins,
+// Masterminds/semver; with tag verification the highest whose signature verifies) or a full
+// commit SHA. Revisions use Flux's form: `main@sha1:<hex>`, `v1.2.0@sha1:<hex>`,
 // `sha1:<hex>`. Signatures: SSH (hiddeco/sshsig, namespace "git") and OpenPGP (go-git's
 // Commit.Verify / Tag.Verify). Every error is an *Error matching one sentinel (errors.Is).
+//
+// # Bounded, partial fetch
+//
+// Fetch speaks git's upload-pack protocol through go-git's transports (https, http, ssh
+// with known_hosts, file) and never checks files out:
+//
+//   - The content of the one commit is fetched shallow (depth 1) with the partial-clone filter
+//     `blob:limit=<MaxFileBytes+1>` when the server advertises the `filter` capability: blobs
+//     over the limit are not sent at all.
+//   - When Options.Since names the commit applied last, the commit history of the head is
+//     fetched too, without trees or blobs (`filter tree:0`), first 64 commits deep, then
+//     MaxCommits deep if that did not reach Since: enough for Artifact.Descends and for
+//     Verify's mode Chain. A commit ref is found the same way, in the history of its branch
+//     (or of every branch and tag), and its content fetched from the nearest tip.
+//   - Every pack the server sends is written to a file in the temporary directory (its
+//     compressed size bounded by MaxTotalBytes + MaxTotalBytes/16 + 8 MiB) and scanned
+//     object header by object header with go-git's packfile.Scanner before go-git indexes it:
+//     each object's inflated size (the header's length; for a delta, the target size from the
+//     delta's own header) must be at most MaxFileBytes, their sum at most MaxTotalBytes and
+//     their count at most MaxObjects. So a server that ignores the filter cannot make the
+//     process inflate a large object: go-git's indexer inflates every object whole.
+//   - Artifact.FS reads only the files under Options.Path, checking each blob's size (from
+//     its object header) against MaxFileBytes and the running total against MaxTotalBytes
+//     before reading it. A blob under Path that the filter left out is ErrTooLarge.
+//
+// Without the `filter` capability (git's uploadpack.allowFilter is false, the default of a
+// bare git server) the same fetches are made unfiltered and the same limits apply: a
+// repository whose commit holds a file over MaxFileBytes anywhere, or whose history within
+// the fetched depth holds more than MaxTotalBytes, fails with ErrTooLarge and a message
+// that names uploadpack.allowFilter. Nothing is ever inflated past the limits.
 package source
 
 import (
@@ -15,9 +46,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -29,6 +62,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/skeema/knownhosts"
 	"golang.org/x/crypto/ssh"
@@ -36,6 +70,22 @@ import (
 
 // DefaultTimeout bounds Fetch and RemoteRevision when Options.Timeout is zero.
 const DefaultTimeout = 60 * time.Second
+
+// Default limits of Options (used when the field is zero).
+const (
+	// DefaultMaxFileBytes bounds one file (one git object): 4 MiB.
+	DefaultMaxFileBytes int64 = 4 << 20
+	// DefaultMaxTotalBytes bounds the files under Path, and the inflated objects of one
+	// pack: 64 MiB.
+	DefaultMaxTotalBytes int64 = 64 << 20
+	// DefaultMaxObjects bounds the objects of one pack.
+	DefaultMaxObjects = 100_000
+	// DefaultMaxCommits bounds the depth of the history fetched for Since and commit refs.
+	DefaultMaxCommits = 10_000
+	// MaxTagCandidates is how many of the highest tags in a semver range are tried, highest
+	// first, when tags are verified.
+	MaxTagCandidates = 10
+)
 
 // Ref selects what to fetch. Exactly one of Branch, Tag, SemVer and Commit is set, except
 // that Commit may come with Branch (the branch to fetch the commit from; it also names the
@@ -47,6 +97,8 @@ type Ref struct {
 	// highest tag that parses as a version and satisfies it is fetched. Pre-release tags
 	// only match constraints that name a pre-release. Between tags of equal precedence
 	// (v1.0.0 and 1.0.0, or differing build metadata) the lexically greatest name wins.
+	// With Options.Verify in mode Tag or TagAndHEAD, the highest tag whose signatures verify
+	// wins instead (see Options.Verify).
 	SemVer string
 	// Commit is a full 40-hex SHA-1.
 	Commit string
@@ -82,39 +134,90 @@ func AuthFromSecret(data map[string][]byte) Auth {
 	}
 }
 
-// Options describe one fetch.
+// Options describe one fetch. Zero limits mean the defaults; negative ones are
+// ErrInvalidOptions.
 type Options struct {
-	// URL is https://, http://, ssh://[user@]host[:port]/path or file:///abs/path.
-	// Credentials belong in Auth, not in the URL.
+	// URL is https://, http://, ssh://[user@]host[:port]/path or file:///abs/path (only with
+	// AllowFileURLs). Credentials belong in Auth, not in the URL.
 	URL string
 	Ref Ref
 	// Auth is ignored for file URLs (it must be empty).
 	Auth Auth
-	// Timeout bounds the whole operation (listing, cloning, checkout); zero means
+	// Timeout bounds the whole operation (listing and every fetch); zero means
 	// DefaultTimeout. The context's own deadline, if earlier, applies too.
 	Timeout time.Duration
-	// TempDir is where the worktree directory (and, for a moment, a copy of known_hosts) is
+	// TempDir is where the artifact's directory (and, for a moment, a copy of known_hosts) is
 	// created; empty means os.TempDir().
 	TempDir string
-	// ObjectsOnly clones the git objects without checking files out: read them with
-	// Artifact.FS. Much faster for many small files (no file per blob on disk).
-	ObjectsOnly bool
+	// Path is the folder, slash-separated and relative to the repository root, that
+	// Artifact.FS reads: "" or "." is the whole tree. Nothing outside it is read.
+	Path string
+	// MaxFileBytes bounds one file under Path and one object of any pack the server sends,
+	// in bytes (inflated); DefaultMaxFileBytes when zero.
+	MaxFileBytes int64
+	// MaxTotalBytes bounds the sum of the files under Path, and the sum of the inflated
+	// objects of one pack, in bytes; DefaultMaxTotalBytes when zero.
+	MaxTotalBytes int64
+	// MaxObjects bounds the number of objects of one pack; DefaultMaxObjects when zero.
+	MaxObjects int
+	// MaxCommits bounds the depth, in commits, of the history fetched for Since and for a
+	// commit ref; DefaultMaxCommits when zero.
+	MaxCommits int
+	// AllowFileURLs permits file:// URLs, which read repositories on this machine's disk.
+	// Without it a file URL is ErrInvalidOptions.
+	AllowFileURLs bool
+	// Since is the 40-hex commit applied last, or "" for none (a first apply). When set and
+	// different from the fetched commit, the history between them is fetched (commits only)
+	// for Artifact.Descends and Verify's ModeChain.
+	Since string
+	// Verify is the trust that Fetch needs itself: with a SemVer ref and Mode Tag or
+	// TagAndHEAD, Fetch tries the MaxTagCandidates highest tags in the range, highest first
+	// (their tag objects and commits only, no trees), and takes the first whose signatures
+	// verify with Keys; the higher ones are returned in Artifact.SkippedTags. Fetch does not
+	// verify otherwise: call Verify on the Artifact. Nil for none.
+	Verify *VerifyOptions
 }
 
-// Artifact is a fetched revision checked out in Dir. Call Cleanup when done with it.
+// VerifyOptions are the mode and trusted keys Fetch uses to choose a semver tag.
+type VerifyOptions struct {
+	Mode Mode
+	Keys *KeyRing
+}
+
+// SkippedTag is a tag in the semver range, higher than the one fetched, that was not taken
+// because its signatures do not verify.
+type SkippedTag struct {
+	Tag string
+	// Reason says why, e.g. "signed by SSH key SHA256:..., which is not a trusted key".
+	Reason string
+}
+
+// Artifact is a fetched revision: its git objects in Dir (nothing is checked out). Call
+// Cleanup when done with it.
 type Artifact struct {
-	// Dir is the worktree (with its .git directory); it belongs to the caller.
+	// Dir holds the objects (a bare repository in Dir/.git); it belongs to the caller.
 	Dir string
 	// Revision is `<branch or tag>@sha1:<commit>`, or `sha1:<commit>` for a bare commit ref.
 	Revision string
-	// Commit is the 40-hex SHA-1 of the checked-out commit.
+	// Commit is the 40-hex SHA-1 of the fetched commit.
 	Commit string
 	// Tag is the tag name for Tag and SemVer refs, empty otherwise.
 	Tag string
 	// URL is the remote, without credentials.
 	URL string
+	// Since is Options.Since (lower-case), "" when none was given.
+	Since string
+	// SkippedTags are the tags higher than Tag in the semver range whose signatures did not
+	// verify, highest first (only with Options.Verify verifying tags).
+	SkippedTags []SkippedTag
 
-	repo *git.Repository
+	store     *filesystem.Storage
+	tagObject plumbing.Hash // the annotated tag object of Tag; zero for a lightweight tag
+	path      string        // Options.Path, cleaned ("." for the whole tree)
+	maxFile   int64
+	maxTotal  int64
+	maxWalk   int // bound of history walks (commits)
+	depth     int // the depth of the history fetched, 0 when only the commit was fetched
 }
 
 // Cleanup removes Dir. It is safe to call more than once and on a nil Artifact.
@@ -123,30 +226,82 @@ func (a *Artifact) Cleanup() error {
 		return nil
 	}
 	err := os.RemoveAll(a.Dir)
-	a.Dir, a.repo = "", nil
+	a.Dir, a.store = "", nil
 	return err
 }
 
-// prepared is Options after validation: the parsed URL and the go-git auth method.
+// prepared is Options after validation: the parsed URL, the go-git auth method and the
+// limits with their defaults.
 type prepared struct {
-	objectsOnly bool
-	url         string // as given, for go-git
-	display     string // redacted, for messages
-	auth        transport.AuthMethod
-	ca          []byte
-	ref         Ref
-	semver      *semver.Constraints
-	timeout     time.Duration
+	url      string // as given, for go-git
+	display  string // redacted, for messages
+	scheme   string
+	auth     transport.AuthMethod
+	ca       []byte
+	ref      Ref
+	semver   *semver.Constraints
+	timeout  time.Duration
+	path     string
+	maxFile  int64
+	maxTotal int64
+	maxObj   int
+	maxDepth int
+	since    string
+	verify   *VerifyOptions
 }
 
-// prepare validates o. Errors are ErrInvalidOptions and say which field to fix.
+// verifiesTags says whether Fetch must choose a semver tag by its signatures.
+func (p *prepared) verifiesTags() bool {
+	return p.verify != nil && (p.verify.Mode == ModeTag || p.verify.Mode == ModeTagAndHEAD)
+}
+
+// prepare validates o. Errors are ErrInvalidOptions (or ErrInvalidKeys for Verify without
+// keys) and say which field to fix.
 func prepare(o Options) (*prepared, error) {
-	p := &prepared{url: o.URL, ref: o.Ref, timeout: o.Timeout, objectsOnly: o.ObjectsOnly}
+	p := &prepared{url: o.URL, ref: o.Ref, timeout: o.Timeout,
+		maxFile: o.MaxFileBytes, maxTotal: o.MaxTotalBytes, maxObj: o.MaxObjects, maxDepth: o.MaxCommits}
 	if p.timeout < 0 {
 		return nil, optionsError("timeout %s is negative", o.Timeout)
 	}
 	if p.timeout == 0 {
 		p.timeout = DefaultTimeout
+	}
+	if p.maxFile < 0 || p.maxTotal < 0 || p.maxObj < 0 || p.maxDepth < 0 {
+		return nil, optionsError("limits must not be negative (max file %d, max total %d, max objects %d, max commits %d)",
+			o.MaxFileBytes, o.MaxTotalBytes, o.MaxObjects, o.MaxCommits)
+	}
+	if p.maxFile == 0 {
+		p.maxFile = DefaultMaxFileBytes
+	}
+	if p.maxTotal == 0 {
+		p.maxTotal = DefaultMaxTotalBytes
+	}
+	if p.maxObj == 0 {
+		p.maxObj = DefaultMaxObjects
+	}
+	if p.maxDepth == 0 {
+		p.maxDepth = DefaultMaxCommits
+	}
+	var err error
+	if p.path, err = cleanPath(o.Path); err != nil {
+		return nil, err
+	}
+	if o.Since != "" {
+		p.since = strings.ToLower(o.Since)
+		if _, err := hex.DecodeString(p.since); err != nil || len(p.since) != 40 {
+			return nil, optionsError("since %q is not a full 40-character SHA-1", o.Since)
+		}
+	}
+	if v := o.Verify; v != nil {
+		switch v.Mode {
+		case "", ModeHEAD, ModeTag, ModeTagAndHEAD, ModeChain:
+		default:
+			return nil, optionsError("verify mode %q is not one of HEAD, Tag, TagAndHEAD, Chain", v.Mode)
+		}
+		if v.Keys.Len() == 0 {
+			return nil, &Error{Op: "options", Kind: ErrInvalidKeys, Err: errors.New("verify has no trusted keys")}
+		}
+		p.verify = v
 	}
 	if o.URL == "" {
 		return nil, optionsError("url is empty")
@@ -156,6 +311,7 @@ func prepare(o Options) (*prepared, error) {
 		return nil, optionsError("url %q is not a URL; use https://, ssh://user@host/path or file:///path", o.URL)
 	}
 	p.display = u.Redacted()
+	p.scheme = u.Scheme
 	if err := prepareRef(p); err != nil {
 		return nil, err
 	}
@@ -226,6 +382,9 @@ func prepare(o Options) (*prepared, error) {
 		keys.HostKeyAlgorithms = db.HostKeyAlgorithms(net.JoinHostPort(u.Hostname(), port))
 		p.auth = keys
 	case "file":
+		if !o.AllowFileURLs {
+			return nil, optionsError("file URL %s refused: file:// reads repositories on the controller's own disk, so the controller must be started with --allow-file-urls to use it", p.display)
+		}
 		if u.Host != "" && u.Host != "localhost" {
 			return nil, optionsError("file url %s names a host; use file:///absolute/path", p.display)
 		}
@@ -240,6 +399,15 @@ func prepare(o Options) (*prepared, error) {
 		return nil, optionsError("url scheme %q is not supported; use https, http, ssh or file (for scp-like addresses write ssh://user@host/path)", u.Scheme)
 	}
 	return p, nil
+}
+
+// cleanPath makes Options.Path a valid fs.FS path ("." for the whole tree).
+func cleanPath(s string) (string, error) {
+	c := path.Clean(strings.TrimPrefix(s, "./"))
+	if c == "" || !fs.ValidPath(c) {
+		return "", optionsError("path %q must be a folder inside the repository (relative, without .. segments)", s)
+	}
+	return c, nil
 }
 
 func prepareRef(p *prepared) error {
@@ -354,9 +522,10 @@ func listRefs(ctx context.Context, p *prepared) ([]*plumbing.Reference, error) {
 
 // resolved is a ref resolved against the remote's advertisement.
 type resolved struct {
-	name string // revision prefix: branch or tag name; empty for a bare commit
-	tag  string
-	hash string // commit hash (peeled), empty when unknown
+	name   string // revision prefix: branch or tag name; empty for a bare commit
+	tag    string
+	hash   string // commit hash (peeled), empty when unknown
+	object string // the advertised object: the tag object of an annotated tag, else hash
 }
 
 func (r resolved) revision() string {
@@ -366,64 +535,97 @@ func (r resolved) revision() string {
 	return r.name + "@sha1:" + r.hash
 }
 
-// resolve finds p.ref in refs. It fails with ErrRefNotFound when the ref is absent.
-func resolve(p *prepared, refs []*plumbing.Reference) (resolved, error) {
-	byName := make(map[string]string, len(refs))
+// annotated says whether the ref is an annotated tag (its object is a tag object).
+func (r resolved) annotated() bool { return r.tag != "" && r.object != r.hash }
+
+// advertised indexes refs by name; peeled tags are "refs/tags/x^{}".
+type advertised map[string]string
+
+func indexRefs(refs []*plumbing.Reference) advertised {
+	byName := make(advertised, len(refs))
 	for _, r := range refs {
 		if r.Type() == plumbing.HashReference {
 			byName[r.Name().String()] = r.Hash().String()
 		}
 	}
-	notFound := func(format string, args ...any) error {
-		return &Error{Op: "resolve", Subject: p.display, Kind: ErrRefNotFound, Err: fmt.Errorf(format, args...),
-			Hint: "check the ref in the spec, or push it"}
+	return byName
+}
+
+// tag returns the commit a tag points to (peeled) and the tag's own object ("" when absent).
+func (a advertised) tag(tag string) (commit, object string) {
+	name := plumbing.NewTagReferenceName(tag).String()
+	object = a[name]
+	if h, ok := a[name+"^{}"]; ok {
+		return h, object
 	}
-	tagHash := func(tag string) string {
-		name := plumbing.NewTagReferenceName(tag).String()
-		if h, ok := byName[name+"^{}"]; ok {
-			return h
+	return object, object
+}
+
+// tags lists the tag names.
+func (a advertised) tags() []string {
+	var tags []string
+	for name := range a {
+		if t, ok := strings.CutPrefix(name, "refs/tags/"); ok && !strings.HasSuffix(t, "^{}") {
+			tags = append(tags, t)
 		}
-		return byName[name]
 	}
+	return tags
+}
+
+func notFound(p *prepared, format string, args ...any) error {
+	return &Error{Op: "resolve", Subject: p.display, Kind: ErrRefNotFound, Err: fmt.Errorf(format, args...),
+		Hint: "check the ref in the spec, or push it"}
+}
+
+// resolve finds p.ref in refs. It fails with ErrRefNotFound when the ref is absent. A
+// semver ref resolves to the highest matching tag, verified or not.
+func resolve(p *prepared, refs []*plumbing.Reference) (resolved, error) {
+	byName := indexRefs(refs)
 	ref := p.ref
 	switch {
 	case ref.Commit != "":
 		if ref.Branch != "" {
 			if _, ok := byName[plumbing.NewBranchReferenceName(ref.Branch).String()]; !ok {
-				return resolved{}, notFound("branch %q not found", ref.Branch)
+				return resolved{}, notFound(p, "branch %q not found", ref.Branch)
 			}
 		}
-		return resolved{name: ref.Branch, hash: ref.Commit}, nil
+		return resolved{name: ref.Branch, hash: ref.Commit, object: ref.Commit}, nil
 	case ref.Branch != "":
 		h, ok := byName[plumbing.NewBranchReferenceName(ref.Branch).String()]
 		if !ok {
-			return resolved{}, notFound("branch %q not found", ref.Branch)
+			return resolved{}, notFound(p, "branch %q not found", ref.Branch)
 		}
-		return resolved{name: ref.Branch, hash: h}, nil
+		return resolved{name: ref.Branch, hash: h, object: h}, nil
 	case ref.Tag != "":
-		h := tagHash(ref.Tag)
+		h, obj := byName.tag(ref.Tag)
 		if h == "" {
-			return resolved{}, notFound("tag %q not found", ref.Tag)
+			return resolved{}, notFound(p, "tag %q not found", ref.Tag)
 		}
-		return resolved{name: ref.Tag, tag: ref.Tag, hash: h}, nil
+		return resolved{name: ref.Tag, tag: ref.Tag, hash: h, object: obj}, nil
 	default:
-		var tags []string
-		for name := range byName {
-			if t, ok := strings.CutPrefix(name, "refs/tags/"); ok && !strings.HasSuffix(t, "^{}") {
-				tags = append(tags, t)
-			}
+		tags := byName.tags()
+		best := matchingTags(p.semver, tags)
+		if len(best) == 0 {
+			return resolved{}, notFound(p, "no tag matches semver %q (%d tags on the remote)", ref.SemVer, len(tags))
 		}
-		best := highestMatching(p.semver, tags)
-		if best == "" {
-			return resolved{}, notFound("no tag matches semver %q (%d tags on the remote)", ref.SemVer, len(tags))
-		}
-		return resolved{name: best, tag: best, hash: tagHash(best)}, nil
+		h, obj := byName.tag(best[0])
+		return resolved{name: best[0], tag: best[0], hash: h, object: obj}, nil
 	}
 }
 
 // highestMatching returns the tag with the highest version satisfying c, or "" if none.
 // Tags that do not parse as versions are skipped.
 func highestMatching(c *semver.Constraints, tags []string) string {
+	if m := matchingTags(c, tags); len(m) > 0 {
+		return m[0]
+	}
+	return ""
+}
+
+// matchingTags returns the tags whose version satisfies c, highest first; between tags of
+// equal precedence the lexically greatest name comes first. Tags that do not parse as
+// versions are skipped.
+func matchingTags(c *semver.Constraints, tags []string) []string {
 	type cand struct {
 		v   *semver.Version
 		tag string
@@ -436,30 +638,47 @@ func highestMatching(c *semver.Constraints, tags []string) string {
 		}
 		cands = append(cands, cand{v, t})
 	}
-	if len(cands) == 0 {
-		return ""
-	}
 	sort.Slice(cands, func(i, j int) bool {
 		if c := cands[i].v.Compare(cands[j].v); c != 0 {
-			return c < 0
+			return c > 0
 		}
-		return cands[i].tag < cands[j].tag
+		return cands[i].tag > cands[j].tag
 	})
-	return cands[len(cands)-1].tag
+	out := make([]string, len(cands))
+	for i, c := range cands {
+		out[i] = c.tag
+	}
+	return out
 }
 
-// RemoteRevision returns the revision Fetch would produce now, by listing the remote's refs
-// (no clone): `main@sha1:<hex>`, `v1.2.0@sha1:<hex>` (the commit an annotated tag points to,
-// as the server advertises it peeled), or `sha1:<commit>` / `<branch>@sha1:<commit>` for a
-// commit ref (the commit itself is not checked; only that the branch exists). The reconciler
-// compares it with the last fetched revision to skip a clone.
+// RemoteRevision returns the revision Fetch would produce now, by listing the remote's refs:
+// `main@sha1:<hex>`, `v1.2.0@sha1:<hex>` (the commit an annotated tag points to, as the
+// server advertises it peeled), or `sha1:<commit>` / `<branch>@sha1:<commit>` for a commit
+// ref (the commit itself is not checked; only that the branch exists). With a semver ref
+// and Options.Verify verifying tags it also fetches the candidate tags' objects (no trees)
+// into a temporary directory, to pick the tag Fetch would pick. The reconciler compares it
+// with the last fetched revision to skip a fetch.
 //
-// Errors are *Error: ErrInvalidOptions, ErrAuthFailed, ErrHostKey, ErrRepositoryNotFound,
-// ErrUnreachable, ErrTimeout, ErrRefNotFound or ErrFetchFailed.
+// Errors are *Error: ErrInvalidOptions, ErrInvalidKeys, ErrAuthFailed, ErrHostKey,
+// ErrRepositoryNotFound, ErrUnreachable, ErrTimeout, ErrRefNotFound, ErrTooLarge,
+// ErrVerification (no candidate tag verifies) or ErrFetchFailed.
 func RemoteRevision(ctx context.Context, o Options) (string, error) {
 	p, err := prepare(o)
 	if err != nil {
 		return "", err
+	}
+	if p.ref.SemVer != "" && p.verifiesTags() {
+		dir, err := os.MkdirTemp(o.TempDir, "reversi-tags-")
+		if err != nil {
+			return "", &Error{Op: "list", Subject: p.display, Kind: ErrFetchFailed, Err: err, Hint: "cannot create the temporary directory"}
+		}
+		rev, opCtx, err := withTimeout(ctx, p.timeout, func(ctx context.Context) (string, error) {
+			return chooseRemoteTag(ctx, p, dir)
+		}, nil)
+		if err != nil {
+			return "", classify("list", p, err, opCtx, ctx)
+		}
+		return rev, nil
 	}
 	refs, opCtx, err := withTimeout(ctx, p.timeout, func(ctx context.Context) ([]*plumbing.Reference, error) {
 		return listRefs(ctx, p)
@@ -474,16 +693,18 @@ func RemoteRevision(ctx context.Context, o Options) (string, error) {
 	return r.revision(), nil
 }
 
-// Fetch clones o.URL at o.Ref into a new directory under o.TempDir and checks out the
-// commit. Branch and tag refs are cloned shallow (depth 1, that ref only); a semver ref
-// lists the remote's tags first, picks the highest match and clones that tag shallow; a
-// commit ref clones the branch (or every branch and tag) in full and checks the commit out.
-// The whole operation is bounded by o.Timeout and ctx.
+// Fetch fetches the objects of o.Ref's commit into a new directory under o.TempDir: see the
+// package documentation for what is fetched and which limits apply. Branch and tag refs
+// are fetched shallow; a semver ref picks the highest matching tag (with Options.Verify
+// verifying tags, the highest that verifies); a commit ref is looked up in the history of
+// its branch, or of every branch and tag. With o.Since set, the commit history back to it
+// is fetched as well. The whole operation is bounded by o.Timeout and ctx.
 //
 // On success the caller owns the Artifact and must call Cleanup. On failure nothing is
-// left on disk and the error is an *Error matching one of ErrInvalidOptions, ErrAuthFailed,
-// ErrHostKey, ErrRepositoryNotFound, ErrUnreachable, ErrTimeout, ErrRefNotFound or
-// ErrFetchFailed. Fetch does not verify signatures: call Verify on the Artifact.
+// left on disk and the error is an *Error matching one of ErrInvalidOptions,
+// ErrInvalidKeys, ErrAuthFailed, ErrHostKey, ErrRepositoryNotFound, ErrUnreachable,
+// ErrTimeout, ErrRefNotFound, ErrTooLarge, ErrVerification (only when no semver candidate
+// verifies) or ErrFetchFailed. Fetch does not verify the fetched commit: call Verify.
 func Fetch(ctx context.Context, o Options) (*Artifact, error) {
 	p, err := prepare(o)
 	if err != nil {
@@ -498,100 +719,8 @@ func Fetch(ctx context.Context, o Options) (*Artifact, error) {
 	}, func(a *Artifact) { _ = a.Cleanup() })
 	if err != nil {
 		// fetch removes dir when it fails; when it is still running past the deadline, the
-		// late callback removes the directory of a clone that succeeds after all.
+		// late callback removes the directory of a fetch that succeeds after all.
 		return nil, classify("fetch", p, err, opCtx, ctx)
 	}
 	return a, nil
-}
-
-func fetch(ctx context.Context, p *prepared, dir string) (*Artifact, error) {
-	ref := p.ref
-	if ref.SemVer != "" {
-		refs, err := listRefs(ctx, p)
-		if err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-		r, err := resolve(p, refs)
-		if err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-		ref = Ref{Tag: r.tag}
-	}
-	co := &git.CloneOptions{
-		URL:        p.url,
-		Auth:       p.auth,
-		CABundle:   p.ca,
-		RemoteName: "origin",
-		Tags:       git.NoTags,
-	}
-	name := ""
-	switch {
-	case ref.Commit != "":
-		co.NoCheckout = true
-		if ref.Branch != "" {
-			co.ReferenceName = plumbing.NewBranchReferenceName(ref.Branch)
-			co.SingleBranch = true
-			name = ref.Branch
-		} else {
-			co.Tags = git.AllTags
-		}
-	case ref.Branch != "":
-		co.ReferenceName = plumbing.NewBranchReferenceName(ref.Branch)
-		co.SingleBranch, co.Depth = true, 1
-		name = ref.Branch
-	case ref.Tag != "":
-		co.ReferenceName = plumbing.NewTagReferenceName(ref.Tag)
-		co.SingleBranch, co.Depth = true, 1
-		name = ref.Tag
-	}
-	if p.objectsOnly {
-		co.NoCheckout = true
-	}
-	fail := func(err error) (*Artifact, error) {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	repo, err := git.PlainCloneContext(ctx, dir, false, co)
-	if err != nil {
-		if errors.Is(err, git.NoMatchingRefSpecError{}) || errors.Is(err, plumbing.ErrReferenceNotFound) {
-			return fail(&Error{Op: "fetch", Subject: p.display, Kind: ErrRefNotFound, Err: err,
-				Hint: "check the ref in the spec, or push it"})
-		}
-		return fail(err)
-	}
-	var commit plumbing.Hash
-	if ref.Commit != "" {
-		commit = plumbing.NewHash(ref.Commit)
-		if _, err := repo.CommitObject(commit); err != nil {
-			where := "any branch or tag"
-			if ref.Branch != "" {
-				where = "branch " + ref.Branch
-			}
-			return fail(&Error{Op: "fetch", Subject: p.display, Kind: ErrRefNotFound,
-				Err: fmt.Errorf("commit %s not found on %s: %w", ref.Commit, where, err), Hint: "check the commit in the spec"})
-		}
-		if !p.objectsOnly {
-			wt, err := repo.Worktree()
-			if err != nil {
-				return fail(err)
-			}
-			if err := wt.Checkout(&git.CheckoutOptions{Hash: commit, Force: true}); err != nil {
-				return fail(fmt.Errorf("checkout %s: %w", ref.Commit, err))
-			}
-		}
-	} else {
-		head, err := repo.Head()
-		if err != nil {
-			return fail(fmt.Errorf("resolve HEAD: %w", err))
-		}
-		c, err := repo.CommitObject(head.Hash())
-		if err != nil {
-			return fail(fmt.Errorf("%s does not point to a commit: %w", name, err))
-		}
-		commit = c.Hash
-	}
-	r := resolved{name: name, tag: ref.Tag, hash: commit.String()}
-	return &Artifact{Dir: dir, Revision: r.revision(), Commit: r.hash, Tag: ref.Tag, URL: p.display, repo: repo}, nil
 }

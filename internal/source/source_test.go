@@ -3,6 +3,7 @@ package source_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,9 +26,14 @@ func fetch(t *testing.T, o source.Options) *source.Artifact {
 	return a
 }
 
+// readFile reads path from the artifact's files (FS).
 func readFile(t *testing.T, a *source.Artifact, path string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(a.Dir, path))
+	files, err := a.FS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fs.ReadFile(files, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +115,7 @@ func TestFetchEveryRefKindOverFile(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			o := source.Options{URL: url, Ref: tc.ref, TempDir: t.TempDir()}
+			o := source.Options{URL: url, Ref: tc.ref, TempDir: t.TempDir(), AllowFileURLs: true}
 			a := fetch(t, o)
 			if a.Revision != tc.revision || a.Commit != tc.commit || a.Tag != tc.tag {
 				t.Fatalf("got revision %q commit %q tag %q, want %q %q %q", a.Revision, a.Commit, a.Tag, tc.revision, tc.commit, tc.tag)
@@ -137,7 +143,7 @@ func TestFetchEveryRefKindOverFile(t *testing.T) {
 
 func TestFetchBranchIsShallow(t *testing.T) {
 	h := newHistory(t)
-	a := fetch(t, source.Options{URL: h.repo.FileURL(), Ref: source.Ref{Branch: "main"}})
+	a := fetch(t, source.Options{URL: h.repo.FileURL(), Ref: source.Ref{Branch: "main"}, AllowFileURLs: true})
 	shallow, err := os.ReadFile(filepath.Join(a.Dir, ".git", "shallow"))
 	if err != nil {
 		t.Fatalf("a branch fetch should be shallow: %v", err)
@@ -149,7 +155,7 @@ func TestFetchBranchIsShallow(t *testing.T) {
 
 func TestRemoteRevisionFollowsNewCommits(t *testing.T) {
 	h := newHistory(t)
-	o := source.Options{URL: h.repo.FileURL(), Ref: source.Ref{Branch: "main"}}
+	o := source.Options{URL: h.repo.FileURL(), Ref: source.Ref{Branch: "main"}, AllowFileURLs: true}
 	before, err := source.RemoteRevision(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +189,7 @@ func TestRefNotFoundLeavesNothingBehind(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tmp := t.TempDir()
-			o := source.Options{URL: h.repo.FileURL(), Ref: tc.ref, TempDir: tmp}
+			o := source.Options{URL: h.repo.FileURL(), Ref: tc.ref, TempDir: tmp, AllowFileURLs: true}
 			_, err := source.Fetch(context.Background(), o)
 			assertKind(t, err, source.ErrRefNotFound, tc.words...)
 			entries, _ := os.ReadDir(tmp)
@@ -200,10 +206,10 @@ func TestRefNotFoundLeavesNothingBehind(t *testing.T) {
 
 func TestEmptyAndMissingRepositories(t *testing.T) {
 	empty := sourcetest.NewRepo(t)
-	_, err := source.Fetch(context.Background(), source.Options{URL: empty.FileURL(), Ref: source.Ref{Branch: "main"}})
+	_, err := source.Fetch(context.Background(), source.Options{URL: empty.FileURL(), Ref: source.Ref{Branch: "main"}, AllowFileURLs: true})
 	assertKind(t, err, source.ErrRefNotFound)
 
-	_, err = source.RemoteRevision(context.Background(), source.Options{URL: "file://" + t.TempDir() + "/absent", Ref: source.Ref{Branch: "main"}})
+	_, err = source.RemoteRevision(context.Background(), source.Options{URL: "file://" + t.TempDir() + "/absent", Ref: source.Ref{Branch: "main"}, AllowFileURLs: true})
 	assertKind(t, err, source.ErrRepositoryNotFound)
 }
 
@@ -239,9 +245,13 @@ func TestInvalidOptionsAreRefusedBeforeAnyNetwork(t *testing.T) {
 			Auth: source.Auth{Identity: []byte("garbage"), KnownHosts: []byte("example.invalid " + string(key.AuthorizedKey))}}, []string{"identity"}},
 		{"ssh with garbage known_hosts", source.Options{URL: "ssh://git@example.invalid/r.git", Ref: main,
 			Auth: source.Auth{Identity: key.PrivateKey, KnownHosts: []byte("# nothing here\n")}}, []string{"known_hosts"}},
-		{"credentials for a file url", source.Options{URL: "file:///tmp/r", Ref: main,
+		{"credentials for a file url", source.Options{URL: "file:///tmp/r", Ref: main, AllowFileURLs: true,
 			Auth: source.Auth{Username: "u", Password: "p"}}, []string{"file"}},
-		{"relative file url", source.Options{URL: "file://r", Ref: source.Ref{Commit: commit}}, []string{"file"}},
+		{"relative file url", source.Options{URL: "file://r", Ref: source.Ref{Commit: commit}, AllowFileURLs: true}, []string{"file"}},
+		{"file url without AllowFileURLs", source.Options{URL: "file:///tmp/r", Ref: main}, []string{"file://", "--allow-file-urls"}},
+		{"path outside the repository", source.Options{URL: "https://example.invalid/r.git", Ref: main, Path: "../etc"}, []string{"path"}},
+		{"short since", source.Options{URL: "https://example.invalid/r.git", Ref: main, Since: "abc"}, []string{"since"}},
+		{"negative limit", source.Options{URL: "https://example.invalid/r.git", Ref: main, MaxFileBytes: -1}, []string{"negative"}},
 		{"negative timeout", source.Options{URL: "https://example.invalid/r.git", Ref: main, Timeout: -time.Second}, []string{"timeout"}},
 	}
 	for _, tc := range cases {

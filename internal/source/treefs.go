@@ -3,10 +3,12 @@ package source
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"path"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -14,59 +16,120 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
-// FS is the fetched commit's files read from the git objects into memory (works with
-// ObjectsOnly, where nothing is checked out). Symbolic links and submodules are listed with
-// fs.ModeSymlink and hold their target's name, never its content: a repository cannot make a
-// reader read outside itself. Safe for concurrent readers.
+// FS is the files of the fetched commit under Options.Path, read from the git objects into
+// memory, with the folders that lead to Path (and nothing else of the tree). Symbolic links
+// and submodules are listed with fs.ModeSymlink and hold their target's name, never its
+// content: a repository cannot make a reader read outside itself. When Path does not name a
+// folder of the commit the FS holds only ".". Safe for concurrent readers.
+//
+// Each blob's size is read from its object header and checked against MaxFileBytes, and the
+// running total against MaxTotalBytes, before the blob is read. Errors are *Error:
+// ErrTooLarge naming the file and the limit (also for a blob under Path that is absent
+// because the server's filter left it out for its size), or ErrFetchFailed.
 func (a *Artifact) FS() (fs.FS, error) {
-	if a == nil || a.repo == nil {
-		return nil, errors.New("the artifact was cleaned up")
+	if a == nil || a.store == nil {
+		return nil, &Error{Op: "read", Kind: ErrInvalidOptions, Err: errors.New("the artifact was cleaned up")}
 	}
-	c, err := a.repo.CommitObject(plumbing.NewHash(a.Commit))
+	files, err := a.readTree()
+	if err != nil {
+		var se *Error
+		if errors.As(err, &se) {
+			return nil, err
+		}
+		return nil, &Error{Op: "read", Subject: a.Revision, Kind: ErrFetchFailed, Err: err}
+	}
+	return files, nil
+}
+
+func (a *Artifact) readTree() (memFS, error) {
+	c, err := object.GetCommit(a.store, plumbing.NewHash(a.Commit))
 	if err != nil {
 		return nil, err
 	}
-	tree, err := c.Tree()
+	root, err := c.Tree()
 	if err != nil {
 		return nil, err
+	}
+	when := c.Committer.When
+	files := memFS{}
+	files.add(".", nil, fs.ModeDir|0o555, when)
+	tree, prefix := root, ""
+	if a.path != "." {
+		entry, err := root.FindEntry(a.path)
+		if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) ||
+			(err == nil && entry.Mode != filemode.Dir) {
+			return files, nil // not a folder of this commit
+		}
+		if err != nil {
+			return nil, err
+		}
+		if tree, err = object.GetTree(a.store, entry.Hash); err != nil {
+			return nil, err
+		}
+		parts := strings.Split(a.path, "/")
+		for i := range parts {
+			files.add(strings.Join(parts[:i+1], "/"), nil, fs.ModeDir|0o555, when)
+		}
+		prefix = a.path + "/"
 	}
 	// Reading every blob once, in tree order, is far cheaper than a checkout or than decoding
 	// trees per Open.
-	files := memFS{}
+	var total int64
 	walker := object.NewTreeWalker(tree, true, nil)
 	defer walker.Close()
 	for {
-		name, entry, err := walker.Next()
+		rel, entry, err := walker.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return nil, err
 		}
+		name := prefix + rel
 		switch entry.Mode {
 		case filemode.Dir:
-			files.add(name, nil, fs.ModeDir|0o555, c.Committer.When)
+			files.add(name, nil, fs.ModeDir|0o555, when)
 		case filemode.Regular, filemode.Executable, filemode.Deprecated:
-			blob, err := a.repo.BlobObject(entry.Hash)
+			obj, err := a.store.EncodedObject(plumbing.BlobObject, entry.Hash)
+			if errors.Is(err, plumbing.ErrObjectNotFound) {
+				return nil, a.fileTooLarge("%s is larger than the %s limit (--source-max-file-bytes): the server's filter left it out", name, size(a.maxFile))
+			}
 			if err != nil {
 				return nil, err
 			}
-			r, err := blob.Reader()
+			n := obj.Size()
+			if n > a.maxFile {
+				return nil, a.fileTooLarge("%s is larger than the %s limit (--source-max-file-bytes): it has %s", name, size(a.maxFile), size(n))
+			}
+			if total += n; total > a.maxTotal {
+				return nil, &Error{Op: "read", Subject: a.Revision, Kind: ErrTooLarge,
+					Err:  fmt.Errorf("the files under %s total more than the %s limit (--source-max-total-bytes), at %s", a.path, size(a.maxTotal), name),
+					Hint: "split the folder, or raise the limit"}
+			}
+			r, err := obj.Reader()
 			if err != nil {
 				return nil, err
 			}
-			data, err := io.ReadAll(r)
+			data, err := io.ReadAll(io.LimitReader(r, n+1))
 			r.Close()
 			if err != nil {
 				return nil, err
 			}
-			files.add(name, data, 0o444, c.Committer.When)
+			if int64(len(data)) != n {
+				return nil, fmt.Errorf("blob %s of %s holds %d bytes, not %d", entry.Hash, name, len(data), n)
+			}
+			files.add(name, data, 0o444, when)
 		default: // symlink or submodule: recorded, never resolved
-			files.add(name, nil, fs.ModeSymlink|0o444, c.Committer.When)
+			files.add(name, nil, fs.ModeSymlink|0o444, when)
 		}
 	}
 	files.sort()
 	return files, nil
+}
+
+func (a *Artifact) fileTooLarge(format string, args ...any) error {
+	return &Error{Op: "read", Subject: a.Revision, Kind: ErrTooLarge, Err: fmt.Errorf(format, args...),
+		Hint: "keep large files out of the folder, or raise the limit"}
 }
 
 // memFS is a read-only in-memory file tree: each folder keeps its entries, so listing a folder
@@ -93,10 +156,11 @@ func (i memInfo) ModTime() time.Time { return i.when }
 func (i memInfo) IsDir() bool        { return i.mode.IsDir() }
 func (i memInfo) Sys() any           { return nil }
 
-// add records a file or folder; the tree walker yields parents before children.
+// add records a file or folder, "." first; the tree walker yields parents before children.
 func (m memFS) add(name string, data []byte, mode fs.FileMode, when time.Time) {
-	if len(m) == 0 {
+	if name == "." {
 		m["."] = &memNode{info: memInfo{name: ".", mode: fs.ModeDir | 0o555, when: when}}
+		return
 	}
 	n := &memNode{info: memInfo{name: path.Base(name), size: int64(len(data)), mode: mode, when: when}, data: data}
 	m[name] = n

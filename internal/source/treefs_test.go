@@ -21,7 +21,7 @@ func TestObjectsOnlyFS(t *testing.T) {
 		t.Fatal(err)
 	}
 	repo.Commit("files")
-	a, err := Fetch(context.Background(), Options{URL: repo.FileURL(), Ref: Ref{Branch: "main"}, ObjectsOnly: true})
+	a, err := Fetch(context.Background(), Options{URL: repo.FileURL(), Ref: Ref{Branch: "main"}, AllowFileURLs: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/hiddeco/sshsig"
 	"golang.org/x/crypto/ssh"
 )
@@ -29,6 +30,12 @@ const (
 	ModeTag Mode = "Tag"
 	// ModeTagAndHEAD verifies both.
 	ModeTagAndHEAD Mode = "TagAndHEAD"
+	// ModeChain verifies the fetched commit and every commit reachable from it but not from
+	// Options.Since (Since..HEAD in git's notation, merges included): each must be signed by
+	// a trusted key. Without Since (a first apply) only the fetched commit is verified: the
+	// history before it is trusted on first use. ModeHEAD, like Flux, verifies only the
+	// fetched commit, so an unsigned commit under a signed one passes it.
+	ModeChain Mode = "Chain"
 )
 
 // SSHNamespace is the sshsig namespace git uses for commit and tag signatures.
@@ -151,28 +158,33 @@ func (s *Signer) String() string {
 
 // Verification is the outcome of Verify: the signer of each object checked.
 type Verification struct {
-	Commit *Signer // set when the mode covers HEAD
+	Commit *Signer // set when the mode covers HEAD (HEAD, TagAndHEAD, Chain)
 	Tag    *Signer // set when the mode covers the tag
+	// Chain is the number of commits verified in mode Chain, the fetched one included (1 on
+	// a first apply).
+	Chain int
 }
 
 // Verify checks the signatures that mode asks for on the fetched artifact against keys:
-// the commit checked out (HEAD) and/or the annotated tag the ref named (Tag). It fails
-// closed with ErrVerification — saying which commit or tag and why — when an object is
-// unsigned, signed by a key not in keys, signed with a signature that does not match its
-// content (tampered), signed in an unsupported format (x509), or when a Tag mode is used
-// with a ref that is not a tag or with a lightweight tag. A nil or empty KeyRing is
-// ErrInvalidKeys; an unknown mode is ErrInvalidOptions.
+// the fetched commit (HEAD), the annotated tag the ref named (Tag), or the fetched commit
+// and every commit since Artifact.Since (Chain). It fails closed with ErrVerification —
+// saying which commit or tag and why; in mode Chain the first failing commit, oldest first,
+// by short hash and subject — when an object is unsigned, signed by a key not in keys,
+// signed with a signature that does not match its content (tampered), signed in an
+// unsupported format (x509), when a Tag mode is used with a ref that is not a tag or with a
+// lightweight tag, or when the fetched history does not reach Since (the chain cannot be
+// checked). A nil or empty KeyRing is ErrInvalidKeys; an unknown mode is ErrInvalidOptions.
 func Verify(a *Artifact, mode Mode, keys *KeyRing) (*Verification, error) {
 	if mode == "" {
 		mode = ModeHEAD
 	}
-	if mode != ModeHEAD && mode != ModeTag && mode != ModeTagAndHEAD {
-		return nil, optionsError("verify mode %q is not one of HEAD, Tag, TagAndHEAD", mode)
+	if mode != ModeHEAD && mode != ModeTag && mode != ModeTagAndHEAD && mode != ModeChain {
+		return nil, optionsError("verify mode %q is not one of HEAD, Tag, TagAndHEAD, Chain", mode)
 	}
 	if keys.Len() == 0 {
 		return nil, &Error{Op: "verify", Kind: ErrInvalidKeys, Err: errors.New("no trusted keys")}
 	}
-	if a == nil || a.repo == nil {
+	if a == nil || a.store == nil {
 		return nil, &Error{Op: "verify", Kind: ErrInvalidOptions, Err: errors.New("the artifact has no repository (cleaned up, or not made by Fetch)")}
 	}
 	v := &Verification{}
@@ -181,34 +193,99 @@ func Verify(a *Artifact, mode Mode, keys *KeyRing) (*Verification, error) {
 			return nil, &Error{Op: "verify", Subject: a.Revision, Kind: ErrVerification,
 				Err: fmt.Errorf("mode %s needs a tag, but the ref is not a tag or semver ref", mode), Hint: "use mode HEAD or a tag/semver ref"}
 		}
-		ref, err := a.repo.Reference(plumbing.NewTagReferenceName(a.Tag), false)
+		tag, err := tagOf(a.store, a.Tag, a.tagObject, a.Commit)
 		if err != nil {
-			return nil, &Error{Op: "verify", Subject: "tag " + a.Tag, Kind: ErrVerification, Err: err}
-		}
-		tag, err := a.repo.TagObject(ref.Hash())
-		if err != nil {
-			return nil, &Error{Op: "verify", Subject: "tag " + a.Tag, Kind: ErrVerification,
-				Err: errors.New("the tag is lightweight (not annotated), so it carries no signature"), Hint: "create it with git tag -s"}
-		}
-		target, err := tag.Commit()
-		if err != nil || target.Hash.String() != a.Commit {
-			return nil, &Error{Op: "verify", Subject: "tag " + a.Tag, Kind: ErrVerification,
-				Err: fmt.Errorf("the tag does not point to the fetched commit %s", a.Commit)}
+			return nil, err
 		}
 		if v.Tag, err = VerifyTag(tag, keys); err != nil {
 			return nil, err
 		}
 	}
-	if mode == ModeHEAD || mode == ModeTagAndHEAD {
-		c, err := a.repo.CommitObject(plumbing.NewHash(a.Commit))
+	if mode == ModeHEAD || mode == ModeTagAndHEAD || mode == ModeChain {
+		c, err := object.GetCommit(a.store, plumbing.NewHash(a.Commit))
 		if err != nil {
 			return nil, &Error{Op: "verify", Subject: "commit " + a.Commit, Kind: ErrVerification, Err: err}
 		}
 		if v.Commit, err = VerifyCommit(c, keys); err != nil {
 			return nil, err
 		}
+		v.Chain = 1
+	}
+	if mode == ModeChain && a.Since != "" && a.Since != a.Commit {
+		w, err := walkRange(a.store, plumbing.NewHash(a.Commit), plumbing.NewHash(a.Since), a.maxWalk)
+		if err != nil {
+			return nil, &Error{Op: "verify", Subject: a.Revision, Kind: ErrVerification, Err: err}
+		}
+		if !w.complete {
+			e := a.historyTooShort("verify", a.Since)
+			e.Kind = ErrVerification
+			e.Err = fmt.Errorf("mode Chain cannot check every commit since %s: %w", short(a.Since), e.Err)
+			return nil, e
+		}
+		for _, c := range oldestFirst(w.commits) {
+			if c.Hash.String() == a.Commit {
+				continue
+			}
+			subj := fmt.Sprintf("commit %s %q", short(c.Hash.String()), subject(c))
+			if _, err := verifyObject(subj, c.PGPSignature, c.EncodeWithoutSignature, c.Verify, keys); err != nil {
+				var se *Error
+				if errors.As(err, &se) {
+					se.Hint = fmt.Sprintf("mode Chain needs every commit since %s signed by a trusted key; %s", short(a.Since), se.Hint)
+				}
+				return nil, err
+			}
+			v.Chain++
+		}
 	}
 	return v, nil
+}
+
+// tagOf returns the annotated tag object of the tag ref name, checking that it points to
+// commit. Errors are ErrVerification.
+func tagOf(st storer.EncodedObjectStorer, name string, obj plumbing.Hash, commit string) (*object.Tag, error) {
+	if obj.IsZero() {
+		return nil, &Error{Op: "verify", Subject: "tag " + name, Kind: ErrVerification,
+			Err: errors.New("the tag is lightweight (not annotated), so it carries no signature"), Hint: "create it with git tag -s"}
+	}
+	tag, err := object.GetTag(st, obj)
+	if err != nil {
+		return nil, &Error{Op: "verify", Subject: "tag " + name, Kind: ErrVerification, Err: err}
+	}
+	if tag.TargetType != plumbing.CommitObject || tag.Target.String() != commit {
+		return nil, &Error{Op: "verify", Subject: "tag " + name, Kind: ErrVerification,
+			Err: fmt.Errorf("the tag does not point to the fetched commit %s", commit)}
+	}
+	return tag, nil
+}
+
+// verifyTagRef verifies a semver candidate with what chooseTag fetched: the tag's
+// signature, and for TagAndHEAD its commit's.
+func verifyTagRef(st storer.EncodedObjectStorer, r resolved, v *VerifyOptions) error {
+	var obj plumbing.Hash
+	if r.annotated() {
+		obj = plumbing.NewHash(r.object)
+	}
+	tag, err := tagOf(st, r.tag, obj, r.hash)
+	if err != nil {
+		return err
+	}
+	if _, err := VerifyTag(tag, v.Keys); err != nil {
+		return err
+	}
+	if v.Mode == ModeTagAndHEAD {
+		c, err := object.GetCommit(st, plumbing.NewHash(r.hash))
+		if err != nil {
+			return &Error{Op: "verify", Subject: "commit " + r.hash, Kind: ErrVerification, Err: err}
+		}
+		if _, err := verifyObject("commit "+short(r.hash), c.PGPSignature, c.EncodeWithoutSignature, c.Verify, v.Keys); err != nil {
+			var se *Error
+			if errors.As(err, &se) {
+				se.Err = fmt.Errorf("commit %s: %w", short(r.hash), se.Err)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // VerifyCommit verifies the signature (the gpgsig header) of c against keys and returns

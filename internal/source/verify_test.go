@@ -22,7 +22,7 @@ func keyRing(t *testing.T, data map[string][]byte) *source.KeyRing {
 
 func verify(t *testing.T, url string, ref source.Ref, mode source.Mode, keys *source.KeyRing) (*source.Artifact, *source.Verification, error) {
 	t.Helper()
-	a := fetch(t, source.Options{URL: url, Ref: ref})
+	a := fetch(t, source.Options{URL: url, Ref: ref, AllowFileURLs: true})
 	v, err := source.Verify(a, mode, keys)
 	return a, v, err
 }
@@ -106,7 +106,7 @@ func TestVerifySSHSignedCommits(t *testing.T) {
 		}
 	})
 	t.Run("bad mode and no keys", func(t *testing.T) {
-		a := fetch(t, source.Options{URL: url, Ref: source.Ref{Branch: "signed"}})
+		a := fetch(t, source.Options{URL: url, Ref: source.Ref{Branch: "signed"}, AllowFileURLs: true})
 		_, err := source.Verify(a, "Everything", keys)
 		assertKind(t, err, source.ErrInvalidOptions, "Everything")
 		_, err = source.Verify(a, source.ModeHEAD, nil)

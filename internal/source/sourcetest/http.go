@@ -1,13 +1,17 @@
 package sourcetest
 
 import (
+	"bytes"
 	"crypto/subtle"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,9 +31,41 @@ type HTTPServer struct {
 	*httptest.Server
 	Root string
 
-	auth    HTTPAuth
-	fetches atomic.Int64
-	lists   atomic.Int64
+	auth         HTTPAuth
+	fetches      atomic.Int64
+	lists        atomic.Int64
+	ignoreFilter atomic.Bool
+}
+
+// IgnoreFilter makes the server behave like one that advertises partial clone but ignores
+// the client's filter: the `filter` line is dropped from every upload-pack request, so the
+// pack holds every object asked for.
+func (s *HTTPServer) IgnoreFilter() { s.ignoreFilter.Store(true) }
+
+// dropFilter removes the `filter ...` pkt-line from an upload-pack request.
+func dropFilter(body []byte) ([]byte, error) {
+	var out []byte
+	for len(body) > 0 {
+		if len(body) < 4 {
+			return nil, fmt.Errorf("truncated pkt-line")
+		}
+		n, err := strconv.ParseUint(string(body[:4]), 16, 16)
+		if err != nil {
+			return nil, err
+		}
+		size := int(n)
+		if size < 4 { // flush, delim
+			size = 4
+		}
+		if size > len(body) {
+			return nil, fmt.Errorf("truncated pkt-line")
+		}
+		if !strings.HasPrefix(string(body[4:size]), "filter ") {
+			out = append(out, body[:size]...)
+		}
+		body = body[size:]
+	}
+	return out, nil
 }
 
 // ServeHTTP starts a server for every repository under root (GIT_PROJECT_ROOT; all are
@@ -67,6 +103,18 @@ func ServeHTTP(t testing.TB, root string, auth HTTPAuth) *HTTPServer {
 		switch {
 		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/git-upload-pack"):
 			s.fetches.Add(1)
+			if s.ignoreFilter.Load() {
+				body, err := io.ReadAll(r.Body)
+				if err == nil {
+					body, err = dropFilter(body)
+				}
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+				r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+			}
 		case strings.HasSuffix(r.URL.Path, "/info/refs"):
 			s.lists.Add(1)
 		}

@@ -55,13 +55,23 @@ type Repo struct {
 
 // NewRepo makes an empty repository in a new temporary directory (a directory named "repo"
 // in t.TempDir(), so that its parent can be served as a root holding only this repository).
+// Its git-upload-pack (file://, ssh and http-backend alike) supports partial clone
+// (uploadpack.allowFilter true), as hosted git servers do; see DisallowFilter.
 func NewRepo(t testing.TB) *Repo {
 	t.Helper()
 	RequireTools(t, "git")
 	base := t.TempDir()
 	r := &Repo{Dir: filepath.Join(base, "repo"), t: t, home: t.TempDir()}
 	r.run(nil, nil, "init", "-q", "-b", "main", r.Dir)
+	r.run(nil, nil, "config", "uploadpack.allowFilter", "true")
 	return r
+}
+
+// DisallowFilter makes the repository's upload-pack refuse partial clone: it no longer
+// advertises the filter capability (git's default for a plain server).
+func (r *Repo) DisallowFilter() {
+	r.t.Helper()
+	r.run(nil, nil, "config", "uploadpack.allowFilter", "false")
 }
 
 // run runs git in r.Dir and returns its stdout exactly.
@@ -97,6 +107,27 @@ func (r *Repo) WriteFile(path, content string) {
 		r.t.Fatal(err)
 	}
 	if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// WriteZeros writes a file of size zero bytes at path (relative to the worktree) as a
+// sparse file: it costs no disk space, and git stores it compressed to about a thousandth
+// of its size.
+func (r *Repo) WriteZeros(path string, size int64) {
+	r.t.Helper()
+	full := filepath.Join(r.Dir, filepath.FromSlash(path))
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	f, err := os.Create(full)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
 		r.t.Fatal(err)
 	}
 }

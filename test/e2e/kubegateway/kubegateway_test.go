@@ -179,7 +179,7 @@ func startWorld(t testing.TB) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{AllowFileURLs: true}); err != nil {
 		t.Fatal(err)
 	}
 	mgrDone := make(chan struct{})
