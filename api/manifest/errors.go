@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -23,7 +24,17 @@ type FieldError struct {
 	Tool    string
 	Path    string
 	Message string
+	// Rule is the sentinel of a rule callers treat apart (ErrDraftReference), else nil.
+	Rule error
 }
+
+// ErrDraftReference is the Rule of a FieldError for an enforced manifest that names a tool
+// which is only a draft (errors.Is works on the FieldError). Loads refuse it; registry writers
+// only warn, since approving the tools of a set one by one passes through such a state.
+var ErrDraftReference = errors.New("an enforced manifest names a tool that is only a draft")
+
+// Unwrap returns Rule.
+func (e *FieldError) Unwrap() error { return e.Rule }
 
 // Error renders "file:line: tool: path: message", leaving out the parts that are unknown.
 func (e *FieldError) Error() string {

@@ -80,10 +80,11 @@ func ValidateSet(ms []*Manifest) []error {
 // a draft-only tool's newest draft; a tool with an enforced version passes that version).
 func crossCheck(ms []*Manifest, locate func(i int, path string) (string, int)) []error {
 	var errs []error
-	add := func(i int, path, format string, args ...any) {
+	addRule := func(rule error, i int, path, format string, args ...any) {
 		file, line := locate(i, path)
-		errs = append(errs, &FieldError{File: file, Line: line, Tool: ms[i].Tool, Path: path, Message: fmt.Sprintf(format, args...)})
+		errs = append(errs, &FieldError{File: file, Line: line, Tool: ms[i].Tool, Path: path, Message: fmt.Sprintf(format, args...), Rule: rule})
 	}
+	add := func(i int, path, format string, args ...any) { addRule(nil, i, path, format, args...) }
 	byName := map[string]int{}
 	for i, m := range ms {
 		if m.Tool == "" {
@@ -113,7 +114,7 @@ func crossCheck(ms []*Manifest, locate func(i int, path string) (string, int)) [
 			add(i, path, "tool %q has no manifest: add its manifest or fix the name", name)
 			return 0, false
 		case ms[j].Status == Draft && ms[i].Status != Draft:
-			add(i, path, "%s", draftReference(name, field))
+			addRule(ErrDraftReference, i, path, "%s", draftReference(name, field))
 			return 0, false
 		}
 		return j, true

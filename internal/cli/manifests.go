@@ -110,6 +110,7 @@ func newPublishCmd() *cobra.Command {
 			}
 			for _, p := range pub {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s v%d %s %s\n", p.Tool, p.Version, p.Status, p.Short())
+				warn(cmd, p)
 			}
 			return nil
 		},
@@ -137,6 +138,7 @@ func newApproveCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s v%d approved by %s\n", p.Tool, p.Version, p.Approver)
+			warn(cmd, p)
 			return nil
 		},
 	}
@@ -167,6 +169,7 @@ func newDeprecateCmd() *cobra.Command {
 				line += "; use " + replacedBy
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), line)
+			warn(cmd, p)
 			return nil
 		},
 	}
@@ -192,6 +195,7 @@ func newRollbackCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s v%d %s %s - %s\n", p.Tool, p.Version, p.Status, p.Short(), p.Note)
+			warn(cmd, p)
 			return nil
 		},
 	}
@@ -199,6 +203,13 @@ func newRollbackCmd() *cobra.Command {
 	cmd.Flags().IntVar(&version, "version", 0, "the version to publish again (required)")
 	_ = cmd.MarkFlagRequired("version")
 	return cmd
+}
+
+// warn prints a write's warnings on stderr.
+func warn(cmd *cobra.Command, p registry.Published) {
+	for _, w := range p.Warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
+	}
 }
 
 func newSignCmd() *cobra.Command {

@@ -32,12 +32,18 @@ func TestSeedRegistryWalkthrough(t *testing.T) {
 	if code != 0 || !want.MatchString(out) {
 		t.Fatalf("publish: %d %q %q", code, out, errs)
 	}
+	// The seed's walkthrough: create_charge is approved first. Its compensation and
+	// verification tools are still drafts, so the registry does not load until they are
+	// approved too; the writer says so and writes the version.
 	code, out, errs = runCLI("manifests", "approve", "stripe.create_charge", "--registry", "reg", "--by", "bob", "--key", "keys/mf.key", "--four-eyes")
-	refused := "error: " +
-		`stripe.create_charge: compensation.tool: tool "stripe.refund" is only a draft: drafts are not enforced, so compensation.tool cannot use it; approve stripe.refund first (reversi manifests approve stripe.refund, or status: approved in plain files)` + "\n" +
-		`stripe.create_charge: compensation.verification.tool: tool "stripe.get_charge" is only a draft: drafts are not enforced, so compensation.verification.tool cannot use it; approve stripe.get_charge first (reversi manifests approve stripe.get_charge, or status: approved in plain files)` + "\n"
-	if code != 1 || out != "" || errs != refused {
+	warned := "warning: " +
+		`stripe.create_charge: compensation.tool: tool "stripe.refund" is only a draft: drafts are not enforced, so compensation.tool cannot use it; approve stripe.refund first (reversi manifests approve stripe.refund, or status: approved in plain files): the registry does not load until then` + "\n" +
+		"warning: " + `stripe.create_charge: compensation.verification.tool: tool "stripe.get_charge" is only a draft: drafts are not enforced, so compensation.verification.tool cannot use it; approve stripe.get_charge first (reversi manifests approve stripe.get_charge, or status: approved in plain files): the registry does not load until then` + "\n"
+	if code != 0 || out != "stripe.create_charge v2 approved by bob\n" || errs != warned {
 		t.Fatalf("approve before its compensation: %d %q %q", code, out, errs)
+	}
+	if code, _, errs = runCLI("validate", "reg"); code != 1 || !strings.Contains(errs, `tool "stripe.refund" is only a draft`) {
+		t.Fatalf("validate of a registry leaning on drafts: %d %q", code, errs)
 	}
 	code, _, errs = runCLI("manifests", "approve", "stripe.refund", "--registry", "reg", "--by", "alice", "--four-eyes")
 	if code != 1 || !strings.Contains(errs, "four eyes: alice wrote stripe.refund v1 and cannot approve it") {
@@ -51,14 +57,12 @@ func TestSeedRegistryWalkthrough(t *testing.T) {
 		t.Fatalf("list: %d %q", code, out)
 	}
 	code, out, errs = runCLI("manifests", "deprecate", "stripe.refund", "--registry", "reg", "--by", "carol", "--replaced-by", "stripe.get_charge")
-	if code != 1 || errs != "error: "+`stripe.refund: replaced_by: tool "stripe.get_charge" is only a draft: drafts are not enforced, so replaced_by cannot use it; approve stripe.get_charge first (reversi manifests approve stripe.get_charge, or status: approved in plain files)`+"\n" {
+	if code != 1 || !strings.Contains(errs, "--replaced-by: stripe.get_charge has no [approved deprecated] version") {
 		t.Fatalf("deprecate with a draft-only replacement: %d %q %q", code, out, errs)
 	}
-	for _, tool := range []string{"stripe.get_charge", "stripe.create_charge"} {
-		code, out, errs = runCLI("manifests", "approve", tool, "--registry", "reg", "--by", "bob", "--key", "keys/mf.key", "--four-eyes")
-		if code != 0 || out != tool+" v2 approved by bob\n" {
-			t.Fatalf("approve %s: %d %q %q", tool, code, out, errs)
-		}
+	code, out, errs = runCLI("manifests", "approve", "stripe.get_charge", "--registry", "reg", "--by", "bob", "--key", "keys/mf.key", "--four-eyes")
+	if code != 0 || out != "stripe.get_charge v2 approved by bob\n" || errs != "" {
+		t.Fatalf("approve get_charge: %d %q %q", code, out, errs)
 	}
 	code, out, _ = runCLI("manifests", "history", "stripe.create_charge", "--registry", "reg")
 	hist := regexp.MustCompile(`^v1 draft \S+Z by alice ([0-9a-f]{12}) signed - first draft\nv2 approved \S+Z by alice, approved by bob ([0-9a-f]{12}) signed - approved from v1\n$`)

@@ -127,6 +127,10 @@ func (r *Registry) appendVersion(idx *Index, m *manifest.Manifest, status manife
 type Published struct {
 	Tool string
 	Entry
+	// Warnings are rules the registry breaks after this write that do not stop it (an
+	// enforced tool naming one that is only a draft: the registry does not load until that
+	// tool is approved too).
+	Warnings []string
 }
 
 // Publish adds every manifest as a new version of its tool with status (draft by default;
@@ -141,7 +145,8 @@ func (r *Registry) Publish(ms []*manifest.Manifest, status manifest.Status, o Wr
 	}
 	var out []Published
 	err := r.update(o, func(idx *Index) error {
-		if err := r.checkSet(idx, ms, status); err != nil {
+		warnings, err := r.checkSet(idx, ms, status)
+		if err != nil {
 			return err
 		}
 		approver := ""
@@ -153,7 +158,8 @@ func (r *Registry) Publish(ms []*manifest.Manifest, status manifest.Status, o Wr
 			if err != nil {
 				return err
 			}
-			out = append(out, Published{m.Tool, e})
+			out = append(out, Published{Tool: m.Tool, Entry: e, Warnings: warnings})
+			warnings = nil
 		}
 		return nil
 	})
@@ -168,10 +174,10 @@ func (r *Registry) Publish(ms []*manifest.Manifest, status manifest.Status, o Wr
 // for it in the others' references; its own references are checked against the rest.
 // Problems other tools have already are not this write's: they do not block it (approving
 // the drafts an old registry's approved tool leans on is how it is repaired).
-func (r *Registry) checkSet(idx *Index, ms []*manifest.Manifest, status manifest.Status) error {
+func (r *Registry) checkSet(idx *Index, ms []*manifest.Manifest, status manifest.Status) ([]string, error) {
 	fsys, closeFS, err := r.files()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer closeFS()
 	tools := idx.tools()
@@ -180,7 +186,7 @@ func (r *Registry) checkSet(idx *Index, ms []*manifest.Manifest, status manifest
 		if es := idx.Tools[tool]; len(es) > 0 {
 			v, err := r.readVersion(fsys, tool, loadedEntry(es), nil, false)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			current[tool] = v.Manifest
 		}
@@ -241,7 +247,16 @@ func (r *Registry) checkSet(idx *Index, ms []*manifest.Manifest, status manifest
 			}
 		}
 	}
-	return errors.Join(errs...)
+	var warnings []string
+	var fatal []error
+	for _, e := range errs {
+		if errors.Is(e, manifest.ErrDraftReference) {
+			warnings = append(warnings, e.Error()+": the registry does not load until then")
+		} else {
+			fatal = append(fatal, e)
+		}
+	}
+	return warnings, errors.Join(fatal...)
 }
 
 // loadedEntry is the version of a tool that Load reads: the newest non-draft one, else the
@@ -312,14 +327,15 @@ func (r *Registry) Approve(tool string, version int, fourEyes bool, o WriteOptio
 		if fourEyes && v.Author == o.By {
 			return fmt.Errorf("four eyes: %s wrote %s v%d and cannot approve it; ask another reviewer", o.By, tool, v.Version)
 		}
-		if err := r.checkSet(idx, []*manifest.Manifest{v.Manifest}, manifest.Approved); err != nil {
+		warnings, err := r.checkSet(idx, []*manifest.Manifest{v.Manifest}, manifest.Approved)
+		if err != nil {
 			return err
 		}
 		if o.Note == "" {
 			o.Note = fmt.Sprintf("approved from v%d", v.Version)
 		}
 		e, err := r.appendVersion(idx, v.Manifest, manifest.Approved, v.Author, o.By, o)
-		out = Published{tool, e}
+		out = Published{Tool: tool, Entry: e, Warnings: warnings}
 		return err
 	})
 	return out, err
@@ -339,15 +355,20 @@ func (r *Registry) Deprecate(tool, replacedBy string, o WriteOptions) (Published
 		if replacedBy == tool {
 			return errors.New("a tool cannot be replaced by itself")
 		}
-		// replacedBy must be registered and not only a draft, as Load checks.
-		if err := r.checkSet(idx, []*manifest.Manifest{&m}, manifest.Deprecated); err != nil {
+		if replacedBy != "" {
+			if _, err := r.latest(idx, replacedBy, 0, manifest.Approved, manifest.Deprecated); err != nil {
+				return fmt.Errorf("--replaced-by: %w", err)
+			}
+		}
+		warnings, err := r.checkSet(idx, []*manifest.Manifest{&m}, manifest.Deprecated)
+		if err != nil {
 			return err
 		}
 		if o.Note == "" {
 			o.Note = fmt.Sprintf("deprecated from v%d", v.Version)
 		}
 		e, err := r.appendVersion(idx, &m, manifest.Deprecated, v.Author, o.By, o)
-		out = Published{tool, e}
+		out = Published{Tool: tool, Entry: e, Warnings: warnings}
 		return err
 	})
 	return out, err
@@ -365,7 +386,8 @@ func (r *Registry) Rollback(tool string, version int, o WriteOptions) (Published
 		if err != nil {
 			return err
 		}
-		if err := r.checkSet(idx, []*manifest.Manifest{v.Manifest}, v.Status); err != nil {
+		warnings, err := r.checkSet(idx, []*manifest.Manifest{v.Manifest}, v.Status)
+		if err != nil {
 			return err
 		}
 		if o.Note == "" {
@@ -377,7 +399,7 @@ func (r *Registry) Rollback(tool string, version int, o WriteOptions) (Published
 			approver = o.By
 		}
 		e, err := r.appendVersion(idx, v.Manifest, v.Status, o.By, approver, o)
-		out = Published{tool, e}
+		out = Published{Tool: tool, Entry: e, Warnings: warnings}
 		return err
 	})
 	return out, err
