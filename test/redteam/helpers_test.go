@@ -148,8 +148,12 @@ func wantNotReady(t testing.TB, r *v1alpha1.ManifestRegistry, reason string, con
 		ok = ok && strings.Contains(c.Message, s)
 	}
 	if !ok {
-		t.Errorf("ManifestRegistry %s: Ready=%s reason %s: %q; want Ready=False reason %s naming %q (status.artifact.revision %s)",
-			r.Name, c.Status, c.Reason, c.Message, reason, contains, artifactRevision(r))
+		want := "Ready=False reason " + reason
+		if len(contains) > 0 {
+			want += fmt.Sprintf(" naming %q", contains)
+		}
+		t.Errorf("ManifestRegistry %s: Ready=%s reason %s: %q; want %s (status.artifact.revision %s)",
+			r.Name, c.Status, c.Reason, c.Message, want, artifactRevision(r))
 	}
 	return ok
 }
@@ -233,8 +237,12 @@ func (w *world) wantEvent(t testing.TB, kind, name string, since time.Time, typ,
 		return ""
 	})
 	if err != nil {
-		t.Errorf("no %s event %s regarding %s %s naming %q; the events since the attack: %s",
-			typ, reason, kind, name, contains, eventsText(w.events(t, kind, name, since)))
+		what := reason
+		if typ != "" {
+			what = typ + " " + reason
+		}
+		t.Errorf("no event %s regarding %s %s naming %q; the events since the attack: %s",
+			what, kind, name, contains, eventsText(w.events(t, kind, name, since)))
 	}
 }
 
