@@ -130,7 +130,10 @@ func (w *world) testForcePushRegistry(t *testing.T) {
 }
 
 // testForcePushPlain runs it on a registry of plain manifest files (format Plain) behind a
-// gateway of its own (without trusted writer keys: plain manifests carry no writer signature).
+// gateway of its own. Plain manifests carry no writer signature: before issue 15 a gateway
+// with trusted keys refuses them, so this gateway has none; once the controller signs its
+// snapshots (it has --signing-key-secret) the gateway trusts the writer keys too and accepts
+// the plain entries on the controller's signature.
 func (w *world) testForcePushPlain(t *testing.T) {
 	r := w.newGitRegistry(t, "plain", "manifests")
 	r.repo.WriteFile("manifests/memory.yaml", memoryV1)
@@ -139,7 +142,11 @@ func (w *world) testForcePushPlain(t *testing.T) {
 	t.Cleanup(func() { w.deleteRegistry(t, r.name) })
 	w.waitReady(t, r.name, 60*time.Second)
 	// Not named like the registry: a gateway's `<name>-manifests` would be the registry's.
-	g := w.startGateway(t, "plain-gw", r.name, nil)
+	var trusted *v1alpha1.LocalObjectReference
+	if controllerHasFlag("--signing-key-secret") {
+		trusted = &v1alpha1.LocalObjectReference{Name: "manifest-keys"}
+	}
+	g := w.startGateway(t, "plain-gw", r.name, trusted)
 	t.Cleanup(func() {
 		_ = w.k8s.Delete(w.ctx, &v1alpha1.ReversiGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: g.name}})
 	})
