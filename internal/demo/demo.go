@@ -15,42 +15,32 @@
 package demo
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	appsv1 "k8s.io/api/apps/v1"
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/internal/podrun"
 	"github.com/reversi-gitops/reversi/internal/testenv"
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
@@ -181,7 +171,7 @@ type story struct {
 	env       *testenv.Env
 	gitEnv    []string
 	repo      string
-	procs     []*exec.Cmd
+	procs     []*podrun.Process
 	report    Report
 	agent     *mcp.ClientSession
 	port      int
@@ -212,7 +202,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		if err != nil {
 			for _, l := range s.logs {
 				if b, rerr := os.ReadFile(l); rerr == nil {
-					fmt.Fprintf(s.out, "\n--- %s (last 4 KiB) ---\n%s\n", filepath.Base(l), tail(b, 4096))
+					fmt.Fprintf(s.out, "\n--- %s (last 4 KiB) ---\n%s\n", filepath.Base(l), podrun.Tail(b, 4096))
 				}
 			}
 		}
@@ -335,8 +325,10 @@ func (s *story) prepare(ctx context.Context) error {
 		}
 	}
 	s.bin = filepath.Join(s.dir, "bin", "reversi")
-	if _, err := s.exec(ctx, s.root, []string{"CGO_ENABLED=0"}, "", "go", "build", "-o", s.bin, "."); err != nil {
-		return err
+	build := podrun.BuildCommand(ctx, s.root, s.bin)
+	s.show("", build.Args)
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
 	}
 	_, err := s.reversi(ctx, "version")
 	return err
@@ -439,7 +431,7 @@ func (s *story) controller(ctx context.Context) error {
 		return err
 	}
 	addr := net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort))
-	return poll(ctx, 60*time.Second, func() string {
+	return podrun.Poll(ctx, 60*time.Second, func() string {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			return "the controller's webhook server is not listening on " + addr
@@ -453,22 +445,14 @@ func (s *story) controller(ctx context.Context) error {
 func (s *story) start(name, bin string, argv, env []string) error {
 	s.show("", append([]string{filepath.Base(bin)}, argv...))
 	logPath := filepath.Join(s.dir, name+".log")
-	f, err := os.Create(logPath)
+	p, err := podrun.Start(name, bin, argv, env, logPath)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, argv...)
-	cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	s.say("    (%s running, pid %d, log %s)", name, cmd.Process.Pid, filepath.Base(logPath))
-	s.procs = append(s.procs, cmd)
-	s.report.PIDs = append(s.report.PIDs, cmd.Process.Pid)
+	s.say("    (%s running, pid %d, log %s)", name, p.PID(), filepath.Base(logPath))
+	s.procs = append(s.procs, p)
+	s.report.PIDs = append(s.report.PIDs, p.PID())
 	s.logs = append(s.logs, logPath)
-	s.cleanupFn = append(s.cleanupFn, func() { _ = f.Close() })
 	return nil
 }
 
@@ -480,16 +464,7 @@ func (s *story) stop() {
 		s.agent = nil
 	}
 	for i := len(s.procs) - 1; i >= 0; i-- {
-		p := s.procs[i]
-		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
+		s.procs[i].Stop()
 	}
 	s.procs = nil
 	for i := len(s.cleanupFn) - 1; i >= 0; i-- {
@@ -561,7 +536,7 @@ func (s *story) gateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.port, err = freePort(); err != nil {
+	if s.port, err = podrun.FreePort(); err != nil {
 		return err
 	}
 	var envYAML strings.Builder
@@ -592,7 +567,7 @@ spec:
 	gw := &v1alpha1.ReversiGateway{}
 	var dep appsv1.Deployment
 	depName := Gateway + "-gateway"
-	if err := poll(ctx, 60*time.Second, func() string {
+	if err := podrun.Poll(ctx, 60*time.Second, func() string {
 		if err := k8s.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: depName}, &dep); err != nil {
 			return "the controller has not rendered Deployment " + depName + ": " + err.Error()
 		}
@@ -614,58 +589,25 @@ spec:
 
 	// envtest runs no kubelet: the demo plays it for one pod of the Deployment.
 	s.podName = depName + "-demo"
-	tmpl := dep.Spec.Template
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: s.podName, Labels: tmpl.Labels, Annotations: tmpl.Annotations},
-		Spec: *tmpl.Spec.DeepCopy()}
-	if err := k8s.Create(ctx, pod); err != nil {
-		return err
-	}
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	if err := k8s.Status().Update(ctx, pod); err != nil {
-		return err
-	}
-	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
-	if err := k8s.Status().Update(ctx, &dep); err != nil {
-		return err
-	}
-	s.say("(envtest has no kubelet: the demo plays it for pod %s, and runs its container as a local process)", s.podName)
-
-	c := tmpl.Spec.Containers[0]
-	if s.gwKube, err = s.serviceAccountKubeconfig(ctx, tmpl.Spec.ServiceAccountName); err != nil {
-		return err
-	}
-	mounts, err := s.volumes(ctx, tmpl.Spec, c)
+	kubelet := &podrun.Kubelet{Client: k8s, Config: s.env.Config, Dir: s.dir,
+		BaseEnv: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(s.dir, "home")}}
+	pod, err := kubelet.CreatePod(ctx, &dep, s.podName)
 	if err != nil {
 		return err
 	}
-	argv := make([]string, len(c.Args))
-	for i, a := range c.Args {
-		argv[i] = localise(a, mounts)
-		if i > 0 && c.Args[i-1] == "--kubeconfig" && a == "" {
-			argv[i] = s.gwKube // in-cluster credentials: the ServiceAccount's token
-		}
+	s.say("(envtest has no kubelet: the demo plays it for pod %s, and runs its container as a local process)", s.podName)
+	c, err := kubelet.Prepare(ctx, pod, dep.Spec.Template.Spec.Containers[0].Name)
+	if err != nil {
+		return err
 	}
-	s.report.GatewayArgs = argv
-	penv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(s.dir, "home"), "TMPDIR=" + mounts["/tmp"]}
-	for _, e := range c.Env {
-		v, err := s.envValue(ctx, e)
-		if err != nil {
-			return err
-		}
-		if e.Name == configDigestEnv {
-			// The gateway checks its gateway.yaml against the Deployment's digest. The local copy
-			// names local paths, so the player checks the rendered file and passes the copy's.
-			if v, err = s.localConfigDigest(ctx, v, mounts); err != nil {
-				return err
-			}
-		}
-		penv = append(penv, e.Name+"="+v)
-	}
-	if err := s.start("gateway", s.bin, argv, penv); err != nil {
+	s.gwKube = c.Kubeconfig
+	s.say("(a token of ServiceAccount %s, as the kubelet mounts it: %s)", pod.Spec.ServiceAccountName, filepath.Base(c.Kubeconfig))
+	s.report.GatewayArgs = c.Args
+	if err := s.start("gateway", s.bin, c.Args, c.Env); err != nil {
 		return err
 	}
 	desired := gw.Status.Manifests.DesiredRevision
-	if err := poll(ctx, 60*time.Second, func() string {
+	if err := podrun.Poll(ctx, 60*time.Second, func() string {
 		if d := s.podDigest(ctx); d != desired {
 			return fmt.Sprintf("pod %s reports manifest digest %q, want %s", s.podName, d, desired)
 		}
@@ -676,166 +618,11 @@ spec:
 	if _, err := s.kubectl(ctx, "get", "reversigateway", Gateway, "-n", Namespace, "-o", "wide"); err != nil {
 		return err
 	}
-	s.agent, err = mcp.NewClient(&mcp.Implementation{Name: "demo-agent", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint: "http://127.0.0.1:" + strconv.Itoa(s.port) + "/mcp", HTTPClient: &http.Client{Transport: bearer{secret}}}, nil)
-	if err != nil {
-		return fmt.Errorf("the agent cannot connect to the gateway: %w", err)
+	if s.agent, err = podrun.ConnectAgent(ctx, "demo-agent", "http://127.0.0.1:"+strconv.Itoa(s.port)+"/mcp", secret); err != nil {
+		return err
 	}
 	s.say("The agent %s is connected to http://127.0.0.1:%d/mcp with its API key.", Agent, s.port)
 	return nil
-}
-
-// configDigestEnv is the env var a ReversiGateway's container checks its gateway.yaml with.
-const configDigestEnv = "REVERSI_CONFIG_DIGEST"
-
-// localConfigDigest checks that the rendered `<gateway>-config` holds the gateway.yaml the
-// Deployment names (want), and returns the digest of its local copy.
-func (s *story) localConfigDigest(ctx context.Context, want string, mounts map[string]string) (string, error) {
-	var cm corev1.ConfigMap
-	if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: Gateway + "-config"}, &cm); err != nil {
-		return "", err
-	}
-	if d := sha256Hex([]byte(cm.Data["gateway.yaml"])); d != want {
-		return "", fmt.Errorf("ConfigMap %s-config holds a gateway.yaml with digest %s, the Deployment expects %s", Gateway, d, want)
-	}
-	local, err := os.ReadFile(filepath.Join(mounts["/etc/reversi/config"], "gateway.yaml"))
-	if err != nil {
-		return "", err
-	}
-	return sha256Hex(local), nil
-}
-
-func sha256Hex(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// serviceAccountKubeconfig mints a token of the ServiceAccount (TokenRequest, as the kubelet
-// does for a pod) and writes a kubeconfig with it.
-func (s *story) serviceAccountKubeconfig(ctx context.Context, sa string) (string, error) {
-	cs, err := kubernetes.NewForConfig(s.env.Config)
-	if err != nil {
-		return "", err
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, sa, &authnv1.TokenRequest{
-		Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("TokenRequest for ServiceAccount %s: %w", sa, err)
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: s.env.Config.Host, CertificateAuthorityData: s.env.Config.CAData}
-	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts[sa] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: sa, Namespace: Namespace}
-	kc.CurrentContext = sa
-	p := filepath.Join(s.dir, sa+".kubeconfig")
-	s.say("(a token of ServiceAccount %s, as the kubelet mounts it: %s)", sa, filepath.Base(p))
-	return p, clientcmd.WriteToFile(*kc, p)
-}
-
-// volumes writes each mounted volume of the container to a local folder, as the kubelet
-// would: ConfigMap and Secret items, empty folders for emptyDir and the data volume. It
-// returns mountPath → local folder.
-func (s *story) volumes(ctx context.Context, pod corev1.PodSpec, c corev1.Container) (map[string]string, error) {
-	mounts := map[string]string{}
-	files := map[string]string{} // the ConfigMap and Secret mounts only
-	for _, m := range c.VolumeMounts {
-		local := filepath.Join(s.dir, "pod", m.Name)
-		if err := os.MkdirAll(local, 0o700); err != nil {
-			return nil, err
-		}
-		mounts[m.MountPath] = local
-		for _, v := range pod.Volumes {
-			if v.Name != m.Name {
-				continue
-			}
-			var data map[string][]byte
-			var items []corev1.KeyToPath
-			switch {
-			case v.ConfigMap != nil:
-				var cm corev1.ConfigMap
-				if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: v.ConfigMap.Name}, &cm); err != nil {
-					return nil, err
-				}
-				data = map[string][]byte{}
-				for k, val := range cm.Data {
-					data[k] = []byte(val)
-				}
-				items = v.ConfigMap.Items
-				files[m.MountPath] = local
-			case v.Secret != nil:
-				var sec corev1.Secret
-				if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: v.Secret.SecretName}, &sec); err != nil {
-					return nil, err
-				}
-				data, items = sec.Data, v.Secret.Items
-				files[m.MountPath] = local
-			}
-			if items == nil {
-				for k := range data {
-					items = append(items, corev1.KeyToPath{Key: k, Path: k})
-				}
-			}
-			for _, it := range items {
-				if err := os.WriteFile(filepath.Join(local, it.Path), data[it.Key], 0o600); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	// Files that name other files mounted from ConfigMaps or Secrets (gateway.yaml's
-	// auth.keys) name their local copies.
-	for _, local := range files {
-		entries, _ := os.ReadDir(local)
-		for _, e := range entries {
-			p := filepath.Join(local, e.Name())
-			b, err := os.ReadFile(p)
-			if err != nil || e.IsDir() {
-				continue
-			}
-			if l := localise(string(b), files); l != string(b) {
-				if err := os.WriteFile(p, []byte(l), 0o600); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	return mounts, nil
-}
-
-// localise replaces every mount path in text by its local folder, in one pass (a local
-// folder may itself lie under a mount path such as /tmp).
-func localise(text string, mounts map[string]string) string {
-	if local, ok := mounts[text]; ok {
-		return local
-	}
-	paths := make([]string, 0, len(mounts))
-	for mp := range mounts {
-		paths = append(paths, mp)
-	}
-	sort.Slice(paths, func(i, j int) bool { return len(paths[i]) > len(paths[j]) })
-	var pairs []string
-	for _, mp := range paths {
-		pairs = append(pairs, mp+"/", mounts[mp]+"/")
-	}
-	return strings.NewReplacer(pairs...).Replace(text)
-}
-
-func (s *story) envValue(ctx context.Context, e corev1.EnvVar) (string, error) {
-	switch {
-	case e.ValueFrom == nil:
-		return e.Value, nil
-	case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
-		return s.podName, nil
-	case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-		return Namespace, nil
-	case e.ValueFrom.SecretKeyRef != nil:
-		var sec corev1.Secret
-		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: e.ValueFrom.SecretKeyRef.Name}, &sec); err != nil {
-			return "", err
-		}
-		return string(sec.Data[e.ValueFrom.SecretKeyRef.Key]), nil
-	}
-	return "", fmt.Errorf("env %s: a source the demo does not play (%+v)", e.Name, e.ValueFrom)
 }
 
 func (s *story) podDigest(ctx context.Context) string {
@@ -846,21 +633,9 @@ func (s *story) podDigest(ctx context.Context) string {
 	return p.Annotations[v1alpha1.AnnotationManifestDigest]
 }
 
-// call makes one tool call as the agent and prints it; the text and whether it is an error.
+// call makes one tool call as the agent: the text and whether it is an error.
 func (s *story) call(ctx context.Context, tool string, args map[string]any) (string, bool, error) {
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	res, err := s.agent.CallTool(cctx, &mcp.CallToolParams{Name: tool, Arguments: args})
-	if err != nil {
-		return "", false, fmt.Errorf("the agent's call of %s: %w", tool, err)
-	}
-	var b strings.Builder
-	for _, c := range res.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return b.String(), res.IsError, nil
+	return podrun.CallTool(ctx, s.agent, tool, args)
 }
 
 func (s *story) showCall(tool string, text string, isErr bool) {
@@ -925,7 +700,7 @@ func (s *story) mergePR(ctx context.Context) error {
 		return err
 	}
 	var text string
-	if err := poll(ctx, 30*time.Second, func() string {
+	if err := podrun.Poll(ctx, 30*time.Second, func() string {
 		t, isErr, err := s.call(ctx, "memory.create_relations", relation)
 		if err != nil {
 			return err.Error()
@@ -961,7 +736,7 @@ func (s *story) approve(ctx context.Context) error {
 		return err
 	}
 	var text string
-	if err := poll(ctx, 30*time.Second, func() string {
+	if err := podrun.Poll(ctx, 30*time.Second, func() string {
 		t, isErr, err := s.call(ctx, "memory.create_relations", relation)
 		if err != nil {
 			return err.Error()
@@ -984,7 +759,7 @@ func (s *story) approve(ctx context.Context) error {
 // runs: the agent's session is a ReversiRun.
 func (s *story) runs(ctx context.Context) error {
 	s.section("4. The audit view: kubectl get reversiruns")
-	if err := poll(ctx, 30*time.Second, func() string {
+	if err := podrun.Poll(ctx, 30*time.Second, func() string {
 		var l v1alpha1.ReversiRunList
 		if err := s.env.Client.List(ctx, &l, client.InNamespace(Namespace)); err != nil {
 			return err.Error()
@@ -1011,7 +786,7 @@ func (s *story) rollback(ctx context.Context) error {
 	if _, err := s.kubectl(ctx, "patch", "reversirun", s.report.Run, "-n", Namespace, "--type", "merge", "-p", `{"spec":{"rollback":{"confirm":true}}}`); err != nil {
 		return err
 	}
-	if err := poll(ctx, 60*time.Second, func() string {
+	if err := podrun.Poll(ctx, 60*time.Second, func() string {
 		r := &v1alpha1.ReversiRun{}
 		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.report.Run}, r); err != nil {
 			return err.Error()
@@ -1059,7 +834,7 @@ func (s *story) forged(ctx context.Context) error {
 	if _, err := s.kubectl(ctx, "annotate", "--overwrite", "manifestregistry/"+Registry, "-n", Namespace, v1alpha1.AnnotationRequestedAt+"="+time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
 		return err
 	}
-	if err := poll(ctx, 30*time.Second, func() string {
+	if err := podrun.Poll(ctx, 30*time.Second, func() string {
 		r := &v1alpha1.ManifestRegistry{}
 		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: Registry}, r); err != nil {
 			return err.Error()
@@ -1094,8 +869,8 @@ func (s *story) forged(ctx context.Context) error {
 func (s *story) handEdit(ctx context.Context) error {
 	s.section("7. A ConfigMap edited by hand is refused by the gateway itself")
 	ctrlProc := s.procs[0]
-	_ = syscall.Kill(-ctrlProc.Process.Pid, syscall.SIGTERM)
-	s.say("(the controller, pid %d, is stopped: nothing re-renders the ConfigMap)", ctrlProc.Process.Pid)
+	ctrlProc.Stop()
+	s.say("(the controller, pid %d, is stopped: nothing re-renders the ConfigMap)", ctrlProc.PID())
 	name := Gateway + "-manifests"
 	var cm corev1.ConfigMap
 	if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: name}, &cm); err != nil {
@@ -1149,7 +924,7 @@ func (s *story) handEdit(ctx context.Context) error {
 	if _, err := s.kubectl(ctx, "replace", "-f", path); err != nil {
 		return err
 	}
-	if err := poll(ctx, 30*time.Second, func() string {
+	if err := podrun.Poll(ctx, 30*time.Second, func() string {
 		p := &corev1.Pod{}
 		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.podName}, p); err != nil {
 			return err.Error()
@@ -1206,42 +981,6 @@ func (s *story) summary() {
 	s.say("Everything the demo started is stopped now.")
 }
 
-// poll calls cond every 50 ms until it returns "" or timeout passes.
-func poll(ctx context.Context, timeout time.Duration, cond func() string) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		why := cond()
-		if why == "" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s: %s", timeout, why)
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), errors.New(why))
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-type bearer struct{ token string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return http.DefaultTransport.RoundTrip(r)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func indent(s string) string {
 	s = strings.TrimRight(s, "\n")
 	return "    " + strings.ReplaceAll(s, "\n", "\n    ") + "\n"
@@ -1265,11 +1004,4 @@ func short(digest string) string {
 		return digest[:i+13]
 	}
 	return digest
-}
-
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(bytes.ToValidUTF8(b, nil))
 }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,16 +21,12 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	appsv1 "k8s.io/api/apps/v1"
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -42,6 +37,7 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/auth"
 	"github.com/reversi-gitops/reversi/internal/bundle"
 	"github.com/reversi-gitops/reversi/internal/cli"
+	"github.com/reversi-gitops/reversi/internal/podrun"
 	"github.com/reversi-gitops/reversi/internal/registry"
 	"github.com/reversi-gitops/reversi/internal/signing/signingtest"
 	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
@@ -98,46 +94,24 @@ func eventually(t testing.TB, timeout time.Duration, cond func() string) {
 	t.Fatalf("after %s: %s", timeout, why)
 }
 
-type bearer struct{ token string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return http.DefaultTransport.RoundTrip(r)
-}
-
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := podrun.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // saKubeconfig mints a token of the ServiceAccount (TokenRequest) and writes a kubeconfig
 // using it; it returns the file and a rest.Config of the same identity.
 func saKubeconfig(t testing.TB, env *testenv.Env, ns, sa string) (string, *rest.Config) {
 	t.Helper()
-	cs := kubernetes.NewForConfigOrDie(env.Config)
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), sa, &authnv1.TokenRequest{
-		Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("TokenRequest for %s: %v", sa, err)
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
-	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: sa, Namespace: ns}
-	kc.CurrentContext = "sa"
 	p := filepath.Join(t.TempDir(), "sa.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, p); err != nil {
+	cfg, err := podrun.ServiceAccountKubeconfig(t.Context(), env.Config, ns, sa, p)
+	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = nil, nil, "", ""
-	cfg.BearerToken = tr.Status.Token
 	return p, cfg
 }
 
@@ -366,7 +340,7 @@ func startWorld(t testing.TB) *world {
 
 	// An agent: v1 lets it create entities.
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint: "http://127.0.0.1:" + strconv.Itoa(port) + "/mcp", HTTPClient: &http.Client{Transport: bearer{secret}}}, nil)
+		Endpoint: "http://127.0.0.1:" + strconv.Itoa(port) + "/mcp", HTTPClient: &http.Client{Transport: podrun.Bearer{Token: secret}}}, nil)
 	must(err)
 	t.Cleanup(func() { _ = cs.Close() })
 	createEntity := func(name string) *mcp.CallToolResult {

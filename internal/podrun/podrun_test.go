@@ -1,0 +1,68 @@
+package podrun
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestLocalise(t *testing.T) {
+	mounts := map[string]string{"/tmp": "/work/pod/tmp", "/etc/reversi/config": "/tmp/x/config"}
+	for in, want := range map[string]string{
+		"/tmp":                             "/work/pod/tmp",
+		"/etc/reversi/config/gateway.yaml": "/tmp/x/config/gateway.yaml", // not rewritten again under /tmp
+		"keys: /tmp/a and /tmp/b":          "keys: /work/pod/tmp/a and /work/pod/tmp/b",
+		"/var/lib/reversi":                 "/var/lib/reversi",
+	} {
+		if got := Localise(in, mounts); got != want {
+			t.Errorf("Localise(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestProcessStopsItsGroup(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	// The shell starts a child that ignores nothing: Stop must end both (the whole group).
+	p, err := Start("sleeper", sh, []string{"-c", "sleep 300 & echo started; wait"}, []string{"PATH=" + os.Getenv("PATH")}, filepath.Join(dir, "sleeper.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Poll(t.Context(), 10*time.Second, func() string {
+		if !strings.Contains(p.Output(), "started") {
+			return "no output yet"
+		}
+		return ""
+	}); err != nil {
+		t.Fatal(err)
+	}
+	peak, err := p.PeakRSS()
+	if err != nil || peak <= 0 {
+		t.Fatalf("PeakRSS = %d, %v", peak, err)
+	}
+	if exited, _ := p.Exited(); exited {
+		t.Fatal("exited before Stop")
+	}
+	p.Stop()
+	if exited, err := p.Exited(); !exited || err == nil {
+		t.Fatalf("after Stop: exited %v, %v (want killed by SIGTERM)", exited, err)
+	}
+	// The child got SIGTERM too; it is gone once init has reaped it.
+	if err := Poll(t.Context(), 10*time.Second, func() string {
+		if err := syscall.Kill(-p.PID(), 0); !errors.Is(err, syscall.ESRCH) {
+			return "the process group is still there"
+		}
+		return ""
+	}); err != nil {
+		t.Error(err)
+	}
+	p.Stop() // a second Stop does nothing
+}
