@@ -56,6 +56,7 @@ func TestRedTeam(t *testing.T) {
 	})
 	attack("ReplaceWithOlderRenderingAndRestart", w.testReplaceWithOlderRendering)
 	attack("EditUnsignedRevision", w.testEditRevision)
+	attack("EditGatewayConfig", w.testEditGatewayConfig)
 	attack("ForcePushOlderSignedCommit/Registry", w.testForcePushRegistry)
 	t.Run("ForcePushOlderSignedCommit/Plain", w.testForcePushPlain)
 	t.Run("ChainModeRefusesUnsignedCommit", w.testChain)

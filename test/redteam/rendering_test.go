@@ -1,6 +1,8 @@
 package redteam
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"maps"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/controllers"
 	"github.com/reversi-gitops/reversi/internal/bundle"
 	"github.com/reversi-gitops/reversi/internal/podrun"
 )
@@ -249,6 +252,22 @@ func (w *world) reset(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("reset: %v", err)
 	}
+	// And its gateway.yaml, which the pod checks against the Deployment's digest.
+	want := ""
+	for _, e := range w.pay.pod.Spec.Containers[0].Env {
+		if e.Name == controllers.ConfigDigestEnv {
+			want = e.Value
+		}
+	}
+	if err := podrun.Poll(w.ctx, 30*time.Second, func() string {
+		sum := sha256.Sum256([]byte(w.configMap(t, payGW+"-config").Data[controllers.GatewayConfigKey]))
+		if got := "sha256:" + hex.EncodeToString(sum[:]); got != want {
+			return "the gateway's config is not restored yet: " + got + ", want " + want
+		}
+		return ""
+	}); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
 	w.pay.ensureRunning(t)
 	if err := w.pay.settled(t, memoryReg); err != nil {
 		t.Fatalf("reset: %v", err)
@@ -256,4 +275,32 @@ func (w *world) reset(t *testing.T) {
 	if !w.pay.requireHeld(t, "memory.create_entities", createArgs) {
 		t.Fatal("reset: the world does not hold memory.create_entities any more")
 	}
+}
+
+// testEditGatewayConfig: mallory loosens the gateway's own config (`pay-config`: enforce →
+// observe, in which nothing is blocked). With the controller running it is restored at once
+// and named; with the controller stopped, a restarted gateway refuses the edited file (the
+// Deployment names its digest) instead of serving without enforcement.
+func (w *world) testEditGatewayConfig(t *testing.T) {
+	loosen := func(d map[string]string) map[string]string {
+		out := maps.Clone(d)
+		out["gateway.yaml"] = strings.Replace(d["gateway.yaml"], "mode: enforce", "mode: observe", 1)
+		if out["gateway.yaml"] == d["gateway.yaml"] {
+			t.Fatalf("gateway.yaml has no mode: enforce:\n%s", d["gateway.yaml"])
+		}
+		return out
+	}
+	w.attackRendering(t, renderingAttack{configMap: payGW + "-config", ownerKind: "ReversiGateway", ownerName: payGW, edit: loosen})
+
+	w.stopController()
+	w.writeAsMallory(t, payGW+"-config", loosen(w.configMap(t, payGW+"-config").Data))
+	if up := w.pay.restart(t); up {
+		if text, isErr := w.pay.call(t, "memory.delete_entities", map[string]any{"entityNames": []any{"x"}}); !isErr {
+			t.Errorf("a gateway restarted on the loosened gateway.yaml let a call without a manifest through: %s", oneLine(text))
+		}
+		t.Errorf("the gateway started on a gateway.yaml the Deployment does not name")
+	} else if out := w.pay.proc.Tail(2000); !strings.Contains(out, "the gateway's config ConfigMap was changed by someone other than the controller") {
+		t.Errorf("the gateway stopped for another reason: %s", oneLine(out))
+	}
+	w.startController(t)
 }
