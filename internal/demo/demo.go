@@ -10,8 +10,9 @@
 // seconds, without a restart; alice (group finance) approves with kubectl; `kubectl get
 // reversiruns` shows the run; `kubectl patch` of spec.rollback undoes it; an unsigned (forged)
 // commit is refused and never reaches the gateway; with the controller stopped, a hand edit of
-// the rendered ConfigMap is refused by the gateway itself; the gateway's credentials cannot read
-// other Secrets. Everything it starts is stopped, and its folder removed, before Run returns.
+// the rendered ConfigMap is refused by the gateway itself, and so is the complete signed rendering
+// from before the PR put back (an older snapshot); the gateway's credentials cannot read other
+// Secrets. Everything it starts is stopped, and its folder removed, before Run returns.
 package demo
 
 import (
@@ -91,8 +92,10 @@ type Report struct {
 	StillHeld string
 	// HandEdit is the refusal the gateway pod reports (annotation reversi.dev/manifest-error)
 	// after the ConfigMap was edited by hand to an unsigned, looser manifest, and
-	// HandEditHeld its answer to create_relations afterwards.
-	HandEdit, HandEditHeld string
+	// HandEditHeld its answer to create_relations afterwards. Replay is its refusal of the
+	// complete, signed rendering from before the PR put back (an older snapshot), and
+	// ReplayHeld its answer to create_relations then.
+	HandEdit, HandEditHeld, Replay, ReplayHeld string
 	// Forbidden is kubectl's answer to the gateway's identity reading another Secret.
 	Forbidden string
 	// GatewayArgs is the argv the gateway process ran with (the Deployment's, localised).
@@ -178,6 +181,9 @@ type story struct {
 	podName   string
 	logs      []string
 	cleanupFn []func()
+	// before is `<gateway>-manifests` as the controller rendered it before the PR: a
+	// complete, signed, older rendering for the replay in step 7.
+	before *corev1.ConfigMap
 }
 
 // Run tells the story. It returns the report and the first error; on error the report holds
@@ -671,7 +677,8 @@ func (s *story) blocked(ctx context.Context) error {
 		return fmt.Errorf("memory.create_relations without a manifest was not blocked: %s", text)
 	}
 	s.report.Blocked = text
-	return nil
+	s.before = &corev1.ConfigMap{}
+	return s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: Gateway + "-manifests"}, s.before)
 }
 
 var requestID = regexp.MustCompile(`request (apr-[0-9a-z-]+) is waiting`)
@@ -867,7 +874,7 @@ func (s *story) forged(ctx context.Context) error {
 // ConfigMap by hand: create_relations without its approval rule, unsigned. The gateway
 // verifies every signature itself, refuses the edit and keeps enforcing what it had.
 func (s *story) handEdit(ctx context.Context) error {
-	s.section("7. A ConfigMap edited by hand is refused by the gateway itself")
+	s.section("7. A ConfigMap edited by hand, or an older rendering put back, is refused by the gateway itself")
 	ctrlProc := s.procs[0]
 	ctrlProc.Stop()
 	s.say("(the controller, pid %d, is stopped: nothing re-renders the ConfigMap)", ctrlProc.PID())
@@ -946,6 +953,50 @@ func (s *story) handEdit(ctx context.Context) error {
 	}
 	s.showCall("memory.create_relations", text, isErr)
 	s.report.HandEditHeld = text
+	return s.replay(ctx)
+}
+
+// replay puts the rendering from before the PR back: complete and signed, but an older
+// snapshot than the gateway served. The gateway keeps the sequence it served in its store and
+// refuses it.
+func (s *story) replay(ctx context.Context) error {
+	name := Gateway + "-manifests"
+	out := corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: s.before.Labels, OwnerReferences: s.before.OwnerReferences}, Data: s.before.Data}
+	y, err := yaml.Marshal(out)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(s.dir, name+"-before-the-pr.yaml")
+	if err := s.write(path, string(y)); err != nil {
+		return err
+	}
+	s.say("%s: the rendering from before the PR, every signature intact", filepath.Base(path))
+	if _, err := s.kubectl(ctx, "replace", "-f", path); err != nil {
+		return err
+	}
+	if err := podrun.Poll(ctx, 30*time.Second, func() string {
+		p := &corev1.Pod{}
+		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.podName}, p); err != nil {
+			return err.Error()
+		}
+		if e := p.Annotations[v1alpha1.AnnotationManifestError]; strings.Contains(e, "older than") {
+			s.report.Replay = e
+			return ""
+		}
+		return "the gateway pod reports no refusal of the older rendering"
+	}); err != nil {
+		return err
+	}
+	if _, err := s.kubectl(ctx, "get", "pod", s.podName, "-n", Namespace, "-o", `jsonpath={.metadata.annotations.reversi\.dev/manifest-error}{"\n"}`); err != nil {
+		return err
+	}
+	text, isErr, err := s.call(ctx, "memory.create_relations", relation)
+	if err != nil {
+		return err
+	}
+	s.showCall("memory.create_relations", text, isErr)
+	s.report.ReplayHeld = text
 	return nil
 }
 
@@ -977,6 +1028,7 @@ func (s *story) summary() {
 	}
 	s.say("  forged       the controller refused an unsigned commit, %s", kept)
 	s.say("  hand edit    an unsigned ConfigMap edit was refused by the gateway itself; the rule held")
+	s.say("  replay       the signed rendering from before the PR, put back, was refused as older; the rule held")
 	s.say("  RBAC         the gateway's ServiceAccount cannot read other Secrets")
 	s.say("Everything the demo started is stopped now.")
 }

@@ -83,6 +83,10 @@ func TestDemoStory(t *testing.T) {
 		!strings.Contains(r.HandEditHeld, "memory.create_relations requires approval") {
 		t.Errorf("after the hand edit: pod reports %q, gateway answers %q", r.HandEdit, r.HandEditHeld)
 	}
+	if !strings.Contains(r.Replay, "which this gateway already served: an older rendering was replayed") ||
+		!strings.Contains(r.ReplayHeld, "memory.create_relations requires approval") {
+		t.Errorf("after the older rendering was put back: pod reports %q, gateway answers %q", r.Replay, r.ReplayHeld)
+	}
 	// 8. The ServiceAccount reads no other Secret.
 	if !strings.Contains(r.Forbidden, "Forbidden") || !strings.Contains(r.Forbidden, "system:serviceaccount:"+demo.Namespace+":"+demo.Gateway+"-gateway") {
 		t.Errorf("reading Secret committers as the gateway: %q", r.Forbidden)
