@@ -32,27 +32,12 @@ func (s *Postgres) AdvanceHighWater(ctx context.Context, marks []HighWater) erro
 	}
 	return s.tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		now := tn(s.stamp())
-		var refused []Downgrade
-		for _, h := range marks {
+		return advanceMarks(marks, func(h HighWater) (int64, error) {
 			tag, err := tx.Exec(ctx, pgAdvanceHighWater, h.Source, h.Sequence, h.Revision, h.Digest, now)
-			if err != nil {
-				return fmt.Errorf("store: advance high-water mark of %s: %w", h.Source, err)
-			}
-			if tag.RowsAffected() == 1 {
-				continue
-			}
-			stored, err := scanHighWater(tx.QueryRow(ctx, `SELECT `+highWaterCols+` FROM high_water WHERE source = $1`, h.Source))
-			if err != nil {
-				return fmt.Errorf("store: read high-water mark of %s: %w", h.Source, err)
-			}
-			if h.olderThan(stored) {
-				refused = append(refused, Downgrade{Offered: h, Stored: stored})
-			}
-		}
-		if refused != nil {
-			return &DowngradeError{Refused: refused}
-		}
-		return nil
+			return tag.RowsAffected(), err
+		}, func(source string) (HighWater, error) {
+			return scanHighWater(tx.QueryRow(ctx, `SELECT `+highWaterCols+` FROM high_water WHERE source = $1`, source))
+		})
 	})
 }
 

@@ -30,28 +30,43 @@ func (s *SQLite) AdvanceHighWater(ctx context.Context, marks []HighWater) error 
 	}
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := tn(s.stamp())
-		var refused []Downgrade
-		for _, h := range marks {
+		return advanceMarks(marks, func(h HighWater) (int64, error) {
 			res, err := tx.ExecContext(ctx, sqlAdvanceHighWater, h.Source, h.Sequence, h.Revision, h.Digest, now)
 			if err != nil {
-				return fmt.Errorf("store: advance high-water mark of %s: %w", h.Source, err)
+				return 0, err
 			}
-			if n, _ := res.RowsAffected(); n == 1 {
-				continue
-			}
-			stored, err := scanHighWater(tx.QueryRowContext(ctx, `SELECT `+highWaterCols+` FROM high_water WHERE source = ?`, h.Source))
-			if err != nil {
-				return fmt.Errorf("store: read high-water mark of %s: %w", h.Source, err)
-			}
-			if h.olderThan(stored) {
-				refused = append(refused, Downgrade{Offered: h, Stored: stored})
-			}
-		}
-		if refused != nil {
-			return &DowngradeError{Refused: refused}
-		}
-		return nil
+			return res.RowsAffected()
+		}, func(source string) (HighWater, error) {
+			return scanHighWater(tx.QueryRowContext(ctx, `SELECT `+highWaterCols+` FROM high_water WHERE source = ?`, source))
+		})
 	})
+}
+
+// advanceMarks is AdvanceHighWater's loop over one SQL transaction (both SQL stores): upsert
+// each mark with the dialect's conditional statement (upsert says how many rows it changed)
+// and, when it changed none, read the stored mark to tell an equal mark from an older one.
+func advanceMarks(marks []HighWater, upsert func(HighWater) (int64, error), stored func(source string) (HighWater, error)) error {
+	var refused []Downgrade
+	for _, h := range marks {
+		n, err := upsert(h)
+		if err != nil {
+			return fmt.Errorf("store: advance high-water mark of %s: %w", h.Source, err)
+		}
+		if n == 1 {
+			continue
+		}
+		s, err := stored(h.Source)
+		if err != nil {
+			return fmt.Errorf("store: read high-water mark of %s: %w", h.Source, err)
+		}
+		if h.olderThan(s) {
+			refused = append(refused, Downgrade{Offered: h, Stored: s})
+		}
+	}
+	if refused != nil {
+		return &DowngradeError{Refused: refused}
+	}
+	return nil
 }
 
 const highWaterCols = `source, sequence, revision, digest, updated`

@@ -917,87 +917,65 @@ func (s *story) handEdit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	out := corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: cm.Labels, OwnerReferences: cm.OwnerReferences}, Data: shards[0]}
-	y, err := yaml.Marshal(out)
+	out := corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: cm.Labels, OwnerReferences: cm.OwnerReferences}, Data: shards[0]}
+	s.report.HandEdit, s.report.HandEditHeld, err = s.replaceRefused(ctx, out, name+"-edited.yaml",
+		"memory.create_relations without its approval rule, checksum recomputed, signature removed", "not signed")
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(s.dir, name+"-edited.yaml")
-	if err := s.write(path, string(y)); err != nil {
-		return err
+	return s.replay(ctx)
+}
+
+// replaceRefused writes cm to file, replaces the ConfigMap with it by kubectl, waits until the
+// gateway pod reports a refusal holding want, and calls create_relations: it returns the
+// refusal and the gateway's answer.
+func (s *story) replaceRefused(ctx context.Context, cm corev1.ConfigMap, file, what, want string) (refusal, answer string, err error) {
+	cm.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}
+	y, err := yaml.Marshal(cm)
+	if err != nil {
+		return "", "", err
 	}
-	s.say("%s: memory.create_relations without its approval rule, checksum recomputed, signature removed", filepath.Base(path))
+	path := filepath.Join(s.dir, file)
+	if err := s.write(path, string(y)); err != nil {
+		return "", "", err
+	}
+	s.say("%s: %s", file, what)
 	if _, err := s.kubectl(ctx, "replace", "-f", path); err != nil {
-		return err
+		return "", "", err
 	}
 	if err := podrun.Poll(ctx, 30*time.Second, func() string {
 		p := &corev1.Pod{}
 		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.podName}, p); err != nil {
 			return err.Error()
 		}
-		if e := p.Annotations[v1alpha1.AnnotationManifestError]; e != "" {
-			s.report.HandEdit = e
+		if e := p.Annotations[v1alpha1.AnnotationManifestError]; strings.Contains(e, want) {
+			refusal = e
 			return ""
 		}
-		return "the gateway pod reports no refusal"
+		return fmt.Sprintf("the gateway pod reports no refusal naming %q", want)
 	}); err != nil {
-		return err
+		return "", "", err
 	}
 	if _, err := s.kubectl(ctx, "get", "pod", s.podName, "-n", Namespace, "-o", `jsonpath={.metadata.annotations.reversi\.dev/manifest-error}{"\n"}`); err != nil {
-		return err
+		return "", "", err
 	}
 	text, isErr, err := s.call(ctx, "memory.create_relations", relation)
 	if err != nil {
-		return err
+		return "", "", err
 	}
 	s.showCall("memory.create_relations", text, isErr)
-	s.report.HandEditHeld = text
-	return s.replay(ctx)
+	return refusal, text, nil
 }
 
 // replay puts the rendering from before the PR back: complete and signed, but an older
 // snapshot than the gateway served. The gateway keeps the sequence it served in its store and
 // refuses it.
-func (s *story) replay(ctx context.Context) error {
+func (s *story) replay(ctx context.Context) (err error) {
 	name := Gateway + "-manifests"
-	out := corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: s.before.Labels, OwnerReferences: s.before.OwnerReferences}, Data: s.before.Data}
-	y, err := yaml.Marshal(out)
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(s.dir, name+"-before-the-pr.yaml")
-	if err := s.write(path, string(y)); err != nil {
-		return err
-	}
-	s.say("%s: the rendering from before the PR, every signature intact", filepath.Base(path))
-	if _, err := s.kubectl(ctx, "replace", "-f", path); err != nil {
-		return err
-	}
-	if err := podrun.Poll(ctx, 30*time.Second, func() string {
-		p := &corev1.Pod{}
-		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.podName}, p); err != nil {
-			return err.Error()
-		}
-		if e := p.Annotations[v1alpha1.AnnotationManifestError]; strings.Contains(e, "older than") {
-			s.report.Replay = e
-			return ""
-		}
-		return "the gateway pod reports no refusal of the older rendering"
-	}); err != nil {
-		return err
-	}
-	if _, err := s.kubectl(ctx, "get", "pod", s.podName, "-n", Namespace, "-o", `jsonpath={.metadata.annotations.reversi\.dev/manifest-error}{"\n"}`); err != nil {
-		return err
-	}
-	text, isErr, err := s.call(ctx, "memory.create_relations", relation)
-	if err != nil {
-		return err
-	}
-	s.showCall("memory.create_relations", text, isErr)
-	s.report.ReplayHeld = text
-	return nil
+	out := corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: s.before.Labels, OwnerReferences: s.before.OwnerReferences}, Data: s.before.Data}
+	s.report.Replay, s.report.ReplayHeld, err = s.replaceRefused(ctx, out, name+"-before-the-pr.yaml",
+		"the rendering from before the PR, every signature intact", "older than")
+	return err
 }
 
 // rbac: the gateway's identity reads its own keys but no other Secret.
