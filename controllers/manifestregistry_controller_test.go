@@ -408,21 +408,28 @@ func TestShardingAndDeletion(t *testing.T) {
 	})
 }
 
-// A branch reset to an older signed commit would bring back replaced manifests: refused, the
-// last good rendering stays, also after a spec change; the annotation naming exactly that
-// revision accepts it, echoed in status and a Warning event.
-func TestBranchResetToAnOldCommitIsRefused(t *testing.T) {
-	ns := namespace(t)
-	k := newKey(t)
-	repo := signedRegistryRepo(t, k)
-	old := repo.Rev("HEAD")
+// twoVersions is a registry "reg" applied at its second signed commit (stripe.refund v2, the
+// index at sequence 2); old is the first commit.
+func twoVersions(t *testing.T) (ns string, k keyPair, repo *sourcetest.Repo, old string, applied *v1alpha1.ManifestRegistry) {
+	t.Helper()
+	ns = namespace(t)
+	k = newKey(t)
+	repo = signedRegistryRepo(t, k)
+	old = repo.Rev("HEAD")
 	refund := *fixtures(t)[2]
 	refund.Owner = "payments-team@example.com"
 	publish(t, filepath.Join(repo.Dir, "reg"), k, &refund)
 	repo.Commit("refund v2")
 	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	create(t, newRegistry(ns, "reg", repo.FileURL(), withKeys("manifest-keys")))
-	good := waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
+	return ns, k, repo, old, waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
+}
+
+// A branch reset to an older signed commit would bring back replaced manifests: refused, the
+// last good rendering stays, also after a spec change; the annotation naming exactly that
+// revision accepts it, echoed in status and a Warning event.
+func TestBranchResetToAnOldCommitIsRefused(t *testing.T) {
+	ns, k, repo, old, good := twoVersions(t)
 	before := configMap(t, ns, "reg-manifests")
 
 	repo.Git("reset", "-q", "--hard", old)
@@ -469,17 +476,7 @@ func TestBranchResetToAnOldCommitIsRefused(t *testing.T) {
 // A new commit on top that puts an older signed registry back (the folder of an old commit,
 // committed again) descends from the applied commit, but its index sequence is lower: refused.
 func TestRestoredOlderIndexIsRefused(t *testing.T) {
-	ns := namespace(t)
-	k := newKey(t)
-	repo := signedRegistryRepo(t, k)
-	old := repo.Rev("HEAD")
-	refund := *fixtures(t)[2]
-	refund.Owner = "payments-team@example.com"
-	publish(t, filepath.Join(repo.Dir, "reg"), k, &refund)
-	repo.Commit("refund v2")
-	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
-	create(t, newRegistry(ns, "reg", repo.FileURL(), withKeys("manifest-keys")))
-	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
+	ns, _, repo, old, _ := twoVersions(t)
 
 	repo.Git("rm", "-q", "-r", "reg")
 	repo.Git("checkout", old, "--", "reg")
