@@ -20,7 +20,7 @@ import (
 // DBA's approval) served by gateway "pay", and a sandbox registry (format Plain, db.wipe
 // without approval) that another team's gateway uses. Both are rendered, and pay's pod
 // serves the production rules.
-func twoRegistries(t *testing.T) (*world, *pod, string) {
+func twoRegistries(t *testing.T) (*world, *pod) {
 	w := newWorld(t)
 	prod := sourcetest.NewRepo(t)
 	w.publish(filepath.Join(prod.Dir, "reg"), w.manifests(strictWipe))
@@ -39,14 +39,14 @@ func twoRegistries(t *testing.T) (*world, *pod, string) {
 	w.reconcileGateway("dev")
 
 	p := w.pod("pay")
-	l, err := p.reload("")
+	l, err := p.reload()
 	if err != nil {
 		t.Fatalf("the working system: pay's pod refuses its own rendering: %v", err)
 	}
 	if got := needsApproval(l.Manifests, "db.wipe"); got != "approval required" {
 		t.Fatalf("the working system: pay serves db.wipe with %s", got)
 	}
-	return w, p, digestOf(l.Manifests)
+	return w, p
 }
 
 // ATTACK (ConfigMap-only identity): copy another registry's complete rendering — every byte
@@ -60,11 +60,11 @@ func twoRegistries(t *testing.T) (*world, *pod, string) {
 // gateway's ToolManifests set, or an old snapshot of a source this gateway never served (no
 // high-water mark exists for it).
 func TestConfigMapEditorReplacesTheGatewaysSourcesWithAnotherRegistrysRendering(t *testing.T) {
-	w, p, served := twoRegistries(t)
+	w, p := twoRegistries(t)
 
 	w.editConfigMap(w.ns, "pay-manifests", w.configMapData(w.ns, "sandbox-manifests"))
 
-	l, err := p.reload(served)
+	l, err := p.reload()
 	if err == nil {
 		t.Fatalf("pay's pod accepted the sandbox registry's rendering as its own: it now serves db.wipe with %s (%s); "+
 			"a gateway must accept only snapshots of the sources its ReversiGateway names (e.g. a --kube-sources list in the Deployment's args)",
@@ -81,7 +81,7 @@ func TestConfigMapEditorReplacesTheGatewaysSourcesWithAnotherRegistrysRendering(
 // the rogue shard stays. Any edit of `<gw>-manifests` the pod accepts (the test above) then
 // stays served, and legitimate updates of prod stop reaching the gateway.
 func TestConfigMapEditorBlocksDriftHealingWithARogueShard(t *testing.T) {
-	w, _, _ := twoRegistries(t)
+	w, _ := twoRegistries(t)
 	good := w.configMapData(w.ns, "pay-manifests")
 	// The defence works on its own: an edit is restored by the next reconcile.
 	w.editConfigMap(w.ns, "pay-manifests", w.configMapData(w.ns, "sandbox-manifests"))

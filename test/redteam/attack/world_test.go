@@ -232,6 +232,7 @@ type pod struct {
 	w     *world
 	km    *kube.Manifests
 	store store.Store
+	seen  string // what the last reload loaded
 }
 
 func (w *world) pod(gateway string) *pod {
@@ -252,21 +253,25 @@ func (w *world) pod(gateway string) *pod {
 
 // reload is what proxy.Gateway.Reload does before it swaps the engine: load and verify the
 // rendering, then advance the high-water marks in the store. It waits until the pod's
-// informers show a change from what it served before (served: that digest, "" at the start):
-// the load then either fails (the rendering is refused) or returns other manifests.
-func (p *pod) reload(served string) (proxy.Loaded, error) {
+// informers show a change from what the previous reload saw (the digest and the signed
+// revision, which names each snapshot's sequence): the load then either fails (the rendering
+// is refused) or returns other manifests or snapshots, whose marks the store advances or
+// refuses.
+func (p *pod) reload() (proxy.Loaded, error) {
 	p.w.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		l, err := p.km.Load(context.Background())
 		if err != nil {
+			p.seen = ""
 			return l, err
 		}
-		if digestOf(l.Manifests) != served {
+		if seen := digestOf(l.Manifests) + " " + l.Revision; seen != p.seen {
+			p.seen = seen
 			return l, p.store.AdvanceHighWater(context.Background(), l.Marks)
 		}
 		if time.Now().After(deadline) {
-			p.w.t.Fatalf("the pod's informers never showed a rendering other than %s", served)
+			p.w.t.Fatalf("the pod's informers never showed a rendering other than %s", p.seen)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
