@@ -1,0 +1,45 @@
+package source_test
+
+import (
+	"testing"
+
+	"github.com/reversi-gitops/reversi/internal/source"
+	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+)
+
+// ATTACK (git pusher without keys): a signed tag object is accepted under any ref name. The
+// release manager signed v1.0.0 (the loose rules) and later v1.1.0 (the tightening). Push the
+// existing v1.0.0 tag object again as refs/tags/v1.9.0 (`git push origin <tag object>:refs/tags/v1.9.0`):
+// semver picks v1.9.0 as the highest tag whose signature verifies, although the signed tag
+// object says "tag v1.0.0", and the revision shown is v1.9.0@sha1:<the old commit>. On a first
+// apply (a new ManifestRegistry or gateway) that serves the old rules; afterwards the
+// ancestry check refuses it and the registry is stuck (Ready=False) while a newer trusted
+// tag exists. git itself warns about such a tag (`git describe`: "tag 'v1.9.0' is really
+// 'v1.0.0' here"); the fix is one comparison: the tag object's name must be the ref's.
+func TestSemverTakesASignedTagObjectUnderAnotherName(t *testing.T) {
+	key := sourcetest.NewSSHKey(t)
+	keys, err := source.ParseKeys(map[string][]byte{"release.sshpub": key.AuthorizedKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := sourcetest.NewRepo(t)
+	r.WriteFile("reg/rules.yaml", "loose")
+	loose := r.Commit("loose rules")
+	r.TagSigned("v1.0.0", "release 1.0.0", key)
+	r.WriteFile("reg/rules.yaml", "strict")
+	strict := r.Commit("strict rules")
+	r.TagSigned("v1.1.0", "release 1.1.0", key)
+
+	r.Git("update-ref", "refs/tags/v1.9.0", r.Git("rev-parse", "refs/tags/v1.0.0"))
+
+	o := source.Options{URL: r.FileURL(), AllowFileURLs: true, Path: "reg", Ref: source.Ref{SemVer: ">=1.0.0 <2.0.0"},
+		Verify: &source.VerifyOptions{Mode: source.ModeTag, Keys: keys}}
+	a := fetch(t, o)
+	if _, err := source.Verify(a, source.ModeTag, keys); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	if a.Commit == loose {
+		t.Fatalf("semver chose %s = the v1.0.0 commit (the signed tag object is named v1.0.0), not v1.1.0 at %s; skipped %+v",
+			a.Revision, strict, a.SkippedTags)
+	}
+}

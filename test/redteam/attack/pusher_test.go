@@ -1,0 +1,57 @@
+package attack
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+)
+
+// ATTACK (git pusher without a writer key; TUF: mix-and-match across repositories): the
+// writer's index signature covers the sequence, the served set and the history, but not
+// which registry it is. The same writers also keep a staging registry (another repository or
+// folder), which is busier, so its index sequence is higher, and where db.wipe needs no
+// approval. Copy it over prod's spec.path in a new commit on top of the applied one: the
+// ancestry check passes, the index sequence does not go down, every signature verifies — the
+// controller applies staging's rules as prod's, and the gateway accepts them.
+func TestPusherCopiesAnotherRegistrysSignedFolder(t *testing.T) {
+	w := newWorld(t)
+	staging := filepath.Join(t.TempDir(), "staging")
+	w.publish(staging, w.manifests(looseWipe))
+	for _, tool := range []string{"db.read_a", "db.read_b", "db.read_c"} {
+		w.publish(staging, w.manifests("tool: "+tool+"\ndescription: Read.\neffect: read_only\npermission: db:read\n"))
+	}
+
+	repo := sourcetest.NewRepo(t)
+	w.publish(filepath.Join(repo.Dir, "reg"), w.manifests(strictWipe))
+	repo.Commit("prod: db.wipe needs a DBA")
+	w.create(registrySpec(w.ns, "prod", repo.FileURL(), v1alpha1.FormatRegistry))
+	w.mustRender(w.ns, "prod")
+	w.create(gatewaySpec(w.ns, "pay", &v1alpha1.GatewayManifests{Registries: []string{"prod"}}))
+	w.reconcileGateway("pay")
+	p := w.pod("pay")
+	if l, err := p.reload(); err != nil || needsApproval(l.Manifests, "db.wipe") != "approval required" {
+		t.Fatalf("the working system: %v", err)
+	}
+
+	if err := os.RemoveAll(filepath.Join(repo.Dir, "reg")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-r", staging, filepath.Join(repo.Dir, "reg")).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	repo.Git("add", "-A")
+	repo.Commit("tidy up")
+
+	reg, c := w.reconcileRegistry(w.ns, "prod")
+	w.reconcileGateway("pay")
+	l, err := p.reload()
+	if err == nil && needsApproval(l.Manifests, "db.wipe") == "no approval" {
+		t.Fatalf("prod now serves staging's signed registry: db.wipe without approval (Ready=%s %s, index sequence %d); "+
+			"the index signature must name the registry (e.g. an id in index.json, signed, that spec or the gateway pins), or the controller must keep the index history digest and require the new index to extend it",
+			c.Status, c.Reason, reg.Status.Artifact.IndexSequence)
+	}
+}

@@ -1,0 +1,121 @@
+package attack
+
+import (
+	"errors"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+)
+
+// looseProd is a namespace whose prod registry serves db.wipe without approval (v1), rendered
+// and served by gateway pay's pod.
+func looseProd(t *testing.T) (*world, *sourcetest.Repo, *pod) {
+	w := newWorld(t)
+	repo := sourcetest.NewRepo(t)
+	w.publish(filepath.Join(repo.Dir, "reg"), w.manifests(looseWipe))
+	repo.Commit("db.wipe v1")
+	w.create(registrySpec(w.ns, "prod", repo.FileURL(), v1alpha1.FormatRegistry))
+	w.mustRender(w.ns, "prod")
+	w.create(gatewaySpec(w.ns, "pay", &v1alpha1.GatewayManifests{Registries: []string{"prod"}}))
+	w.reconcileGateway("pay")
+	p := w.pod("pay")
+	l, err := p.reload()
+	if err != nil || needsApproval(l.Manifests, "db.wipe") != "no approval" {
+		t.Fatalf("the working system: %v, db.wipe %s", err, needsApproval(l.Manifests, "db.wipe"))
+	}
+	return w, repo, p
+}
+
+// tighten is the writers' reviewed change: db.wipe v2 needs a DBA.
+func tighten(w *world, repo *sourcetest.Repo) string {
+	w.publish(filepath.Join(repo.Dir, "reg"), w.manifests(strictWipe))
+	return repo.Commit("db.wipe v2: a DBA approves")
+}
+
+func snapshotOf(w *world, cm string) bundle.Snapshot {
+	w.t.Helper()
+	b, err := bundle.Assemble([]map[string]string{w.configMapData(w.ns, cm)})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return b.Snapshots[0].Snapshot
+}
+
+// ATTACK (ManifestRegistry status editor; TUF: a freeze attack): the controller takes the
+// sequence it signs from status.artifact.sequence, which anyone with
+// manifestregistries/status rights writes. Set it to MaxInt64 (and drop renderingDigest so the
+// unchanged-revision shortcut is not taken): the controller signs a snapshot with sequence
+// MaxInt64, every gateway records it as its high-water mark, and the next snapshot's sequence
+// (max(last+1, now): last+1 overflows) is lower — every later rendering of that registry is
+// refused by every gateway, forever (the store is never reset). The writers' tightening of
+// db.wipe never reaches the pods.
+func TestRegistryStatusEditorFreezesEveryGatewayWithAHugeSequence(t *testing.T) {
+	w, repo, p := looseProd(t)
+
+	prod := &v1alpha1.ManifestRegistry{}
+	w.get(w.ns, "prod", prod)
+	w.patchStatus(prod, map[string]any{"artifact": map[string]any{"sequence": int64(math.MaxInt64), "renderingDigest": nil}})
+	w.mustRender(w.ns, "prod")
+	signed := snapshotOf(w, "prod-manifests").Sequence
+	w.reconcileGateway("pay")
+	if _, err := p.reload(); err != nil {
+		t.Fatalf("the pod refused the re-signed rendering: %v", err)
+	}
+
+	tighten(w, repo)
+	w.mustRender(w.ns, "prod")
+	w.reconcileGateway("pay")
+	l, err := p.reload()
+	if errors.Is(err, store.ErrDowngrade) {
+		t.Fatalf("after the status edit the controller signed sequence %d (the attacker's number); the writers' newest state (db.wipe v2, %s) "+
+			"now has sequence %d and every gateway refuses it: %v; the controller must not sign a sequence taken from status that it cannot vouch for "+
+			"(e.g. the larger of now and the sequence of its own last verified snapshot, refusing one far in the future; checked arithmetic)",
+			signed, needsApproval(l.Manifests, "db.wipe"), snapshotOf(w, "prod-manifests").Sequence, err)
+	}
+	if err != nil || needsApproval(l.Manifests, "db.wipe") != "approval required" {
+		t.Fatalf("the pod serves db.wipe with %s: %v", needsApproval(l.Manifests, "db.wipe"), err)
+	}
+}
+
+// ATTACK (git pusher without keys + ManifestRegistry status editor; TUF: rollback): a
+// force-push back to the commit before the writers' tightening is refused
+// (RevisionNotDescendant) — until status.artifact is cleared. The ancestry check, the index
+// sequence check and the sequence the controller signs all come from status, so the
+// controller then applies the older commit as a first apply: no override annotation, no
+// status.acceptedRevision, no accepted_revision in the snapshot, no event; it signs it with
+// a new, higher sequence, and every gateway accepts the downgrade (the pods keep no mark of
+// the writer's index sequence, only of the controller's).
+func TestRegistryStatusEditorAndPusherRollBackWithoutTheOverride(t *testing.T) {
+	w, repo, p := looseProd(t)
+	loose := repo.Rev("HEAD")
+	tighten(w, repo)
+	w.mustRender(w.ns, "prod")
+	w.reconcileGateway("pay")
+	if l, err := p.reload(); err != nil || needsApproval(l.Manifests, "db.wipe") != "approval required" {
+		t.Fatalf("the working system: the tightening is not served: %v", err)
+	}
+
+	repo.Git("reset", "-q", "--hard", loose) // the force-push
+	if _, c := w.reconcileRegistry(w.ns, "prod"); c == nil || c.Reason != v1alpha1.ReasonRevisionNotDescendant {
+		t.Fatalf("the force-push alone: Ready %+v, want RevisionNotDescendant", c)
+	}
+	prod := &v1alpha1.ManifestRegistry{}
+	w.get(w.ns, "prod", prod)
+	w.patchStatus(prod, map[string]any{"artifact": nil})
+
+	reg, c := w.reconcileRegistry(w.ns, "prod")
+	snap := snapshotOf(w, "prod-manifests")
+	w.reconcileGateway("pay")
+	l, err := p.reload()
+	if err == nil && needsApproval(l.Manifests, "db.wipe") == "no approval" {
+		t.Fatalf("the gateway serves db.wipe without approval again: revision %s was applied (Ready=%s %s, status.acceptedRevision %q, snapshot accepted_revision %q, sequence %d) "+
+			"without the %s annotation; the controller must keep what it last applied where a status editor cannot reset it "+
+			"(e.g. read Since, the index sequence and the sequence from its own last signed snapshot in the rendering), and gateways should also keep the writer index sequence as a mark",
+			snap.Revision, c.Status, c.Reason, reg.Status.AcceptedRevision, snap.AcceptedRevision, snap.Sequence, v1alpha1.AnnotationAcceptRevision)
+	}
+}

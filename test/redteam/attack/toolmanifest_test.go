@@ -1,0 +1,129 @@
+package attack
+
+import (
+	"context"
+	"errors"
+	"math"
+	"path/filepath"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/internal/export"
+	"github.com/reversi-gitops/reversi/internal/registry"
+)
+
+// signedToolManifest is db.wipe as the writers export it (reversi manifests export --format
+// crd) from their registry folder dir after publishing yaml: the newest version, signed.
+func (w *world) signedToolManifest(dir, yaml string) *v1alpha1.ToolManifest {
+	w.t.Helper()
+	w.publish(dir, w.manifests(yaml))
+	snap, errs := registry.New(dir).Load(w.writer.Trust)
+	if len(errs) > 0 {
+		w.t.Fatal(errs)
+	}
+	tm, err := export.ToolManifest(w.ns, "db.wipe", snap.Entries["db.wipe"], snap.Canonical["db.wipe"])
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return tm
+}
+
+// applyToolManifest creates or replaces the ToolManifest's spec and signature and runs the
+// ToolManifest reconcile, which must find it Ready (valid and signed by a trusted writer).
+func (w *world) applyToolManifest(tm *v1alpha1.ToolManifest) {
+	w.t.Helper()
+	cur := &v1alpha1.ToolManifest{}
+	if err := w.getMaybe(tm.Name, cur); err != nil {
+		w.create(tm)
+	} else {
+		cur.Spec, cur.Annotations = tm.Spec, tm.Annotations
+		if err := env.Client.Update(context.Background(), cur); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	if _, err := w.tms.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: w.ns, Name: tm.Name}}); err != nil {
+		w.t.Fatal(err)
+	}
+	w.get(w.ns, tm.Name, cur)
+	if c := ready(cur.Status.Conditions); c == nil || c.Status != metav1.ConditionTrue {
+		w.t.Fatalf("ToolManifest %s not Ready: %+v", tm.Name, c)
+	}
+}
+
+func (w *world) getMaybe(name string, tm *v1alpha1.ToolManifest) error {
+	return env.Client.Get(context.Background(), types.NamespacedName{Namespace: w.ns, Name: name}, tm)
+}
+
+// toolManifestGateway is gateway pay selecting the namespace's exported ToolManifests, with
+// db.wipe v1 (no approval) applied and served, and the writers' v1 and v2 exports.
+func toolManifestGateway(t *testing.T) (w *world, p *pod, v1, v2 *v1alpha1.ToolManifest) {
+	w = newWorld(t)
+	dir := filepath.Join(t.TempDir(), "reg")
+	v1 = w.signedToolManifest(dir, looseWipe)
+	v2 = w.signedToolManifest(dir, strictWipe)
+	w.applyToolManifest(v1)
+	w.create(gatewaySpec(w.ns, "pay", &v1alpha1.GatewayManifests{Selector: &metav1.LabelSelector{
+		MatchLabels: map[string]string{"app.kubernetes.io/managed-by": "reversi"}}}))
+	w.reconcileGateway("pay")
+	p = w.pod("pay")
+	if l, err := p.reload(); err != nil || needsApproval(l.Manifests, "db.wipe") != "no approval" {
+		t.Fatalf("the working system: %v", err)
+	}
+	return w, p, v1, v2
+}
+
+// ATTACK (ToolManifest editor; TUF: rollback of one target): after the writers' db.wipe v2
+// (approval required) is applied and served, put back the v1 object they exported earlier —
+// a valid writer signature over an older version. The ToolManifest controller finds it
+// signed, the ReversiGateway controller signs the new set with a higher sequence, and the
+// pods accept it: nothing remembers that db.wipe was already at v2. (Registry-format sources
+// are protected by the index sequence; ToolManifests have none.)
+func TestToolManifestEditorPutsBackAnOlderSignedVersion(t *testing.T) {
+	w, p, v1, v2 := toolManifestGateway(t)
+	w.applyToolManifest(v2)
+	w.reconcileGateway("pay")
+	if l, err := p.reload(); err != nil || needsApproval(l.Manifests, "db.wipe") != "approval required" {
+		t.Fatalf("the working system: v2 is not served: %v", err)
+	}
+
+	w.applyToolManifest(v1)
+	w.reconcileGateway("pay")
+	l, err := p.reload()
+	if err == nil && needsApproval(l.Manifests, "db.wipe") == "no approval" {
+		t.Fatalf("the pod serves db.wipe v1 (no approval) again after v2 was served (%s); "+
+			"a writer-signed tool's version must not go down: keep the highest version per tool (controller status, and a per-tool mark in the gateway's store), "+
+			"since a legitimate rollback is a new, higher version", l.Revision)
+	}
+}
+
+// ATTACK (ReversiGateway status editor; freeze): the ToolManifests snapshot's sequence comes
+// from status.manifests.toolManifestsSequence. Set it to MaxInt64: the controller signs the
+// unchanged set with that sequence, the pods record it, and every later change of the
+// ToolManifests (max(last+1, now) overflows to now) is refused by every pod, forever.
+func TestGatewayStatusEditorFreezesToolManifestUpdates(t *testing.T) {
+	w, p, _, v2 := toolManifestGateway(t)
+
+	gw := &v1alpha1.ReversiGateway{}
+	w.get(w.ns, "pay", gw)
+	w.patchStatus(gw, map[string]any{"manifests": map[string]any{"toolManifestsSequence": int64(math.MaxInt64)}})
+	w.reconcileGateway("pay")
+	if _, err := p.reload(); err != nil {
+		t.Fatalf("the pod refused the re-signed set: %v", err)
+	}
+
+	w.applyToolManifest(v2)
+	w.reconcileGateway("pay")
+	l, err := p.reload()
+	if errors.Is(err, store.ErrDowngrade) {
+		t.Fatalf("db.wipe v2 (%s) is refused by the pod for good: %v; the controller must not sign a sequence it read from status unchecked",
+			needsApproval(l.Manifests, "db.wipe"), err)
+	}
+	if err != nil || needsApproval(l.Manifests, "db.wipe") != "approval required" {
+		t.Fatalf("the pod serves db.wipe with %s: %v", needsApproval(l.Manifests, "db.wipe"), err)
+	}
+}
