@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"path"
+	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -182,7 +184,18 @@ func (r *ManifestRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		}
 		return ctrl.Result{RequeueAfter: retryAfter(reg)}, nil
 	}
-	return res, r.patchStatus(ctx, reg, base)
+	if err := r.patchStatus(ctx, reg, base); err != nil {
+		return ctrl.Result{}, err
+	}
+	// The override is spent once applied: the annotation goes, so the same revision is not
+	// accepted again later (after a fix-forward) without someone annotating it again.
+	if v := reg.Annotations[v1alpha1.AnnotationAcceptRevision]; v != "" && reg.Status.AcceptedRevision == v &&
+		reg.Status.Artifact != nil && reg.Status.Artifact.Revision == v {
+		if err := r.removeAcceptAnnotation(ctx, reg); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return res, nil
 }
 
 // Finalizer makes the controller delete a registry's ConfigMaps before the registry goes:
@@ -254,10 +267,12 @@ func retryAfter(reg *v1alpha1.ManifestRegistry) time.Duration {
 // signed snapshot), render (ConfigMaps, restoring any edited one).
 func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha1.ManifestRegistry) (ctrl.Result, *stepError) {
 	setCondition(reg, v1alpha1.ConditionReconciling, metav1.ConditionTrue, v1alpha1.ReasonProgressing, "fetching "+reg.Spec.URL)
+	last := r.lastApplied(ctx, reg)
 	opts, err := r.sourceOptions(ctx, reg)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	opts.Since = last.since()
 	inputs, err := r.inputsDigest(ctx, reg)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -271,7 +286,8 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 	}
 	reg.Status.LastAttemptedRevision = remote
 	if a := reg.Status.Artifact; a != nil && a.Revision == remote && r.renderedInputs(ctx, reg) == inputs &&
-		a.RenderingDigest != "" && liveRenderingDigest(ctx, r.APIReader, reg, a.ConfigMaps) == a.RenderingDigest {
+		a.RenderingDigest != "" && liveRenderingDigest(ctx, r.APIReader, reg, a.ConfigMaps) == a.RenderingDigest &&
+		slices.Equal(r.ownedShards(ctx, reg), a.ConfigMaps) && last.snap != nil && last.snap.Revision == remote {
 		msg := fmt.Sprintf("stored artifact for revision %s (unchanged)", remote)
 		setCondition(reg, v1alpha1.ConditionArtifactInStorage, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, msg)
 		markReady(reg, v1alpha1.ReasonSucceeded, msg)
@@ -290,17 +306,17 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 		return ctrl.Result{}, serr
 	}
 	accepted := reg.Annotations[v1alpha1.AnnotationAcceptRevision] == art.Revision
-	if serr := checkAncestry(reg, art, accepted); serr != nil {
+	if serr := last.checkAncestry(art, accepted); serr != nil {
 		return ctrl.Result{}, serr
 	}
 	b, kind, index, lerr := r.load(ctx, reg, art)
 	if lerr != nil {
 		return ctrl.Result{}, lerr
 	}
-	if serr := checkIndexSequence(reg, art.Revision, index, accepted); serr != nil {
+	if serr := last.checkIndex(art.Revision, index, accepted); serr != nil {
 		return ctrl.Result{}, serr
 	}
-	if serr := r.attest(reg, &b, kind, art.Revision, signer, index, accepted); serr != nil {
+	if serr := r.attest(reg, &b, kind, art.Revision, signer, index, accepted, last); serr != nil {
 		return ctrl.Result{}, serr
 	}
 	names, renderingDigest, werr := r.render(ctx, reg, b, inputs)
@@ -318,12 +334,12 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 	a.Revision, a.Digest, a.Tools, a.ConfigMaps = art.Revision, snap.Digest, int32(len(b.Entries)), names
 	a.Sequence, a.RenderingDigest = snap.Sequence, renderingDigest
 	if index != nil {
-		a.IndexSequence = index.Sequence
+		a.IndexSequence, a.RegistryID = index.Sequence, index.ID
 	}
-	if accepted && changed {
+	if accepted {
 		reg.Status.AcceptedRevision = art.Revision
 		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventRevisionOverrideAccepted, art.Revision,
-			fmt.Sprintf("applied because the annotation %s names it, although the ancestry or sequence checks would refuse it", v1alpha1.AnnotationAcceptRevision))
+			fmt.Sprintf("applied because the annotation %s named it, although the ancestry, sequence or registry checks refuse it; the annotation was removed", v1alpha1.AnnotationAcceptRevision))
 	}
 	reg.Status.InvalidTools, reg.Status.InvalidToolCount = nil, 0
 	msg := fmt.Sprintf("stored artifact for revision %s: %d tools", art.Revision, len(b.Entries))
@@ -340,54 +356,160 @@ func registrySource(reg *v1alpha1.ManifestRegistry) string {
 	return "ManifestRegistry " + reg.Namespace + "/" + reg.Name
 }
 
-// checkAncestry refuses a commit that does not descend from the one applied last (a
-// force-push, a ref moved back, a pinned older commit, another repository), whatever changed in
-// the spec, unless the revision is accepted by annotation. A history too long to search is
-// refused too (fail closed).
-func checkAncestry(reg *v1alpha1.ManifestRegistry, art *source.Artifact, accepted bool) *stepError {
-	if art.Since == "" || accepted {
-		return nil
-	}
-	ok, err := art.Descends(art.Since)
-	if ok {
-		return nil
-	}
-	why := "does not descend from"
-	if err != nil {
-		why = fmt.Sprintf("could not be shown to descend from (%v)", err)
-	}
-	return fail(v1alpha1.ReasonRevisionNotDescendant, false, "revision %s %s commit %s of revision %s applied before: the branch was probably force-pushed or the ref moved back; push a new commit on top instead, or accept exactly this revision with the annotation %s=%s",
-		art.Revision, why, short(art.Since), reg.Status.Artifact.Revision, v1alpha1.AnnotationAcceptRevision, art.Revision)
+// applied is what the registry applied last. The controller keeps no state of its own, and
+// neither its status (which a user with status rights can write) nor its ConfigMaps (which a
+// user with ConfigMap rights can write) is trusted alone: both are read — the rendering only as
+// far as its snapshot verifies with the controller's key — and a new revision must pass the
+// checks against each. So tampering with one can only make the checks stricter.
+type applied struct {
+	reg      *v1alpha1.ManifestRegistry
+	snap     *bundle.Snapshot // the verified snapshot of the current rendering, nil when none
+	status   *v1alpha1.RegistryArtifact
+	sequence int64 // the larger recorded sequence
 }
 
-// checkIndexSequence refuses a registry whose signed index is older than the one applied (a
-// branch reset to an old signed commit), unless the revision is accepted by annotation. A
-// legitimate rollback is a new publish (manifests rollback), so the sequence never goes back.
-func checkIndexSequence(reg *v1alpha1.ManifestRegistry, revision string, index *registry.IndexProof, accepted bool) *stepError {
-	a := reg.Status.Artifact
-	if index == nil || a == nil || index.Sequence >= a.IndexSequence || accepted {
+// lastApplied reads what the registry applied last, from its status and its rendering.
+func (r *ManifestRegistryReconciler) lastApplied(ctx context.Context, reg *v1alpha1.ManifestRegistry) applied {
+	a := applied{reg: reg, status: reg.Status.Artifact}
+	prev := readPrevious(ctx, r.APIReader, reg, shardsOf(ctx, r.APIReader, reg.Namespace, shardName(reg.Name, 0)), r.Key.Trust)
+	if s, ok := prev.snapshots[registrySource(reg)]; ok {
+		a.snap = &s
+		a.sequence = s.Sequence
+	}
+	if a.status != nil {
+		a.sequence = max(a.sequence, a.status.Sequence)
+	}
+	return a
+}
+
+// commits are the commits recorded as applied (status and rendering), without repeats.
+func (a applied) commits() []string {
+	var out []string
+	add := func(rev string) {
+		if c := revisionCommit(rev); c != "" && !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	if a.snap != nil {
+		add(a.snap.Revision)
+	}
+	if a.status != nil {
+		add(a.status.Revision)
+	}
+	return out
+}
+
+// since is the commit the history is fetched back to: the rendering's (verified), else the
+// status's.
+func (a applied) since() string {
+	if c := a.commits(); len(c) > 0 {
+		return c[0]
+	}
+	return ""
+}
+
+// checkAncestry refuses a commit that does not descend from every commit recorded as applied
+// (a force-push, a ref moved back, a pinned older commit, another repository), whatever changed
+// in the spec, unless the revision is accepted by annotation. A history too long to search is
+// refused too (fail closed).
+func (a applied) checkAncestry(art *source.Artifact, accepted bool) *stepError {
+	if accepted {
 		return nil
 	}
-	return fail(v1alpha1.ReasonVersionDowngrade, false, "revision %s holds index.json sequence %d, older than sequence %d of revision %s applied before: the branch was probably reset to an old commit; publish a new version instead (reversi manifests rollback), or accept exactly this revision with the annotation %s=%s",
-		revision, index.Sequence, a.IndexSequence, a.Revision, v1alpha1.AnnotationAcceptRevision, revision)
+	for _, c := range a.commits() {
+		ok, err := art.Descends(c)
+		if ok {
+			continue
+		}
+		why := "does not descend from"
+		if err != nil {
+			why = fmt.Sprintf("could not be shown to descend from (%v)", err)
+		}
+		return fail(v1alpha1.ReasonRevisionNotDescendant, false, "revision %s %s commit %s applied before: the branch was probably force-pushed or the ref moved back; push a new commit on top instead, or accept exactly this revision with the annotation %s=%s",
+			art.Revision, why, short(c), v1alpha1.AnnotationAcceptRevision, art.Revision)
+	}
+	return nil
+}
+
+// checkIndex refuses a registry whose signed index is older than the one applied (a branch
+// reset to an old signed commit, or an old index committed again) or belongs to another
+// registry (another registry's signed folder copied over spec.path), unless the revision is
+// accepted by annotation. A legitimate rollback is a new publish (manifests rollback), so the
+// sequence never goes back.
+func (a applied) checkIndex(revision string, index *registry.IndexProof, accepted bool) *stepError {
+	if index == nil || accepted {
+		return nil
+	}
+	var seq int64
+	var ids []string
+	if a.snap != nil && a.snap.Index != nil {
+		seq, ids = a.snap.Index.Sequence, append(ids, a.snap.Index.ID)
+	}
+	if a.status != nil {
+		seq = max(seq, a.status.IndexSequence)
+		if a.status.RegistryID != "" {
+			ids = append(ids, a.status.RegistryID)
+		}
+	}
+	for _, id := range ids {
+		if id != "" && id != index.ID {
+			return fail(v1alpha1.ReasonRegistryMismatch, false, "revision %s holds the registry %s in spec.path, but %s applied registry %s: another registry's signed folder was put in its place; restore it, or accept exactly this revision with the annotation %s=%s",
+				revision, index.ID, registrySource(a.reg), id, v1alpha1.AnnotationAcceptRevision, revision)
+		}
+	}
+	if index.Sequence < seq {
+		return fail(v1alpha1.ReasonVersionDowngrade, false, "revision %s holds index.json sequence %d, older than sequence %d applied before: the branch was probably reset to an old commit; publish a new version instead (reversi manifests rollback), or accept exactly this revision with the annotation %s=%s",
+			revision, index.Sequence, seq, v1alpha1.AnnotationAcceptRevision, revision)
+	}
+	return nil
+}
+
+// removeAcceptAnnotation drops the override annotation (a merge patch of metadata only).
+func (r *ManifestRegistryReconciler) removeAcceptAnnotation(ctx context.Context, reg *v1alpha1.ManifestRegistry) error {
+	patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.AnnotationAcceptRevision + `":null}}}`)
+	obj := &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: reg.Namespace, Name: reg.Name}}
+	return client.IgnoreNotFound(r.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)))
+}
+
+// ownedShards are the ConfigMaps labelled as the registry's and controlled by it, sorted as
+// shards are (`-manifests`, `-manifests-1`, …): the rendering is exactly these.
+func (r *ManifestRegistryReconciler) ownedShards(ctx context.Context, reg *v1alpha1.ManifestRegistry) []string {
+	var cms corev1.ConfigMapList
+	if err := r.APIReader.List(ctx, &cms, client.InNamespace(reg.Namespace), client.MatchingLabels{LabelRegistry: reg.Name}); err != nil {
+		return nil
+	}
+	var names []string
+	for i := range cms.Items {
+		if metav1.IsControlledBy(&cms.Items[i], reg) {
+			names = append(names, cms.Items[i].Name)
+		}
+	}
+	want := shardNames(shardName(reg.Name, 0), len(names))
+	slices.SortFunc(names, func(x, y string) int { return slices.Index(want, x) - slices.Index(want, y) })
+	return names
 }
 
 // attest signs the snapshot of b. The sequence stays when the same revision renders the same
 // set again (the same bytes: drift checks compare them) and grows otherwise.
-func (r *ManifestRegistryReconciler) attest(reg *v1alpha1.ManifestRegistry, b *bundle.Bundle, kind, revision, signer string, index *registry.IndexProof, accepted bool) *stepError {
-	s := bundle.Snapshot{Source: registrySource(reg), Kind: kind, Revision: revision, CommitSigner: signer, Index: index}
-	if accepted {
+func (r *ManifestRegistryReconciler) attest(reg *v1alpha1.ManifestRegistry, b *bundle.Bundle, kind, revision, signer string, index *registry.IndexProof, accepted bool, last applied) *stepError {
+	s := bundle.Snapshot{Format: bundle.SnapshotFormat, Source: registrySource(reg), Kind: kind, Revision: revision, CommitSigner: signer, Index: index}
+	if accepted || (last.snap != nil && last.snap.Revision == revision && last.snap.AcceptedRevision == revision) {
 		s.AcceptedRevision = revision
 	}
-	digest := b.SourceDigest(s.Source)
-	if a := reg.Status.Artifact; a != nil && a.Revision == revision && a.Digest == digest && a.Sequence > 0 {
-		s.Sequence = a.Sequence
-	} else {
-		var last int64
-		if a != nil {
-			last = a.Sequence
-		}
-		s.Sequence = nextSequence(last)
+	s.Digest = b.SourceDigest(s.Source)
+	p := last.snap
+	if a := last.status; p == nil && a != nil && a.Revision == revision && a.Digest == s.Digest {
+		// The rendering was edited: status says what it was; the same snapshot again keeps its
+		// sequence, so the restored rendering is the same bytes.
+		fromStatus := s
+		fromStatus.Sequence = recorded(a.Sequence)
+		p = &fromStatus
+	}
+	if p != nil {
+		s.Sequence = p.Sequence
+	}
+	if p == nil || p.Sequence == 0 || !reflect.DeepEqual(s, *p) {
+		s.Sequence = nextSequence(last.sequence)
 	}
 	if _, err := b.Attest(s, r.Key.Signer); err != nil {
 		return fail(v1alpha1.ReasonStorageFailed, false, "signing the snapshot: %v", err)

@@ -18,17 +18,88 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/internal/signing"
 )
 
 // FieldManager is the field manager of everything the controller writes: a ConfigMap field
 // owned by another manager was changed by someone else.
 const FieldManager = "reversi-controller"
 
+// maxAhead is how far past the clock (ms) a recorded sequence may lie and still be counted: a
+// larger one was written by someone else (status is not the controller's alone) and would,
+// signed and accepted once, make every later snapshot look older.
+const maxAhead = int64(time.Hour / time.Millisecond)
+
 // nextSequence is the sequence of a new snapshot after last: the larger of last+1 and the time
 // in Unix milliseconds, so it grows across restarts, a lost status or a recreated object, and
-// never goes back even when the clock does.
+// never goes back even when the clock does; a last beyond maxAhead of the clock is ignored.
 func nextSequence(last int64) int64 {
-	return max(last+1, time.Now().UnixMilli())
+	now := time.Now().UnixMilli()
+	if last > now+maxAhead {
+		last = now
+	}
+	return max(last+1, now)
+}
+
+// recorded is a sequence status recorded, or 0 when it lies beyond maxAhead of the clock.
+func recorded(seq int64) int64 {
+	if seq > time.Now().UnixMilli()+maxAhead {
+		return 0
+	}
+	return seq
+}
+
+// previous is what the controller rendered last for an owner, as its ConfigMaps hold it now and
+// only as far as it verifies with the controller's own key: the snapshots by source, and the
+// entries. The ConfigMaps can be edited by others, so nothing unverified is taken from them;
+// status is not trusted alone either (see ManifestRegistryReconciler.lastApplied).
+type previous struct {
+	snapshots map[string]bundle.Snapshot
+	entries   map[string]bundle.Entry // by tool
+}
+
+// readPrevious assembles the ConfigMaps names (from live) and keeps what verifies with trust;
+// an empty previous when they are missing, incomplete or do not verify.
+func readPrevious(ctx context.Context, live client.Reader, owner client.Object, names []string, trust *signing.TrustSet) previous {
+	p := previous{snapshots: map[string]bundle.Snapshot{}, entries: map[string]bundle.Entry{}}
+	var shards []map[string]string
+	for _, name := range names {
+		var cm corev1.ConfigMap
+		if err := live.Get(ctx, types.NamespacedName{Namespace: owner.GetNamespace(), Name: name}, &cm); err != nil || !metav1.IsControlledBy(&cm, owner) {
+			return p
+		}
+		shards = append(shards, cm.Data)
+	}
+	b, err := bundle.Assemble(shards)
+	if err != nil {
+		return p
+	}
+	if _, errs := b.Verify(nil, trust); len(errs) > 0 {
+		return p
+	}
+	for _, ss := range b.Snapshots {
+		p.snapshots[ss.Snapshot.Source] = ss.Snapshot
+	}
+	for _, e := range b.Entries {
+		p.entries[e.Tool] = e
+	}
+	return p
+}
+
+// shardsOf names the shards of the rendering whose shard 0 is base, as shard 0 says (nil when
+// shard 0 is missing or says nonsense).
+func shardsOf(ctx context.Context, live client.Reader, ns, base string) []string {
+	var cm corev1.ConfigMap
+	if err := live.Get(ctx, types.NamespacedName{Namespace: ns, Name: base}, &cm); err != nil {
+		return nil
+	}
+	n, err := strconv.Atoi(cm.Data[bundle.KeyShards])
+	if err != nil || n < 1 || n > 1000 {
+		return nil
+	}
+	return shardNames(base, n)
 }
 
 // renderingDigest is `sha256:<hex>` over the data of shards, in order (keys sorted): what

@@ -184,8 +184,14 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 	if serr != nil {
 		return ctrl.Result{}, serr
 	}
-	b, sources, serr := r.merge(ctx, gw, trust)
+	// What was rendered last, as far as it verifies with the controller's key: sequences and
+	// versions grow from it (status can be written by others).
+	last := readPrevious(ctx, r.APIReader, gw, shardsOf(ctx, r.APIReader, gw.Namespace, n.manifests), r.Key.Trust)
+	b, sources, serr := r.merge(ctx, gw, trust, last)
 	if serr != nil {
+		return ctrl.Result{}, serr
+	}
+	if serr := r.attestGateway(gw, &b, last); serr != nil {
 		return ctrl.Result{}, serr
 	}
 	shards, err := b.Shards(r.MaxShardBytes)
@@ -309,7 +315,10 @@ func (r *ReversiGatewayReconciler) rollout(ctx context.Context, gw *v1alpha1.Rev
 	}
 	ms := &v1alpha1.GatewayManifestsStatus{DesiredRevision: digest, Tools: int32(len(b.Entries))}
 	for _, ss := range b.Snapshots {
-		if s := ss.Snapshot; s.Kind == bundle.KindToolManifests {
+		switch s := ss.Snapshot; s.Kind {
+		case bundle.KindGateway:
+			ms.Sequence, ms.Sources = s.Sequence, s.Sources
+		case bundle.KindToolManifests:
 			ms.ToolManifestsSequence, ms.ToolManifestsDigest = s.Sequence, s.Digest
 		}
 	}
@@ -437,7 +446,7 @@ func ParseTrustedKeys(data map[string][]byte) (*signing.TrustSet, error) {
 // Ready=True for their current generation, and their set gets a snapshot signed here. A tool
 // defined by two sources is an error naming both (no silent pick). The second result
 // summarises the sources.
-func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.ReversiGateway, trust *signing.TrustSet) (bundle.Bundle, string, *stepError) {
+func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.ReversiGateway, trust *signing.TrustSet, prev previous) (bundle.Bundle, string, *stepError) {
 	var parts []bundle.Bundle
 	from := map[string][]string{} // tool -> sources
 	var summary []string
@@ -450,6 +459,10 @@ func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.Rever
 		if e != nil {
 			return bundle.Bundle{}, "", e
 		}
+		if trust != nil && b.Snapshots[0].Snapshot.Kind == bundle.KindPlain && !slices.Contains(m.PlainRegistries, name) {
+			return bundle.Bundle{}, "", fail(v1alpha1.ReasonSignatureVerificationFailed, false,
+				"ManifestRegistry %s is format Plain: its manifests carry no writer signature, and spec.trustedKeysSecretRef says every manifest must have one; list it in spec.manifests.plainRegistries to accept it anyway, or publish it as a signed registry", name)
+		}
 		for _, e := range b.Entries {
 			from[e.Tool] = append(from[e.Tool], "ManifestRegistry "+name)
 		}
@@ -457,7 +470,7 @@ func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.Rever
 		summary = append(summary, fmt.Sprintf("registry %s at %s", name, b.Snapshots[0].Snapshot.Revision))
 	}
 	if m.Selector != nil {
-		b, used, e := r.toolManifests(ctx, gw, m.Selector)
+		b, used, e := r.toolManifests(ctx, gw, m.Selector, prev)
 		if e != nil {
 			return bundle.Bundle{}, "", e
 		}
@@ -483,6 +496,33 @@ func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.Rever
 	return bundle.Merge(parts...), strings.Join(summary, ", "), nil
 }
 
+// attestGateway signs the gateway snapshot of b: its sources, which of them it accepts without
+// writer signatures, and the digest of all its entries. The sequence stays while all of that
+// does.
+func (r *ReversiGatewayReconciler) attestGateway(gw *v1alpha1.ReversiGateway, b *bundle.Bundle, prev previous) *stepError {
+	src := bundle.GatewaySource(gw.Namespace, gw.Name)
+	var unsigned []string
+	if m := gw.Spec.Manifests; m != nil {
+		for _, name := range m.PlainRegistries {
+			unsigned = append(unsigned, "ManifestRegistry "+gw.Namespace+"/"+name)
+		}
+	}
+	unsigned = slices.Sorted(slices.Values(unsigned))
+	p, ok := prev.snapshots[src]
+	if !ok && gw.Status.Manifests != nil { // the rendering was edited: status says what it was
+		st := gw.Status.Manifests
+		p = bundle.Snapshot{Sequence: recorded(st.Sequence), Digest: st.DesiredRevision, Sources: st.Sources, Unsigned: unsigned}
+	}
+	seq := nextSequence(p.Sequence)
+	if p.Sequence > 0 && p.Digest == b.Digest() && slices.Equal(p.Sources, b.Sources()) && slices.Equal(p.Unsigned, unsigned) {
+		seq = p.Sequence
+	}
+	if _, err := b.AttestGateway(bundle.Snapshot{Source: src, Sequence: seq}, unsigned, r.Key.Signer); err != nil {
+		return fail(v1alpha1.ReasonApplyFailed, false, "signing the gateway snapshot: %v", err)
+	}
+	return nil
+}
+
 // toolManifestsSource is how snapshots name a gateway's selected ToolManifests.
 func toolManifestsSource(gw *v1alpha1.ReversiGateway) string {
 	return "ToolManifests " + gw.Namespace + "/" + gw.Name
@@ -491,7 +531,7 @@ func toolManifestsSource(gw *v1alpha1.ReversiGateway) string {
 // toolManifests is the bundle of the ToolManifests selector selects (Ready for their current
 // generation), with a snapshot of the set signed by the controller: the sequence stays while
 // the set does and grows when it changes. It returns how many were used.
-func (r *ReversiGatewayReconciler) toolManifests(ctx context.Context, gw *v1alpha1.ReversiGateway, selector *metav1.LabelSelector) (bundle.Bundle, int, *stepError) {
+func (r *ReversiGatewayReconciler) toolManifests(ctx context.Context, gw *v1alpha1.ReversiGateway, selector *metav1.LabelSelector, prev previous) (bundle.Bundle, int, *stepError) {
 	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil {
 		return bundle.Bundle{}, 0, fail(v1alpha1.ReasonInvalidSpec, true, "spec.manifests.selector: %v", err)
@@ -512,21 +552,26 @@ func (r *ReversiGatewayReconciler) toolManifests(ctx context.Context, gw *v1alph
 		if err != nil {
 			continue
 		}
+		// A version older than the one served comes back only as a new, higher version (a
+		// ToolManifest editor could otherwise apply an older signed export).
+		if p, ok := prev.entries[e.Tool]; ok && p.Source == src && e.Version < p.Version {
+			r.event(gw, corev1.EventTypeWarning, v1alpha1.EventToolManifestDowngrade, fmt.Sprintf(
+				"ToolManifest %s holds %s v%d, older than v%d served before: left out; publish the older rules again as a new version (reversi manifests rollback) and export that", tm.Name, e.Tool, e.Version, p.Version))
+			continue
+		}
 		e.Source = src
 		b.Entries = append(b.Entries, e)
 	}
 	b = bundle.Merge(b) // sorted
 	snap := bundle.Snapshot{Source: src, Kind: bundle.KindToolManifests}
-	digest := b.SourceDigest(src)
-	var last int64
-	if ms := gw.Status.Manifests; ms != nil {
-		last = ms.ToolManifestsSequence
-		if ms.ToolManifestsDigest == digest && last > 0 {
-			snap.Sequence = last
-		}
+	p, ok := prev.snapshots[src]
+	if st := gw.Status.Manifests; !ok && st != nil { // the rendering was edited: status says what it was
+		p, ok = bundle.Snapshot{Sequence: recorded(st.ToolManifestsSequence), Digest: st.ToolManifestsDigest}, st.ToolManifestsSequence > 0
 	}
-	if snap.Sequence == 0 {
-		snap.Sequence = nextSequence(last)
+	if ok && p.Sequence > 0 && p.Digest == b.SourceDigest(src) {
+		snap.Sequence = p.Sequence
+	} else {
+		snap.Sequence = nextSequence(p.Sequence)
 	}
 	if _, err := b.Attest(snap, r.Key.Signer); err != nil {
 		return bundle.Bundle{}, 0, fail(v1alpha1.ReasonApplyFailed, false, "signing the ToolManifests snapshot: %v", err)
@@ -550,10 +595,14 @@ func (r *ReversiGatewayReconciler) registryBundle(ctx context.Context, ns, name 
 	if err := r.List(ctx, &cms, client.InNamespace(ns), client.MatchingLabels{LabelRegistry: name}); err != nil {
 		return bundle.Bundle{}, fail(v1alpha1.ReasonSourceNotReady, false, "listing the ConfigMaps of ManifestRegistry %s: %v", name, err)
 	}
+	// Only the shards the registry's status names: a ConfigMap someone else labelled and gave
+	// the registry as owner is not part of its rendering.
 	var shards []map[string]string
-	for i := range cms.Items {
-		if metav1.IsControlledBy(&cms.Items[i], &reg) {
-			shards = append(shards, cms.Items[i].Data)
+	if a := reg.Status.Artifact; a != nil {
+		for i := range cms.Items {
+			if metav1.IsControlledBy(&cms.Items[i], &reg) && slices.Contains(a.ConfigMaps, cms.Items[i].Name) {
+				shards = append(shards, cms.Items[i].Data)
+			}
 		}
 	}
 	if len(shards) == 0 {
@@ -571,7 +620,7 @@ func (r *ReversiGatewayReconciler) registryBundle(ctx context.Context, ns, name 
 	if len(b.Snapshots) != 1 || b.Snapshots[0].Snapshot.Source != src {
 		return bundle.Bundle{}, fail(v1alpha1.ReasonSignatureVerificationFailed, false, "the rendering of ManifestRegistry %s holds snapshots of other sources: it was edited", name)
 	}
-	if a := reg.Status.Artifact; a != nil && b.Snapshots[0].Snapshot.Sequence < a.Sequence {
+	if a := reg.Status.Artifact; a != nil && b.Snapshots[0].Snapshot.Sequence < a.Sequence && a.Sequence <= time.Now().UnixMilli()+maxAhead {
 		return bundle.Bundle{}, fail(v1alpha1.ReasonSourceNotReady, false, "the rendering of ManifestRegistry %s has sequence %d, older than %d in its status: it was replaced by an older one; waiting for the registry's reconcile to restore it",
 			name, b.Snapshots[0].Snapshot.Sequence, a.Sequence)
 	}

@@ -79,6 +79,9 @@ const (
 	// ReasonRevisionNotDescendant: the new commit does not descend from the one applied last
 	// (a force-push, or a ref moved to an older commit), and no annotation accepts it.
 	ReasonRevisionNotDescendant = "RevisionNotDescendant"
+	// ReasonRegistryMismatch: spec.path holds another registry (its signed index.json has
+	// another id) than the one applied, and no annotation accepts it.
+	ReasonRegistryMismatch = "RegistryMismatch"
 	// ReasonStorageFailed: writing the rendered ConfigMaps failed.
 	ReasonStorageFailed = "StorageFailed"
 )
@@ -90,6 +93,9 @@ const (
 	// EventRenderingDrift (Warning): a rendered ConfigMap held other data than the controller
 	// wrote; the note names the field managers that changed it. The rendering was restored.
 	EventRenderingDrift = "RenderingDrift"
+	// EventToolManifestDowngrade (Warning): a selected ToolManifest holds an older version of
+	// a tool than the gateway served; it is left out of the rendering.
+	EventToolManifestDowngrade = "ToolManifestDowngrade"
 	// EventRevisionOverrideAccepted (Warning): the reversi.dev/accept-revision annotation made
 	// the controller apply a revision the ancestry or sequence checks refused.
 	EventRevisionOverrideAccepted = "RevisionOverrideAccepted"

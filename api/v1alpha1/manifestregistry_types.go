@@ -268,6 +268,11 @@ type RegistryArtifact struct {
 	// +kubebuilder:validation:Minimum=0
 	IndexSequence int64 `json:"indexSequence,omitempty"`
 
+	// RegistryID is the id of the registry in spec.path (format Registry, from its signed
+	// index.json): a revision holding another registry is refused, unless accepted by annotation.
+	// +optional
+	RegistryID string `json:"registryID,omitempty"`
+
 	// RenderingDigest is `sha256:<hex>` over the data of the rendered ConfigMaps, in shard
 	// order: a ConfigMap whose data differs was changed by someone else and is rendered again.
 	// +optional

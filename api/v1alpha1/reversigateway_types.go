@@ -214,6 +214,18 @@ type GatewayManifests struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	Registries []string `json:"registries,omitempty"`
 
+	// PlainRegistries are those of Registries with format Plain whose manifests the gateway
+	// accepts although trustedKeysSecretRef is set: they carry no writer signature (the
+	// controller vouches for the commit it verified). A Plain registry not listed here is
+	// refused by such a gateway, so that changing a registry to Plain cannot drop the writer
+	// signatures.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	PlainRegistries []string `json:"plainRegistries,omitempty"`
+
 	// Selector picks ToolManifests in the gateway's namespace by label. Only manifests with
 	// Ready=True (valid and, with trusted keys, verified) are loaded. Unset: none.
 	// +optional
@@ -366,8 +378,16 @@ type GatewayManifestsStatus struct {
 	// +kubebuilder:validation:MaxItems=10
 	OtherDigests []string `json:"otherDigests,omitempty"`
 
-	// ToolManifestsSequence and ToolManifestsDigest describe the signed snapshot of the
-	// selected ToolManifests: the sequence grows whenever the set changes.
+	// Sequence and Sources are those of the rendering's signed gateway snapshot, and
+	// ToolManifestsSequence and ToolManifestsDigest those of its ToolManifests snapshot: an
+	// edited rendering is restored with the same sequences (sequences grow only when what they
+	// sign changes). Values far past the controller's clock are ignored.
+	// +optional
+	Sequence int64 `json:"sequence,omitempty"`
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=33
+	Sources []string `json:"sources,omitempty"`
 	// +optional
 	ToolManifestsSequence int64 `json:"toolManifestsSequence,omitempty"`
 	// +optional

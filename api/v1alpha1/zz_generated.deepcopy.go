@@ -336,6 +336,11 @@ func (in *GatewayManifests) DeepCopyInto(out *GatewayManifests) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.PlainRegistries != nil {
+		in, out := &in.PlainRegistries, &out.PlainRegistries
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Selector != nil {
 		in, out := &in.Selector, &out.Selector
 		*out = new(v1.LabelSelector)
@@ -358,6 +363,11 @@ func (in *GatewayManifestsStatus) DeepCopyInto(out *GatewayManifestsStatus) {
 	*out = *in
 	if in.OtherDigests != nil {
 		in, out := &in.OtherDigests, &out.OtherDigests
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.Sources != nil {
+		in, out := &in.Sources, &out.Sources
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
 	"github.com/reversi-gitops/reversi/gateway/store"
@@ -39,9 +40,13 @@ type ManifestOptions struct {
 	// checksum and the rendering's digest.
 	TrustedKeysSecret string
 	// ControllerKeys are the controller's public keys: every source of the rendering must
-	// come with a snapshot they signed (the set, its revision and sequence). Required with
-	// TrustedKeysSecret: writer signatures alone do not bind the set.
+	// come with a snapshot they signed (the set, its revision and sequence), and the rendering
+	// with a gateway snapshot of Gateway. Required with TrustedKeysSecret: writer signatures
+	// alone do not bind the set.
 	ControllerKeys *signing.TrustSet
+	// Gateway is the ReversiGateway's name (in Namespace): the rendering must be its own.
+	// Required with ControllerKeys.
+	Gateway string
 	// PodName is this pod (downward API): after each load the gateway writes the digest it
 	// serves, or why it refused a rendering, as annotations on it. Empty: no report.
 	PodName string
@@ -81,6 +86,9 @@ type watch struct {
 func WatchManifests(ctx context.Context, o ManifestOptions) (*Manifests, error) {
 	if o.Config == nil || o.Namespace == "" || o.ConfigMap == "" {
 		return nil, errors.New("kube: Config, Namespace and ConfigMap are required")
+	}
+	if o.ControllerKeys != nil && o.Gateway == "" {
+		return nil, errors.New("kube: the gateway's name is required to verify its rendering (--gateway-name)")
 	}
 	if o.TrustedKeysSecret != "" && o.ControllerKeys == nil {
 		return nil, errors.New("kube: trusted manifest keys are set but no controller keys: without the controller's snapshot signatures the set of manifests, its revision and its order cannot be verified (a ReversiGateway's pods get them in $REVERSI_CONTROLLER_KEYS)")
@@ -260,7 +268,13 @@ func (m *Manifests) Load(ctx context.Context) (proxy.Loaded, error) {
 	if err != nil {
 		return proxy.Loaded{}, err
 	}
-	ms, errs := b.Verify(trust, m.o.ControllerKeys)
+	var ms []*manifest.Manifest
+	var errs []error
+	if m.o.ControllerKeys != nil {
+		ms, errs = b.VerifyGateway(bundle.GatewaySource(m.o.Namespace, m.o.Gateway), trust, m.o.ControllerKeys, time.Now())
+	} else {
+		ms, errs = b.Verify(trust, nil)
+	}
 	if len(errs) > 0 {
 		return proxy.Loaded{}, fmt.Errorf("ConfigMap %s/%s was refused: %w", m.o.Namespace, m.o.ConfigMap, errors.Join(errs...))
 	}

@@ -13,9 +13,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/internal/registry"
@@ -128,12 +130,14 @@ func (b Bundle) SourceDigest(source string) string {
 	return digestOf(es)
 }
 
-// Revision names what the bundle serves, from its snapshots: their Describe, joined by ", "
-// ("" without snapshots).
+// Revision names what the bundle serves, from its source snapshots: their Describe, joined by
+// ", " ("" without snapshots).
 func (b Bundle) Revision() string {
-	parts := make([]string, len(b.Snapshots))
-	for i, s := range b.Snapshots {
-		parts[i] = s.Snapshot.Describe()
+	var parts []string
+	for _, s := range b.Snapshots {
+		if s.Snapshot.Kind != KindGateway {
+			parts = append(parts, s.Snapshot.Describe())
+		}
 	}
 	return strings.Join(parts, ", ")
 }
@@ -293,6 +297,9 @@ func (b Bundle) Verify(writers, controller *signing.TrustSet) ([]*manifest.Manif
 				continue
 			}
 			kinds[s.Source] = s.Kind
+			if s.Kind == KindGateway {
+				continue // over all the entries: VerifyGateway checks it
+			}
 			if d := b.SourceDigest(s.Source); d != s.Digest {
 				errs = append(errs, fmt.Errorf("snapshot of %s: its entries' digest is %s, the signed one %s: entries were swapped, added or dropped", s.Source, d, s.Digest))
 			}
@@ -314,7 +321,7 @@ func (b Bundle) Verify(writers, controller *signing.TrustSet) ([]*manifest.Manif
 		trust := writers
 		if controller != nil {
 			kind, ok := kinds[e.Source]
-			if !ok {
+			if !ok || kind == KindGateway {
 				errs = append(errs, fmt.Errorf("%s v%d: its source %q has no verified snapshot: the entry was added to the rendering", e.Tool, e.Version, e.Source))
 				continue
 			}
@@ -335,6 +342,64 @@ func (b Bundle) Verify(writers, controller *signing.TrustSet) ([]*manifest.Manif
 		ms = append(ms, m)
 	}
 	errs = append(errs, manifest.ValidateSet(ms)...)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return ms, nil
+}
+
+// MaxFutureSequence is how far (in ms) a snapshot's sequence may lie ahead of the reader's
+// clock: the controller takes sequences from its clock, so one far ahead was forged or made
+// by a broken clock, and accepting it would freeze every later snapshot as older.
+const MaxFutureSequence = int64(24 * time.Hour / time.Millisecond)
+
+// VerifyGateway is Verify for the gateway pod named gateway (GatewaySource): besides every
+// check of Verify (with controller keys, which it requires) the rendering must carry exactly
+// one gateway snapshot, of that gateway, whose digest is that of all the entries and whose
+// sources are exactly the other snapshots' (another source's or another gateway's signed
+// rendering cannot stand in); with writers, a Plain source must be one the gateway snapshot
+// accepts unsigned; and no sequence may lie more than MaxFutureSequence past now.
+func (b Bundle) VerifyGateway(gateway string, writers, controller *signing.TrustSet, now time.Time) ([]*manifest.Manifest, []error) {
+	if controller == nil {
+		return nil, []error{errors.New("the controller's keys are needed to verify a gateway's rendering")}
+	}
+	ms, errs := b.Verify(writers, controller)
+	var gw []Snapshot
+	plain := map[string]bool{}
+	limit := now.UnixMilli() + MaxFutureSequence
+	for _, ss := range b.Snapshots {
+		s := ss.Snapshot
+		if s.Sequence > limit {
+			errs = append(errs, fmt.Errorf("snapshot of %s: sequence %d lies in the future (after %d): it was not made by the controller's clock; refused, since it would make every later snapshot look older", s.Source, s.Sequence, limit))
+		}
+		switch s.Kind {
+		case KindGateway:
+			gw = append(gw, s)
+		case KindPlain:
+			plain[s.Source] = true
+		}
+	}
+	switch {
+	case len(gw) != 1:
+		errs = append(errs, fmt.Errorf("the rendering has %d gateway snapshots, want one of %s: it is not this gateway's rendering", len(gw), gateway))
+	case gw[0].Source != gateway:
+		errs = append(errs, fmt.Errorf("the rendering is %s's, not %s's: another gateway's rendering was put in its place", gw[0].Source, gateway))
+	default:
+		g := gw[0]
+		if d := b.Digest(); d != g.Digest {
+			errs = append(errs, fmt.Errorf("snapshot of %s: the entries' digest is %s, the signed one %s", g.Source, d, g.Digest))
+		}
+		if got := b.Sources(); !slices.Equal(got, g.Sources) {
+			errs = append(errs, fmt.Errorf("snapshot of %s: the rendering holds the sources %v, the signed ones are %v: another source's rendering was put in its place", g.Source, got, g.Sources))
+		}
+		if writers != nil {
+			for src := range plain {
+				if !slices.Contains(g.Unsigned, src) {
+					errs = append(errs, fmt.Errorf("%s is format Plain (no writer signatures), and this gateway does not accept it unsigned (ReversiGateway spec.manifests.plainRegistries)", src))
+				}
+			}
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errs
 	}

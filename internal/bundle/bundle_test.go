@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/internal/registry"
@@ -365,5 +366,67 @@ func TestVerifyRefusesAnEnforcedToolLeaningOnADraft(t *testing.T) {
 	}
 	if out, errs := plain.Verify(nil, nil); out != nil || len(errs) != 1 || errs[0].Error() != want {
 		t.Fatalf("plain rendering: %v\nwant %s", errs, want)
+	}
+}
+
+// A gateway pod accepts only its own gateway's rendering: one gateway snapshot naming it, over
+// exactly the rendering's entries and sources; a registry's rendering, another gateway's, or a
+// gateway snapshot over other sources does not stand in. With writers, a Plain source must be
+// accepted unsigned by the gateway snapshot; no sequence may lie far in the future.
+func TestVerifyGatewayBindsTheSources(t *testing.T) {
+	ctl := signingtest.NewKey(t)
+	snap, trust := signedSnapshot(t, 0)
+	now := time.Now()
+	gateway := GatewaySource("agents", "pay")
+	render := func(gw string, seq int64, unsigned ...string) Bundle {
+		b := attested(t, snap, source, 5, ctl.Signer)
+		if _, err := b.AttestGateway(Snapshot{Source: gw, Sequence: seq}, unsigned, ctl.Signer); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	good := render(gateway, 9)
+	if ms, errs := good.VerifyGateway(gateway, trust, ctl.Trust, now); len(errs) > 0 || len(ms) != 3 {
+		t.Fatalf("honest: %v", errs)
+	}
+	if got := good.Revision(); got != source+" "+rev+" (sequence 5)" {
+		t.Errorf("revision %q names the gateway snapshot", got)
+	}
+	plainB, err := FromManifests("ManifestRegistry agents/plain", snap.Manifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plainB.Attest(Snapshot{Source: "ManifestRegistry agents/plain", Kind: KindPlain, Revision: rev, Sequence: 4}, ctl.Signer); err != nil {
+		t.Fatal(err)
+	}
+	plainGW := plainB
+	if _, err := plainGW.AttestGateway(Snapshot{Source: gateway, Sequence: 9}, nil, ctl.Signer); err != nil {
+		t.Fatal(err)
+	}
+	plainOK := plainB
+	plainOK.Snapshots = append([]SignedSnapshot(nil), plainB.Snapshots...)
+	if _, err := plainOK.AttestGateway(Snapshot{Source: gateway, Sequence: 9}, []string{"ManifestRegistry agents/plain"}, ctl.Signer); err != nil {
+		t.Fatal(err)
+	}
+	otherSources := attested(t, snap, source, 5, ctl.Signer)
+	g := plainGW.Snapshots[len(plainGW.Snapshots)-1] // signed over the plain source
+	otherSources.Snapshots = append(otherSources.Snapshots, g)
+	cases := map[string]struct {
+		b    Bundle
+		want string
+	}{
+		"a registry's rendering":       {attested(t, snap, source, 5, ctl.Signer), "0 gateway snapshots"},
+		"another gateway's rendering":  {render(GatewaySource("agents", "sandbox"), 9), "another gateway's rendering was put in its place"},
+		"a gateway snapshot of others": {otherSources, "another source's rendering was put in its place"},
+		"a Plain source not accepted":  {plainGW, "does not accept it unsigned"},
+		"a sequence far in the future": {render(gateway, now.UnixMilli()+2*MaxFutureSequence), "lies in the future"},
+	}
+	for name, c := range cases {
+		if ms, errs := c.b.VerifyGateway(gateway, trust, ctl.Trust, now); ms != nil || !containsErr(errs, c.want) {
+			t.Errorf("%s: want %q in %v", name, c.want, errs)
+		}
+	}
+	if _, errs := plainOK.VerifyGateway(gateway, trust, ctl.Trust, now); len(errs) > 0 {
+		t.Errorf("a Plain source the gateway accepts: %v", errs)
 	}
 }

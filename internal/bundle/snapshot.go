@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/reversi-gitops/reversi/internal/registry"
@@ -27,6 +28,9 @@ const (
 	// KindToolManifests is a gateway's selected ToolManifests: each is signed by a writer, and
 	// the controller signs which of them make the set.
 	KindToolManifests = "ToolManifests"
+	// KindGateway is one gateway's whole rendering: which sources make it up (so another
+	// source's signed rendering cannot stand in for them) and the digest of all its entries.
+	KindGateway = "Gateway"
 )
 
 // Snapshot is the controller's statement of which manifest versions one source serves at
@@ -54,6 +58,10 @@ type Snapshot struct {
 	AcceptedRevision string `json:"accepted_revision,omitempty"`
 	// Index is the writer's index proof (KindRegistry only).
 	Index *registry.IndexProof `json:"index,omitempty"`
+	// Sources (KindGateway only) are the sources of the gateway's rendering, sorted; Unsigned
+	// those of them of KindPlain that the gateway accepts without writer signatures.
+	Sources  []string `json:"sources,omitempty"`
+	Unsigned []string `json:"unsigned,omitempty"`
 }
 
 // SignedSnapshot is a Snapshot with the controller's signature.
@@ -112,7 +120,7 @@ func (ss SignedSnapshot) Verify(controller *signing.TrustSet) error {
 		if s.Index == nil {
 			return fmt.Errorf("snapshot of %s: a Registry snapshot without the index proof", s.Source)
 		}
-	case KindPlain, KindToolManifests:
+	case KindPlain, KindToolManifests, KindGateway:
 	default:
 		return fmt.Errorf("snapshot of %s: unknown kind %q", s.Source, s.Kind)
 	}
@@ -130,6 +138,34 @@ func (s Snapshot) Describe() string {
 		out += " " + s.Revision
 	}
 	return out + " (sequence " + strconv.FormatInt(s.Sequence, 10) + ")"
+}
+
+// GatewaySource is how snapshots name a gateway: "ReversiGateway <namespace>/<name>".
+func GatewaySource(namespace, name string) string { return "ReversiGateway " + namespace + "/" + name }
+
+// AttestGateway signs the gateway snapshot of b (KindGateway, source GatewaySource): the
+// sources of b's other snapshots and the digest of all its entries; unsigned lists the Plain
+// sources the gateway accepts without writer signatures.
+func (b *Bundle) AttestGateway(s Snapshot, unsigned []string, signer *signing.Signer) (SignedSnapshot, error) {
+	s.Kind, s.Digest, s.Sources, s.Unsigned = KindGateway, b.Digest(), b.Sources(), slices.Sorted(slices.Values(unsigned))
+	ss, err := Sign(s, signer)
+	if err != nil {
+		return SignedSnapshot{}, err
+	}
+	b.Snapshots = append(b.Snapshots, ss)
+	return ss, nil
+}
+
+// Sources are the sources of b's snapshots other than its gateway snapshot, sorted.
+func (b Bundle) Sources() []string {
+	var out []string
+	for _, ss := range b.Snapshots {
+		if ss.Snapshot.Kind != KindGateway {
+			out = append(out, ss.Snapshot.Source)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Attest signs a snapshot of the entries of s.Source with the controller's key and adds it

@@ -84,7 +84,7 @@ func newGatewayCmd() *cobra.Command {
 			var load proxy.LoadFunc
 			var kubeRun func(context.Context, kube.Target)
 			if kubeCM != "" { // the manifests come from the API server (ReversiGateway pods)
-				km, l, err := kubeManifests(cmd.Context(), kubeCM, kubeKeys, kubeControllerKeys, kubeconfig, namespace, cmd.ErrOrStderr())
+				km, l, err := kubeManifests(cmd.Context(), kubeCM, kubeKeys, kubeControllerKeys, gatewayName, kubeconfig, namespace, cmd.ErrOrStderr())
 				if err != nil {
 					return err
 				}

@@ -25,7 +25,7 @@ const PodNameEnv = "POD_NAME"
 // loads them once: a rendering that fails verification at start is an error, never a start
 // without rules (fail closed). controllerKeys is --kube-controller-keys (a PEM file; default
 // the PEM in $REVERSI_CONTROLLER_KEYS).
-func kubeManifests(ctx context.Context, ref, keys, controllerKeys, kubeconfig, namespace string, stderr io.Writer) (*kube.Manifests, proxy.Loaded, error) {
+func kubeManifests(ctx context.Context, ref, keys, controllerKeys, gateway, kubeconfig, namespace string, stderr io.Writer) (*kube.Manifests, proxy.Loaded, error) {
 	ns, name, ok := strings.Cut(ref, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 		return nil, proxy.Loaded{}, fmt.Errorf("--kube-configmap %q: write NAMESPACE/NAME", ref)
@@ -39,7 +39,7 @@ func kubeManifests(ctx context.Context, ref, keys, controllerKeys, kubeconfig, n
 		return nil, proxy.Loaded{}, err
 	}
 	km, err := kube.WatchManifests(ctx, kube.ManifestOptions{Config: cfg, Namespace: ns, ConfigMap: name, TrustedKeysSecret: keys,
-		ControllerKeys: ctl, PodName: os.Getenv(PodNameEnv), Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
+		ControllerKeys: ctl, Gateway: gateway, PodName: os.Getenv(PodNameEnv), Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
 	if err != nil {
 		return nil, proxy.Loaded{}, err
 	}

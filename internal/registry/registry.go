@@ -8,6 +8,7 @@ package registry
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -65,7 +66,10 @@ func (e Entry) Short() string {
 // approvers, nor the set the registry serves can be edited, replayed under a newer sequence or
 // mixed with another registry's versions without a key.
 type Index struct {
-	Format    string             `json:"format"`
+	Format string `json:"format"`
+	// ID names the registry: random, made by its first write and never changed, and covered
+	// by the index signature, so a registry's signed folder cannot pass for another's.
+	ID        string             `json:"id"`
 	Sequence  int64              `json:"sequence"`
 	Tools     map[string][]Entry `json:"tools"`
 	KeyID     string             `json:"key_id,omitempty"`
@@ -118,25 +122,35 @@ func (idx *Index) HistoryDigest() (string, error) {
 }
 
 // IndexMessage is what an index signature covers:
-// `reversi-registry-index:v2:<sequence>:<SetDigest of Served>:<HistoryDigest>`. The served set
-// appears by its own digest so that a reader holding only the served versions (a gateway) can
-// check that they are exactly the ones the writer signed (IndexProof.Verify).
+// `reversi-registry-index:v2:<id>:<sequence>:<SetDigest of Served>:<HistoryDigest>`. The served
+// set appears by its own digest so that a reader holding only the served versions (a gateway)
+// can check that they are exactly the ones the writer signed (IndexProof.Verify).
 func (idx *Index) IndexMessage() ([]byte, error) {
 	history, err := idx.HistoryDigest()
 	if err != nil {
 		return nil, err
 	}
-	return indexMessage(idx.Sequence, SetDigest(idx.Served()), history), nil
+	return indexMessage(idx.ID, idx.Sequence, SetDigest(idx.Served()), history), nil
 }
 
-func indexMessage(sequence int64, served, history string) []byte {
-	return []byte("reversi-registry-index:v2:" + strconv.FormatInt(sequence, 10) + ":" + served + ":" + history)
+func indexMessage(id string, sequence int64, served, history string) []byte {
+	return []byte("reversi-registry-index:v2:" + id + ":" + strconv.FormatInt(sequence, 10) + ":" + served + ":" + history)
+}
+
+// newRegistryID is a registry's random id: 32 hex characters.
+func newRegistryID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return hex.EncodeToString(b[:])
 }
 
 // IndexProof is what a reader that holds only the served versions needs to check the index
 // signature: the sequence, the history digest and the signature. Snapshots carry it (JSON field
 // names as in index.json).
 type IndexProof struct {
+	ID        string `json:"id"`
 	Sequence  int64  `json:"sequence"`
 	History   string `json:"history"`
 	KeyID     string `json:"key_id"`
@@ -149,7 +163,7 @@ func (idx *Index) Proof() (IndexProof, error) {
 	if err != nil {
 		return IndexProof{}, err
 	}
-	return IndexProof{Sequence: idx.Sequence, History: history, KeyID: idx.KeyID, Signature: idx.Signature}, nil
+	return IndexProof{ID: idx.ID, Sequence: idx.Sequence, History: history, KeyID: idx.KeyID, Signature: idx.Signature}, nil
 }
 
 // Verify checks that a writer trusted by trust signed an index whose served set has the digest
@@ -163,7 +177,7 @@ func (p IndexProof) Verify(served string, trust *signing.TrustSet) error {
 	if err != nil {
 		return errors.New("the registry index signature is malformed")
 	}
-	if err := trust.Verify(p.KeyID, sig, indexMessage(p.Sequence, served, p.History)); err != nil {
+	if err := trust.Verify(p.KeyID, sig, indexMessage(p.ID, p.Sequence, served, p.History)); err != nil {
 		if errors.Is(err, signing.ErrUntrusted) {
 			return err
 		}
@@ -199,8 +213,8 @@ func (idx *Index) verify(trust *signing.TrustSet) error {
 	if idx.Signature == "" {
 		return errors.New("index.json is not signed, but trusted keys are set: the list of versions could be edited unseen; write the registry with --key")
 	}
-	if idx.Sequence < 1 {
-		return errors.New("index.json has no sequence: it was written by an earlier reversi, whose signature does not cover the served set; sign it again with reversi manifests sign --key")
+	if idx.Sequence < 1 || idx.ID == "" {
+		return errors.New("index.json has no sequence or id: it was written by an earlier reversi, whose signature does not cover the served set and the registry's identity; sign it again with reversi manifests sign --key")
 	}
 	sig, err := base64.StdEncoding.DecodeString(idx.Signature)
 	if err != nil {
@@ -290,7 +304,7 @@ func (r *Registry) readIndex(creating bool) (*Index, error) {
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		if creating {
-			return &Index{Format: Format, Tools: map[string][]Entry{}}, nil
+			return &Index{Format: Format, ID: newRegistryID(), Tools: map[string][]Entry{}}, nil
 		}
 		return nil, fmt.Errorf("%s is not a registry: it has no %s (publish with reversi manifests publish)", r.Dir, IndexFile)
 	}

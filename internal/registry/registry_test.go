@@ -744,6 +744,18 @@ func TestIndexSequenceAndProof(t *testing.T) {
 	if err := replayed.Verify(served, k.Trust); err == nil {
 		t.Error("a proof with another sequence verified")
 	}
+	// The signature names the registry: another registry's id does not verify, and every
+	// registry gets its own id at its first write.
+	other := snap.Index
+	other.ID = New(filepath.Join(t.TempDir(), "other")).Dir
+	if err := other.Verify(served, k.Trust); err == nil {
+		t.Error("a proof with another registry id verified")
+	}
+	r2 := seedRegistry(t, k)
+	snap2, _ := r2.Load(k.Trust)
+	if len(snap.Index.ID) != 32 || snap2.Index.ID == snap.Index.ID {
+		t.Errorf("registry ids %q and %q", snap.Index.ID, snap2.Index.ID)
+	}
 	if err := snap.Index.Verify(served, newKey(t).Trust); !errors.Is(err, signing.ErrUntrusted) {
 		t.Errorf("untrusted writer: %v", err)
 	}

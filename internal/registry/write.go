@@ -419,6 +419,9 @@ func (r *Registry) Sign(o WriteOptions) (int64, error) {
 	var seq int64
 	err := r.update(o, func(idx *Index) error {
 		seq = idx.Sequence + 1
+		if idx.ID == "" { // an index written before ids: it gets one now
+			idx.ID = newRegistryID()
+		}
 		return nil
 	})
 	return seq, err

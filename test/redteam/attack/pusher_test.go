@@ -46,12 +46,15 @@ func TestPusherCopiesAnotherRegistrysSignedFolder(t *testing.T) {
 	repo.Git("add", "-A")
 	repo.Commit("tidy up")
 
+	before := w.configMapData(w.ns, "pay-manifests")
 	reg, c := w.reconcileRegistry(w.ns, "prod")
 	w.reconcileGateway("pay")
-	l, err := p.reload()
-	if err == nil && needsApproval(l.Manifests, "db.wipe") == "no approval" {
-		t.Fatalf("prod now serves staging's signed registry: db.wipe without approval (Ready=%s %s, index sequence %d); "+
-			"the index signature must name the registry (e.g. an id in index.json, signed, that spec or the gateway pins), or the controller must keep the index history digest and require the new index to extend it",
+	if c.Reason != v1alpha1.ReasonRegistryMismatch || !equalData(w.configMapData(w.ns, "pay-manifests"), before) {
+		t.Fatalf("prod applied staging's signed registry (Ready=%s %s, index sequence %d); "+
+			"the index signature must name the registry (e.g. an id in index.json, signed, that spec or the gateway pins)",
 			c.Status, c.Reason, reg.Status.Artifact.IndexSequence)
+	}
+	if got := needsApproval(p.current(), "db.wipe"); got != "approval required" {
+		t.Fatalf("the pod serves db.wipe with %s", got)
 	}
 }

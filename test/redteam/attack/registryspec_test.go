@@ -46,13 +46,15 @@ func TestRegistryEditorSwitchesToPlainToDropWriterSignatures(t *testing.T) {
 	if err := env.Client.Update(context.Background(), prod); err != nil {
 		t.Fatal(err)
 	}
+	before := w.configMapData(w.ns, "pay-manifests")
 	reg, c := w.reconcileRegistry(w.ns, "prod")
-	w.reconcileGateway("pay")
-	l, err := p.reload()
-	if err == nil && needsApproval(l.Manifests, "db.wipe") == "no approval" {
-		t.Fatalf("pay serves unsigned db.wipe (no approval) from prod (Ready=%s %s, accepted revision %q); "+
-			"a gateway with trusted writer keys must accept a Plain source only when its own spec says so (rendered into the pod's args), "+
-			"and the controller should treat a change of format or of the verification settings like a change of trust root",
-			c.Status, c.Reason, reg.Status.AcceptedRevision)
+	gw := w.reconcileGateway("pay")
+	if g := ready(gw.Status.Conditions); g == nil || g.Reason != v1alpha1.ReasonSignatureVerificationFailed || !equalData(w.configMapData(w.ns, "pay-manifests"), before) {
+		t.Fatalf("pay rendered prod's unsigned Plain manifests (registry Ready=%s %s, accepted revision %q; gateway %+v); "+
+			"a gateway with trusted writer keys must accept a Plain source only when its own spec says so",
+			c.Status, c.Reason, reg.Status.AcceptedRevision, g)
+	}
+	if got := needsApproval(p.current(), "db.wipe"); got != "approval required" {
+		t.Fatalf("the pod serves db.wipe with %s", got)
 	}
 }

@@ -112,9 +112,7 @@ func TestGatewayStatusEditorFreezesToolManifestUpdates(t *testing.T) {
 	w.get(w.ns, "pay", gw)
 	w.patchStatus(gw, map[string]any{"manifests": map[string]any{"toolManifestsSequence": int64(math.MaxInt64)}})
 	w.reconcileGateway("pay")
-	if _, err := p.reload(); err != nil {
-		t.Fatalf("the pod refused the re-signed set: %v", err)
-	}
+	p.current()
 
 	w.applyToolManifest(v2)
 	w.reconcileGateway("pay")

@@ -238,7 +238,7 @@ type pod struct {
 func (w *world) pod(gateway string) *pod {
 	w.t.Helper()
 	km, err := kube.WatchManifests(context.Background(), kube.ManifestOptions{Config: env.Config, Namespace: w.ns,
-		ConfigMap: gateway + "-manifests", TrustedKeysSecret: writerKeys, ControllerKeys: w.ctl.Trust, Debounce: time.Millisecond})
+		ConfigMap: gateway + "-manifests", TrustedKeysSecret: writerKeys, ControllerKeys: w.ctl.Trust, Gateway: gateway, Debounce: time.Millisecond})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -275,6 +275,20 @@ func (p *pod) reload() (proxy.Loaded, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// current loads the rendering as the pod's informers hold it now, without waiting for a change:
+// for attacks the controller refused, so that nothing new was written.
+func (p *pod) current() []*manifest.Manifest {
+	p.w.t.Helper()
+	l, err := p.km.Load(context.Background())
+	if err != nil {
+		p.w.t.Fatalf("the pod refuses the rendering it served: %v", err)
+	}
+	if err := p.store.AdvanceHighWater(context.Background(), l.Marks); err != nil {
+		p.w.t.Fatalf("the pod's store refuses the rendering it served: %v", err)
+	}
+	return l.Manifests
 }
 
 // digestOf is the set digest of loaded manifests (what the gateway reports).
