@@ -98,7 +98,8 @@ type Ref struct {
 	// only match constraints that name a pre-release. Between tags of equal precedence
 	// (v1.0.0 and 1.0.0, or differing build metadata) the lexically greatest name wins.
 	// With Options.Verify in mode Tag or TagAndHEAD, the highest tag whose signatures verify
-	// wins instead (see Options.Verify).
+	// wins instead (see Options.Verify); a tag whose tag object bears another name (a signed
+	// v1.0.0 pushed again as refs/tags/v1.9.0) does not verify.
 	SemVer string
 	// Commit is a full 40-hex SHA-1.
 	Commit string
