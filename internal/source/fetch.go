@@ -371,7 +371,7 @@ func fetch(ctx context.Context, p *prepared, dir string) (a *Artifact, err error
 	}
 	defer f.close()
 	a = &Artifact{Dir: dir, URL: p.display, Since: p.since, store: f.store, path: p.path,
-		maxFile: p.maxFile, maxTotal: p.maxTotal, maxWalk: p.maxObj}
+		maxFile: p.maxFile, maxTotal: p.maxTotal, maxFiles: p.maxFiles, maxWalk: p.maxObj}
 	refs := f.first.refs()
 	r, err := resolve(p, refs)
 	if err != nil {

@@ -31,7 +31,11 @@
 //     process inflate a large object: go-git's indexer inflates every object whole.
 //   - Artifact.FS reads only the files under Options.Path, checking each blob's size (from
 //     its object header) against MaxFileBytes and the running total against MaxTotalBytes
-//     before reading it. A blob under Path that the filter left out is ErrTooLarge.
+//     before reading it. A blob under Path that the filter left out is ErrTooLarge. Every
+//     entry under Path (file, folder, link) counts against MaxFiles and costs 256 bytes plus
+//     its path against MaxTotalBytes, so empty files, folders or one tree referenced many
+//     times cannot grow the FS past the limits; tree objects are bounded in the pack like
+//     every object (one at most MaxFileBytes, all at most MaxTotalBytes).
 //
 // Without the `filter` capability (git's uploadpack.allowFilter is false, the default of a
 // bare git server) the same fetches are made unfiltered and the same limits apply: a
@@ -80,6 +84,9 @@ const (
 	DefaultMaxTotalBytes int64 = 64 << 20
 	// DefaultMaxObjects bounds the objects of one pack.
 	DefaultMaxObjects = 100_000
+	// DefaultMaxFiles bounds the files and folders under Path: ten times the ~10,000 files
+	// of a registry of 5,000 tools.
+	DefaultMaxFiles = 100_000
 	// DefaultMaxCommits bounds the depth of the history fetched for Since and commit refs.
 	DefaultMaxCommits = 10_000
 	// MaxTagCandidates is how many of the highest tags in a semver range are tried, highest
@@ -156,11 +163,16 @@ type Options struct {
 	// MaxFileBytes bounds one file under Path and one object of any pack the server sends,
 	// in bytes (inflated); DefaultMaxFileBytes when zero.
 	MaxFileBytes int64
-	// MaxTotalBytes bounds the sum of the files under Path, and the sum of the inflated
-	// objects of one pack, in bytes; DefaultMaxTotalBytes when zero.
+	// MaxTotalBytes bounds the sum of the files under Path (each file or folder counting
+	// 256 bytes plus its path besides its content), and the sum of the inflated objects of
+	// one pack, in bytes; DefaultMaxTotalBytes when zero.
 	MaxTotalBytes int64
 	// MaxObjects bounds the number of objects of one pack; DefaultMaxObjects when zero.
 	MaxObjects int
+	// MaxFiles bounds the entries under Path that Artifact.FS reads: files, folders,
+	// symbolic links and submodules, the folders leading to Path included; DefaultMaxFiles
+	// when zero. Each entry also counts 256 bytes plus its path against MaxTotalBytes.
+	MaxFiles int
 	// MaxCommits bounds the depth, in commits, of the history fetched for Since and for a
 	// commit ref; DefaultMaxCommits when zero.
 	MaxCommits int
@@ -217,6 +229,7 @@ type Artifact struct {
 	path      string        // Options.Path, cleaned ("." for the whole tree)
 	maxFile   int64
 	maxTotal  int64
+	maxFiles  int
 	maxWalk   int // bound of history walks (commits)
 	depth     int // the depth of the history fetched, 0 when only the commit was fetched
 }
@@ -246,6 +259,7 @@ type prepared struct {
 	maxFile  int64
 	maxTotal int64
 	maxObj   int
+	maxFiles int
 	maxDepth int
 	since    string
 	verify   *VerifyOptions
@@ -260,16 +274,16 @@ func (p *prepared) verifiesTags() bool {
 // keys) and say which field to fix.
 func prepare(o Options) (*prepared, error) {
 	p := &prepared{url: o.URL, ref: o.Ref, timeout: o.Timeout,
-		maxFile: o.MaxFileBytes, maxTotal: o.MaxTotalBytes, maxObj: o.MaxObjects, maxDepth: o.MaxCommits}
+		maxFile: o.MaxFileBytes, maxTotal: o.MaxTotalBytes, maxObj: o.MaxObjects, maxFiles: o.MaxFiles, maxDepth: o.MaxCommits}
 	if p.timeout < 0 {
 		return nil, optionsError("timeout %s is negative", o.Timeout)
 	}
 	if p.timeout == 0 {
 		p.timeout = DefaultTimeout
 	}
-	if p.maxFile < 0 || p.maxTotal < 0 || p.maxObj < 0 || p.maxDepth < 0 {
-		return nil, optionsError("limits must not be negative (max file %d, max total %d, max objects %d, max commits %d)",
-			o.MaxFileBytes, o.MaxTotalBytes, o.MaxObjects, o.MaxCommits)
+	if p.maxFile < 0 || p.maxTotal < 0 || p.maxObj < 0 || p.maxFiles < 0 || p.maxDepth < 0 {
+		return nil, optionsError("limits must not be negative (max file %d, max total %d, max objects %d, max files %d, max commits %d)",
+			o.MaxFileBytes, o.MaxTotalBytes, o.MaxObjects, o.MaxFiles, o.MaxCommits)
 	}
 	if p.maxFile == 0 {
 		p.maxFile = DefaultMaxFileBytes
@@ -279,6 +293,9 @@ func prepare(o Options) (*prepared, error) {
 	}
 	if p.maxObj == 0 {
 		p.maxObj = DefaultMaxObjects
+	}
+	if p.maxFiles == 0 {
+		p.maxFiles = DefaultMaxFiles
 	}
 	if p.maxDepth == 0 {
 		p.maxDepth = DefaultMaxCommits
