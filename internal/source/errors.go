@@ -46,7 +46,8 @@ var (
 	ErrFetchFailed = errors.New("fetch failed")
 	// ErrTooLarge: a limit was hit: a file under Options.Path is larger than
 	// Options.MaxFileBytes (or the server's filter left it out for that reason), the files
-	// under Path total more than Options.MaxTotalBytes, a pack the server sent breaks a
+	// under Path total more than Options.MaxTotalBytes or number more than Options.MaxFiles,
+	// the remote advertises more refs than Options.MaxRefs allows, a pack the server sent breaks a
 	// limit (one object, the sum of the objects, their count, the compressed size), or the
 	// history needed for an ancestry check is longer than Options.MaxCommits.
 	ErrTooLarge = errors.New("over the size limit")

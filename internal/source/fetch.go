@@ -18,7 +18,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 	"github.com/go-git/go-git/v5/plumbing/transport"
-	"github.com/go-git/go-git/v5/plumbing/transport/client"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/go-git/go-billy/v5/osfs"
@@ -40,32 +39,31 @@ type fetcher struct {
 	first *session
 }
 
-// session is one upload-pack exchange: the advertisement, then at most one request.
+// session is one upload-pack exchange: the advertisement, then at most one request. Every
+// byte read from the server goes through bound.
 type session struct {
-	s   transport.UploadPackSession
-	adv *packp.AdvRefs
+	s     transport.UploadPackSession
+	adv   *packp.AdvRefs
+	bound *answerBound
 }
 
+// openSession connects and reads the advertisement, bounded by MaxRefs (ErrTooLarge).
 func openSession(ctx context.Context, p *prepared) (*session, error) {
-	ep, err := transport.NewEndpoint(p.url)
+	b := newAnswerBound(p)
+	s, err := newUploadPackSession(p, b)
 	if err != nil {
 		return nil, err
 	}
-	ep.CaBundle = p.ca
-	c, err := client.NewClient(ep)
-	if err != nil {
-		return nil, err
-	}
-	s, err := c.NewUploadPackSession(ep, p.auth)
-	if err != nil {
-		return nil, err
-	}
-	adv, err := s.AdvertisedReferencesContext(ctx)
+	adv, err := s.AdvertisedReferencesContext(withBound(ctx, b))
 	if err != nil {
 		_ = s.Close()
+		if berr := b.failure(); berr != nil {
+			return nil, berr
+		}
 		return nil, err
 	}
-	return &session{s: s, adv: adv}, nil
+	b.advertised()
+	return &session{s: s, adv: adv, bound: b}, nil
 }
 
 // refs lists the advertised references like listRefs does (peeled tags as "name^{}").
@@ -163,8 +161,11 @@ func (f *fetcher) fetch(ctx context.Context, r packRequest) (res packResult, err
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	resp, err := s.s.UploadPack(ctx, req)
+	resp, err := s.s.UploadPack(withBound(ctx, s.bound), req)
 	if err != nil {
+		if berr := s.bound.failure(); berr != nil {
+			return res, berr
+		}
 		return res, err
 	}
 	defer func() {
@@ -193,9 +194,12 @@ func (f *fetcher) fetch(ctx context.Context, r packRequest) (res packResult, err
 		_ = file.Close()
 		_ = os.Remove(file.Name())
 	}()
-	limit := f.p.maxTotal + f.p.maxTotal/16 + 8<<20
+	limit := f.p.packLimit()
 	n, err := io.Copy(file, io.LimitReader(body, limit+1))
 	if err != nil {
+		if berr := s.bound.failure(); berr != nil {
+			return res, berr
+		}
 		return res, fmt.Errorf("receiving the %s pack: %w", r.what, err)
 	}
 	if n > limit {
@@ -371,7 +375,7 @@ func fetch(ctx context.Context, p *prepared, dir string) (a *Artifact, err error
 	}
 	defer f.close()
 	a = &Artifact{Dir: dir, URL: p.display, Since: p.since, store: f.store, path: p.path,
-		maxFile: p.maxFile, maxTotal: p.maxTotal, maxWalk: p.maxObj}
+		maxFile: p.maxFile, maxTotal: p.maxTotal, maxFiles: p.maxFiles, maxWalk: p.maxObj}
 	refs := f.first.refs()
 	r, err := resolve(p, refs)
 	if err != nil {

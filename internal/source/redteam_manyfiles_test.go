@@ -3,6 +3,7 @@ package source_test
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"runtime"
@@ -66,5 +67,49 @@ func TestManyEmptyFilesUnderPathAreNotBounded(t *testing.T) {
 	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 64<<20 {
 		t.Fatalf("Artifact.FS of %d empty files under reg/ holds %d MiB of heap (limit 64 MiB of files): bound the number of entries under spec.path (e.g. --source-max-files, default 10,000) and count tree bytes against the total",
 			trees*entries, grew>>20)
+	}
+}
+
+// The honest path: MaxFiles counts every entry under Path (the folder leading to it, folders,
+// files), nothing outside it; a registry at the limit reads whole, one more entry is
+// ErrTooLarge naming the limit; empty files count against MaxTotalBytes too.
+func TestFilesUnderPathAreCounted(t *testing.T) {
+	r := sourcetest.NewRepo(t)
+	for i := 0; i < 10; i++ {
+		r.WriteFile(fmt.Sprintf("reg/tools/t%d.yaml", i), "tool")
+	}
+	r.WriteFile("reg/a.yaml", "a")
+	r.WriteFile("reg/empty.yaml", "")
+	for i := 0; i < 50; i++ {
+		r.WriteFile(fmt.Sprintf("other/f%d", i), "")
+	}
+	r.Commit("a registry")
+	const entries = 1 + 1 + 10 + 2 // reg, reg/tools, its files, reg's own files
+	o := source.Options{URL: r.FileURL(), AllowFileURLs: true, Path: "reg", Ref: source.Ref{Branch: "main"}, MaxFiles: entries}
+	files, err := fetch(t, o).FS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, fetch(t, o), "reg/tools/t9.yaml"); got != "tool" {
+		t.Fatalf("t9.yaml = %q", got)
+	}
+	if list, err := fs.ReadDir(files, "reg/tools"); err != nil || len(list) != 10 {
+		t.Fatalf("reg/tools lists %d entries (%v), want 10", len(list), err)
+	}
+	if b, err := fs.ReadFile(files, "reg/empty.yaml"); err != nil || len(b) != 0 {
+		t.Fatalf("empty.yaml: %q %v", b, err)
+	}
+
+	o.MaxFiles = entries - 1
+	_, err = fetch(t, o).FS()
+	assertKind(t, err, source.ErrTooLarge, fmt.Sprintf("more than %d files and folders under reg", entries-1), "--source-max-files")
+
+	// 50 empty files hold no bytes of content, but each costs 256 bytes and its path.
+	o = source.Options{URL: r.FileURL(), AllowFileURLs: true, Path: "other", Ref: source.Ref{Branch: "main"}, MaxTotalBytes: 4096}
+	_, err = fetch(t, o).FS()
+	assertKind(t, err, source.ErrTooLarge, "under other total more than the 4 KiB limit", "counts 256 bytes")
+
+	if source.DefaultMaxFiles < 10*10_000 {
+		t.Fatalf("DefaultMaxFiles %d is too low for a registry of 10,000 files", source.DefaultMaxFiles)
 	}
 }

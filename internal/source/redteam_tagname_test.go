@@ -1,6 +1,8 @@
 package source_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/reversi-gitops/reversi/internal/source"
@@ -41,5 +43,43 @@ func TestSemverTakesASignedTagObjectUnderAnotherName(t *testing.T) {
 	if a.Commit == loose {
 		t.Fatalf("semver chose %s = the v1.0.0 commit (the signed tag object is named v1.0.0), not v1.1.0 at %s; skipped %+v",
 			a.Revision, strict, a.SkippedTags)
+	}
+}
+
+// The honest path: a signed tag verifies under its own name (nested names included); the
+// same tag object under another ref name fails naming both, and semver skips it for the
+// highest tag that is published under its own name.
+func TestTagObjectNameMustMatchTheRef(t *testing.T) {
+	key := sourcetest.NewSSHKey(t)
+	keys := keyRing(t, map[string][]byte{"release.sshpub": key.AuthorizedKey})
+	r := sourcetest.NewRepo(t)
+	r.WriteFile("reg/rules.yaml", "loose")
+	loose := r.Commit("loose rules")
+	r.TagSigned("v1.0.0", "release 1.0.0", key)
+	r.TagSigned("release/v1.0.0", "nested name", key)
+	r.Git("update-ref", "refs/tags/v1.9.0", r.Git("rev-parse", "refs/tags/v1.0.0"))
+	url := r.FileURL()
+
+	for _, tag := range []string{"v1.0.0", "release/v1.0.0"} {
+		a, v, err := verify(t, url, source.Ref{Tag: tag}, source.ModeTag, keys)
+		if err != nil {
+			t.Fatalf("%s: %v", tag, err)
+		}
+		if a.Tag != tag || a.Commit != loose || v.Tag == nil {
+			t.Fatalf("%s: %+v %+v", tag, a, v)
+		}
+	}
+	_, _, err := verify(t, url, source.Ref{Tag: "v1.9.0"}, source.ModeTag, keys)
+	assertKind(t, err, source.ErrVerification, "tag v1.9.0", `named "v1.0.0", not "v1.9.0"`)
+
+	o := source.Options{URL: url, AllowFileURLs: true, Ref: source.Ref{SemVer: ">=1.0.0 <2.0.0"},
+		Verify: &source.VerifyOptions{Mode: source.ModeTag, Keys: keys}}
+	a := fetch(t, o)
+	if a.Tag != "v1.0.0" || len(a.SkippedTags) != 1 || a.SkippedTags[0].Tag != "v1.9.0" ||
+		!strings.Contains(a.SkippedTags[0].Reason, `named "v1.0.0"`) {
+		t.Fatalf("semver fetched %s, skipped %+v", a.Revision, a.SkippedTags)
+	}
+	if rev, err := source.RemoteRevision(context.Background(), o); err != nil || rev != a.Revision {
+		t.Fatalf("RemoteRevision %q %v, want %q", rev, err, a.Revision)
 	}
 }

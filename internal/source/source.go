@@ -14,6 +14,21 @@
 // Fetch speaks git's upload-pack protocol through go-git's transports (https, http, ssh
 // with known_hosts, file) and never checks files out:
 //
+//   - The ref advertisement, read on every RemoteRevision and Fetch before anything else, is
+//     bounded as go-git reads it: at most MaxRefs pkt-lines (refs; a peeled tag line counts
+//     as one) and 256 bytes per ref of MaxRefs plus 64 KiB; past either the read fails with
+//     ErrTooLarge, so go-git never holds more than an advertisement of MaxRefs refs. The
+//     answer to each fetch request is bounded likewise by the pack limit below plus that
+//     size (for the shallow and acknowledgement lines go-git decodes before the pack). For
+//     http(s) the bound is the RoundTripper of go-git's HTTP client (githttp.NewClient with
+//     a client of our own, nothing installed globally): it sees the body after net/http has
+//     inflated a gzip encoding, and reads at most 4 KiB of an error answer (not 2xx). go-git's
+//     file and ssh transports take no reader, client or dialer of ours; their session keeps
+//     git-upload-pack's standard output in an exported field, Stdout, which Fetch replaces
+//     (by reflection) with the bounded reader before anything is read, failing closed if a
+//     go-git upgrade removes it. What stays unbounded is only bounded otherwise: the shallow
+//     lines of an answer by its bytes (20 to 40 bytes of memory for each 52-byte line), and
+//     a server's stderr, which go-git reads a line of (at most 64 KiB) and discards.
 //   - The content of the one commit is fetched shallow (depth 1) with the partial-clone filter
 //     `blob:limit=<MaxFileBytes+1>` when the server advertises the `filter` capability: blobs
 //     over the limit are not sent at all.
@@ -31,7 +46,11 @@
 //     process inflate a large object: go-git's indexer inflates every object whole.
 //   - Artifact.FS reads only the files under Options.Path, checking each blob's size (from
 //     its object header) against MaxFileBytes and the running total against MaxTotalBytes
-//     before reading it. A blob under Path that the filter left out is ErrTooLarge.
+//     before reading it. A blob under Path that the filter left out is ErrTooLarge. Every
+//     entry under Path (file, folder, link) counts against MaxFiles and costs 256 bytes plus
+//     its path against MaxTotalBytes, so empty files, folders or one tree referenced many
+//     times cannot grow the FS past the limits; tree objects are bounded in the pack like
+//     every object (one at most MaxFileBytes, all at most MaxTotalBytes).
 //
 // Without the `filter` capability (git's uploadpack.allowFilter is false, the default of a
 // bare git server) the same fetches are made unfiltered and the same limits apply: a
@@ -56,14 +75,11 @@ import (
 	"time"
 
 	"github.com/Masterminds/semver/v3"
-	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"github.com/go-git/go-git/v5/storage/filesystem"
-	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/skeema/knownhosts"
 	"golang.org/x/crypto/ssh"
 )
@@ -80,6 +96,11 @@ const (
 	DefaultMaxTotalBytes int64 = 64 << 20
 	// DefaultMaxObjects bounds the objects of one pack.
 	DefaultMaxObjects = 100_000
+	// DefaultMaxFiles bounds the files and folders under Path: ten times the ~10,000 files
+	// of a registry of 5,000 tools.
+	DefaultMaxFiles = 100_000
+	// DefaultMaxRefs bounds the refs a remote advertises (each peeled tag line counts).
+	DefaultMaxRefs = 50_000
 	// DefaultMaxCommits bounds the depth of the history fetched for Since and commit refs.
 	DefaultMaxCommits = 10_000
 	// MaxTagCandidates is how many of the highest tags in a semver range are tried, highest
@@ -98,7 +119,8 @@ type Ref struct {
 	// only match constraints that name a pre-release. Between tags of equal precedence
 	// (v1.0.0 and 1.0.0, or differing build metadata) the lexically greatest name wins.
 	// With Options.Verify in mode Tag or TagAndHEAD, the highest tag whose signatures verify
-	// wins instead (see Options.Verify).
+	// wins instead (see Options.Verify); a tag whose tag object bears another name (a signed
+	// v1.0.0 pushed again as refs/tags/v1.9.0) does not verify.
 	SemVer string
 	// Commit is a full 40-hex SHA-1.
 	Commit string
@@ -155,11 +177,22 @@ type Options struct {
 	// MaxFileBytes bounds one file under Path and one object of any pack the server sends,
 	// in bytes (inflated); DefaultMaxFileBytes when zero.
 	MaxFileBytes int64
-	// MaxTotalBytes bounds the sum of the files under Path, and the sum of the inflated
-	// objects of one pack, in bytes; DefaultMaxTotalBytes when zero.
+	// MaxTotalBytes bounds the sum of the files under Path (each file or folder counting
+	// 256 bytes plus its path besides its content), and the sum of the inflated objects of
+	// one pack, in bytes; DefaultMaxTotalBytes when zero.
 	MaxTotalBytes int64
 	// MaxObjects bounds the number of objects of one pack; DefaultMaxObjects when zero.
 	MaxObjects int
+	// MaxFiles bounds the entries under Path that Artifact.FS reads: files, folders,
+	// symbolic links and submodules, the folders leading to Path included; DefaultMaxFiles
+	// when zero. Each entry also counts 256 bytes plus its path against MaxTotalBytes.
+	MaxFiles int
+	// MaxRefs bounds the ref advertisement of the remote, read on every RemoteRevision and
+	// Fetch before anything else: at most MaxRefs refs (pkt-lines: an annotated tag's peeled
+	// "^{}" line counts as one more) in at most 256 bytes per ref (plus 64 KiB); the server's
+	// answer to each fetch request may exceed the pack limit by that size too (for the
+	// shallow and acknowledgement lines). DefaultMaxRefs when zero.
+	MaxRefs int
 	// MaxCommits bounds the depth, in commits, of the history fetched for Since and for a
 	// commit ref; DefaultMaxCommits when zero.
 	MaxCommits int
@@ -216,6 +249,7 @@ type Artifact struct {
 	path      string        // Options.Path, cleaned ("." for the whole tree)
 	maxFile   int64
 	maxTotal  int64
+	maxFiles  int
 	maxWalk   int // bound of history walks (commits)
 	depth     int // the depth of the history fetched, 0 when only the commit was fetched
 }
@@ -237,7 +271,8 @@ type prepared struct {
 	display  string // redacted, for messages
 	scheme   string
 	auth     transport.AuthMethod
-	ca       []byte
+	http     transport.Transport // go-git's HTTP transport with bounded answers, for http(s)
+	release  func()              // releases what http holds (idle connections)
 	ref      Ref
 	semver   *semver.Constraints
 	timeout  time.Duration
@@ -245,6 +280,8 @@ type prepared struct {
 	maxFile  int64
 	maxTotal int64
 	maxObj   int
+	maxFiles int
+	maxRefs  int
 	maxDepth int
 	since    string
 	verify   *VerifyOptions
@@ -259,16 +296,16 @@ func (p *prepared) verifiesTags() bool {
 // keys) and say which field to fix.
 func prepare(o Options) (*prepared, error) {
 	p := &prepared{url: o.URL, ref: o.Ref, timeout: o.Timeout,
-		maxFile: o.MaxFileBytes, maxTotal: o.MaxTotalBytes, maxObj: o.MaxObjects, maxDepth: o.MaxCommits}
+		maxFile: o.MaxFileBytes, maxTotal: o.MaxTotalBytes, maxObj: o.MaxObjects, maxFiles: o.MaxFiles, maxRefs: o.MaxRefs, maxDepth: o.MaxCommits, release: func() {}}
 	if p.timeout < 0 {
 		return nil, optionsError("timeout %s is negative", o.Timeout)
 	}
 	if p.timeout == 0 {
 		p.timeout = DefaultTimeout
 	}
-	if p.maxFile < 0 || p.maxTotal < 0 || p.maxObj < 0 || p.maxDepth < 0 {
-		return nil, optionsError("limits must not be negative (max file %d, max total %d, max objects %d, max commits %d)",
-			o.MaxFileBytes, o.MaxTotalBytes, o.MaxObjects, o.MaxCommits)
+	if p.maxFile < 0 || p.maxTotal < 0 || p.maxObj < 0 || p.maxFiles < 0 || p.maxRefs < 0 || p.maxDepth < 0 {
+		return nil, optionsError("limits must not be negative (max file %d, max total %d, max objects %d, max files %d, max refs %d, max commits %d)",
+			o.MaxFileBytes, o.MaxTotalBytes, o.MaxObjects, o.MaxFiles, o.MaxRefs, o.MaxCommits)
 	}
 	if p.maxFile == 0 {
 		p.maxFile = DefaultMaxFileBytes
@@ -278,6 +315,12 @@ func prepare(o Options) (*prepared, error) {
 	}
 	if p.maxObj == 0 {
 		p.maxObj = DefaultMaxObjects
+	}
+	if p.maxFiles == 0 {
+		p.maxFiles = DefaultMaxFiles
+	}
+	if p.maxRefs == 0 {
+		p.maxRefs = DefaultMaxRefs
 	}
 	if p.maxDepth == 0 {
 		p.maxDepth = DefaultMaxCommits
@@ -337,7 +380,9 @@ func prepare(o Options) (*prepared, error) {
 		case a.Username != "" || a.Password != "":
 			return nil, optionsError("basic auth needs both username and password (for token-based hosts any username works)")
 		}
-		p.ca = a.CABundle
+		if p.http, p.release, err = httpTransport(a.CABundle); err != nil {
+			return nil, optionsError("https: %v", err)
+		}
 	case "ssh":
 		if u.Host == "" {
 			return nil, optionsError("url %s has no host", p.display)
@@ -514,10 +559,15 @@ func withTimeout[T any](ctx context.Context, timeout time.Duration, op func(cont
 	}
 }
 
-// listRefs lists the remote's references (with peeled tags as "refs/tags/x^{}").
+// listRefs lists the remote's references (with peeled tags as "refs/tags/x^{}"), reading
+// the advertisement within MaxRefs.
 func listRefs(ctx context.Context, p *prepared) ([]*plumbing.Reference, error) {
-	remote := git.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{p.url}})
-	return remote.ListContext(ctx, &git.ListOptions{Auth: p.auth, CABundle: p.ca, PeelingOption: git.AppendPeeled})
+	s, err := openSession(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	return s.refs(), nil
 }
 
 // resolved is a ref resolved against the remote's advertisement.
@@ -673,6 +723,7 @@ func RemoteRevision(ctx context.Context, o Options) (string, error) {
 			return "", &Error{Op: "list", Subject: p.display, Kind: ErrFetchFailed, Err: err, Hint: "cannot create the temporary directory"}
 		}
 		rev, opCtx, err := withTimeout(ctx, p.timeout, func(ctx context.Context) (string, error) {
+			defer p.release()
 			return chooseRemoteTag(ctx, p, dir)
 		}, nil)
 		if err != nil {
@@ -681,6 +732,7 @@ func RemoteRevision(ctx context.Context, o Options) (string, error) {
 		return rev, nil
 	}
 	refs, opCtx, err := withTimeout(ctx, p.timeout, func(ctx context.Context) ([]*plumbing.Reference, error) {
+		defer p.release()
 		return listRefs(ctx, p)
 	}, nil)
 	if err != nil {
@@ -715,6 +767,7 @@ func Fetch(ctx context.Context, o Options) (*Artifact, error) {
 		return nil, &Error{Op: "fetch", Subject: p.display, Kind: ErrFetchFailed, Err: err, Hint: "cannot create the temporary directory"}
 	}
 	a, opCtx, err := withTimeout(ctx, p.timeout, func(ctx context.Context) (*Artifact, error) {
+		defer p.release()
 		return fetch(ctx, p, dir)
 	}, func(a *Artifact) { _ = a.Cleanup() })
 	if err != nil {

@@ -22,10 +22,14 @@ import (
 // content: a repository cannot make a reader read outside itself. When Path does not name a
 // folder of the commit the FS holds only ".". Safe for concurrent readers.
 //
-// Each blob's size is read from its object header and checked against MaxFileBytes, and the
-// running total against MaxTotalBytes, before the blob is read. Errors are *Error:
-// ErrTooLarge naming the file and the limit (also for a blob under Path that is absent
-// because the server's filter left it out for its size), or ErrFetchFailed.
+// Every entry read under Path (file, folder, symbolic link, submodule; the folders leading
+// to Path too) is counted against MaxFiles and charged against MaxTotalBytes before
+// anything is allocated for it: 256 bytes plus the length of its path, plus, for a file,
+// its content. Each blob's size is read from its object header and checked against
+// MaxFileBytes before the blob is read. So a commit cannot make FS hold more than about
+// MaxTotalBytes, however many empty files or folders (or copies of one tree) it has. Errors
+// are *Error: ErrTooLarge naming the file and the limit (also for a blob under Path that is
+// absent because the server's filter left it out for its size), or ErrFetchFailed.
 func (a *Artifact) FS() (fs.FS, error) {
 	if a == nil || a.store == nil {
 		return nil, &Error{Op: "read", Kind: ErrInvalidOptions, Err: errors.New("the artifact was cleaned up")}
@@ -51,14 +55,14 @@ func (a *Artifact) readTree() (memFS, error) {
 		return nil, err
 	}
 	when := c.Committer.When
-	files := memFS{}
-	files.add(".", nil, fs.ModeDir|0o555, when)
+	b := &fsBuilder{a: a, files: memFS{}, when: &when}
+	b.files.add(".", nil, fs.ModeDir|0o555, b.when)
 	tree, prefix := root, ""
 	if a.path != "." {
 		entry, err := root.FindEntry(a.path)
 		if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) ||
 			(err == nil && entry.Mode != filemode.Dir) {
-			return files, nil // not a folder of this commit
+			return b.files, nil // not a folder of this commit
 		}
 		if err != nil {
 			return nil, err
@@ -68,13 +72,16 @@ func (a *Artifact) readTree() (memFS, error) {
 		}
 		parts := strings.Split(a.path, "/")
 		for i := range parts {
-			files.add(strings.Join(parts[:i+1], "/"), nil, fs.ModeDir|0o555, when)
+			name := strings.Join(parts[:i+1], "/")
+			if err := b.charge(name, 0); err != nil {
+				return nil, err
+			}
+			b.files.add(name, nil, fs.ModeDir|0o555, b.when)
 		}
 		prefix = a.path + "/"
 	}
 	// Reading every blob once, in tree order, is far cheaper than a checkout or than decoding
-	// trees per Open.
-	var total int64
+	// trees per Open. Every entry is counted and charged before anything is allocated for it.
 	walker := object.NewTreeWalker(tree, true, nil)
 	defer walker.Close()
 	for {
@@ -88,43 +95,104 @@ func (a *Artifact) readTree() (memFS, error) {
 		name := prefix + rel
 		switch entry.Mode {
 		case filemode.Dir:
-			files.add(name, nil, fs.ModeDir|0o555, when)
+			if err := b.charge(name, 0); err != nil {
+				return nil, err
+			}
+			b.files.add(name, nil, fs.ModeDir|0o555, b.when)
 		case filemode.Regular, filemode.Executable, filemode.Deprecated:
-			obj, err := a.store.EncodedObject(plumbing.BlobObject, entry.Hash)
-			if errors.Is(err, plumbing.ErrObjectNotFound) {
-				return nil, a.fileTooLarge("%s is larger than the %s limit (--source-max-file-bytes): the server's filter left it out", name, size(a.maxFile))
-			}
+			data, err := b.blob(name, entry.Hash)
 			if err != nil {
 				return nil, err
 			}
-			n := obj.Size()
-			if n > a.maxFile {
-				return nil, a.fileTooLarge("%s is larger than the %s limit (--source-max-file-bytes): it has %s", name, size(a.maxFile), size(n))
-			}
-			if total += n; total > a.maxTotal {
-				return nil, &Error{Op: "read", Subject: a.Revision, Kind: ErrTooLarge,
-					Err:  fmt.Errorf("the files under %s total more than the %s limit (--source-max-total-bytes), at %s", a.path, size(a.maxTotal), name),
-					Hint: "split the folder, or raise the limit"}
-			}
-			r, err := obj.Reader()
-			if err != nil {
-				return nil, err
-			}
-			data, err := io.ReadAll(io.LimitReader(r, n+1))
-			r.Close()
-			if err != nil {
-				return nil, err
-			}
-			if int64(len(data)) != n {
-				return nil, fmt.Errorf("blob %s of %s holds %d bytes, not %d", entry.Hash, name, len(data), n)
-			}
-			files.add(name, data, 0o444, when)
+			b.files.add(name, data, 0o444, b.when)
 		default: // symlink or submodule: recorded, never resolved
-			files.add(name, nil, fs.ModeSymlink|0o444, when)
+			if err := b.charge(name, 0); err != nil {
+				return nil, err
+			}
+			b.files.add(name, nil, fs.ModeSymlink|0o444, b.when)
 		}
 	}
-	files.sort()
-	return files, nil
+	b.files.sort()
+	return b.files, nil
+}
+
+// fsEntryBytes is what each entry of the FS (file, folder, link) counts against
+// MaxTotalBytes besides its path and content: about what its node takes in memory, and more
+// than the entry takes in its tree object, so the trees read count against the total too.
+const fsEntryBytes = 256
+
+// fsBuilder counts the entries of the FS being built and the bytes they hold.
+type fsBuilder struct {
+	a       *Artifact
+	files   memFS
+	when    *time.Time
+	entries int
+	total   int64
+	blobs   map[plumbing.Hash][]byte // read so far
+}
+
+// blob checks and charges the file name, then reads its blob. Files with the same content
+// share one slice (the FS never writes to it); each is charged in full all the same.
+func (b *fsBuilder) blob(name string, h plumbing.Hash) ([]byte, error) {
+	a := b.a
+	if data, ok := b.blobs[h]; ok {
+		return data, b.charge(name, int64(len(data)))
+	}
+	obj, err := a.store.EncodedObject(plumbing.BlobObject, h)
+	if errors.Is(err, plumbing.ErrObjectNotFound) {
+		return nil, a.fileTooLarge("%s is larger than the %s limit (--source-max-file-bytes): the server's filter left it out", name, size(a.maxFile))
+	}
+	if err != nil {
+		return nil, err
+	}
+	n := obj.Size()
+	if n > a.maxFile {
+		return nil, a.fileTooLarge("%s is larger than the %s limit (--source-max-file-bytes): it has %s", name, size(a.maxFile), size(n))
+	}
+	if err := b.charge(name, n); err != nil {
+		return nil, err
+	}
+	var data []byte // nil for an empty file
+	if n > 0 {
+		r, err := obj.Reader()
+		if err != nil {
+			return nil, err
+		}
+		data = make([]byte, n)
+		_, err = io.ReadFull(r, data)
+		if err == nil {
+			if m, _ := r.Read(make([]byte, 1)); m > 0 {
+				err = errors.New("more bytes than its header says")
+			}
+		}
+		r.Close()
+		if err != nil {
+			return nil, fmt.Errorf("blob %s of %s (%d bytes): %w", h, name, n, err)
+		}
+	}
+	if b.blobs == nil {
+		b.blobs = map[plumbing.Hash][]byte{}
+	}
+	b.blobs[h] = data
+	return data, nil
+}
+
+// charge counts one entry, name with content bytes, against MaxFiles and MaxTotalBytes.
+func (b *fsBuilder) charge(name string, content int64) error {
+	a := b.a
+	if b.entries++; b.entries > a.maxFiles {
+		return &Error{Op: "read", Subject: a.Revision, Kind: ErrTooLarge,
+			Err: fmt.Errorf("there are more than %d files and folders under %s, the limit (--source-max-files), at %s",
+				a.maxFiles, a.path, name),
+			Hint: "split the folder, remove stray files, or raise the limit"}
+	}
+	if b.total += content + fsEntryBytes + int64(len(name)); b.total > a.maxTotal {
+		return &Error{Op: "read", Subject: a.Revision, Kind: ErrTooLarge,
+			Err: fmt.Errorf("the files under %s total more than the %s limit (--source-max-total-bytes), at %s (each file and folder counts %d bytes and its path besides its content)",
+				a.path, size(a.maxTotal), name, fsEntryBytes),
+			Hint: "split the folder, or raise the limit"}
+	}
+	return nil
 }
 
 func (a *Artifact) fileTooLarge(format string, args ...any) error {
@@ -134,44 +202,53 @@ func (a *Artifact) fileTooLarge(format string, args ...any) error {
 
 // memFS is a read-only in-memory file tree: each folder keeps its entries, so listing a folder
 // costs its own size (fstest.MapFS scans every file per listing, quadratic for 5,000 folders).
+// A node is its own fs.FileInfo and fs.DirEntry, so an entry costs one node, its path (the
+// map key, which the node's name shares) and a slot in its folder.
 type memFS map[string]*memNode
 
 type memNode struct {
-	info     memInfo
+	name     string
+	mode     fs.FileMode
+	when     *time.Time // the commit's time, shared by every node
 	data     []byte
-	children []fs.DirEntry // folders only, sorted by name
+	children []*memNode // folders only, sorted by name
 }
 
-type memInfo struct {
-	name string
-	size int64
-	mode fs.FileMode
-	when time.Time
-}
+func (n *memNode) Name() string               { return n.name }
+func (n *memNode) Size() int64                { return int64(len(n.data)) }
+func (n *memNode) Mode() fs.FileMode          { return n.mode }
+func (n *memNode) ModTime() time.Time         { return *n.when }
+func (n *memNode) IsDir() bool                { return n.mode.IsDir() }
+func (n *memNode) Sys() any                   { return nil }
+func (n *memNode) Type() fs.FileMode          { return n.mode.Type() }
+func (n *memNode) Info() (fs.FileInfo, error) { return n, nil }
+func (n *memNode) String() string             { return fs.FormatFileInfo(n) }
 
-func (i memInfo) Name() string       { return i.name }
-func (i memInfo) Size() int64        { return i.size }
-func (i memInfo) Mode() fs.FileMode  { return i.mode }
-func (i memInfo) ModTime() time.Time { return i.when }
-func (i memInfo) IsDir() bool        { return i.mode.IsDir() }
-func (i memInfo) Sys() any           { return nil }
+// dirEntries returns a folder's entries as a new slice.
+func dirEntries(children []*memNode) []fs.DirEntry {
+	out := make([]fs.DirEntry, len(children))
+	for i, c := range children {
+		out[i] = c
+	}
+	return out
+}
 
 // add records a file or folder, "." first; the tree walker yields parents before children.
-func (m memFS) add(name string, data []byte, mode fs.FileMode, when time.Time) {
+func (m memFS) add(name string, data []byte, mode fs.FileMode, when *time.Time) {
 	if name == "." {
-		m["."] = &memNode{info: memInfo{name: ".", mode: fs.ModeDir | 0o555, when: when}}
+		m["."] = &memNode{name: ".", mode: fs.ModeDir | 0o555, when: when}
 		return
 	}
-	n := &memNode{info: memInfo{name: path.Base(name), size: int64(len(data)), mode: mode, when: when}, data: data}
+	n := &memNode{name: path.Base(name), mode: mode, when: when, data: data}
 	m[name] = n
 	if parent := m[path.Dir(name)]; parent != nil {
-		parent.children = append(parent.children, fs.FileInfoToDirEntry(n.info))
+		parent.children = append(parent.children, n)
 	}
 }
 
 func (m memFS) sort() {
 	for _, n := range m {
-		sort.Slice(n.children, func(i, j int) bool { return n.children[i].Name() < n.children[j].Name() })
+		sort.Slice(n.children, func(i, j int) bool { return n.children[i].name < n.children[j].name })
 	}
 }
 
@@ -190,7 +267,7 @@ func (m memFS) ReadFile(name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n.info.IsDir() {
+	if n.IsDir() {
 		return nil, &fs.PathError{Op: "read", Path: name, Err: errors.New("is a directory")}
 	}
 	return bytes.Clone(n.data), nil
@@ -202,10 +279,10 @@ func (m memFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !n.info.IsDir() {
+	if !n.IsDir() {
 		return nil, &fs.PathError{Op: "readdir", Path: name, Err: errors.New("not a directory")}
 	}
-	return append([]fs.DirEntry(nil), n.children...), nil
+	return dirEntries(n.children), nil
 }
 
 // Stat implements fs.StatFS.
@@ -214,7 +291,7 @@ func (m memFS) Stat(name string) (fs.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return n.info, nil
+	return n, nil
 }
 
 func (m memFS) node(op, name string) (*memNode, error) {
@@ -234,7 +311,7 @@ type memFile struct {
 	next int // entries already returned by ReadDir
 }
 
-func (f *memFile) Stat() (fs.FileInfo, error) { return f.node.info, nil }
+func (f *memFile) Stat() (fs.FileInfo, error) { return f.node, nil }
 func (f *memFile) Close() error               { return nil }
 
 // ReadDir implements fs.ReadDirFile for folders: n > 0 returns at most n entries per call
@@ -248,5 +325,5 @@ func (f *memFile) ReadDir(n int) ([]fs.DirEntry, error) {
 		rest = rest[:n]
 	}
 	f.next += len(rest)
-	return append([]fs.DirEntry(nil), rest...), nil
+	return dirEntries(rest), nil
 }

@@ -26,7 +26,8 @@ type Mode string
 const (
 	// ModeHEAD verifies the checked-out commit. The empty Mode means ModeHEAD.
 	ModeHEAD Mode = "HEAD"
-	// ModeTag verifies the annotated tag of a Tag or SemVer ref.
+	// ModeTag verifies the annotated tag of a Tag or SemVer ref: its signature, and that the
+	// tag object is named as the ref (refs/tags/v1.2.0 must hold a tag object "v1.2.0").
 	ModeTag Mode = "Tag"
 	// ModeTagAndHEAD verifies both.
 	ModeTagAndHEAD Mode = "TagAndHEAD"
@@ -172,7 +173,7 @@ type Verification struct {
 // by short hash and subject — when an object is unsigned, signed by a key not in keys,
 // signed with a signature that does not match its content (tampered), signed in an
 // unsupported format (x509), when a Tag mode is used with a ref that is not a tag or with a
-// lightweight tag, or when the fetched history does not reach Since (the chain cannot be
+// lightweight tag, or with a tag object whose own name is not the ref's, or when the fetched history does not reach Since (the chain cannot be
 // checked). A nil or empty KeyRing is ErrInvalidKeys; an unknown mode is ErrInvalidOptions.
 func Verify(a *Artifact, mode Mode, keys *KeyRing) (*Verification, error) {
 	if mode == "" {
@@ -240,8 +241,10 @@ func Verify(a *Artifact, mode Mode, keys *KeyRing) (*Verification, error) {
 	return v, nil
 }
 
-// tagOf returns the annotated tag object of the tag ref name, checking that it points to
-// commit. Errors are ErrVerification.
+// tagOf returns the annotated tag object of the tag ref name (refs/tags/<name>), checking
+// that the object is named name itself and points to commit. The name is part of what the
+// signature covers: a signed tag object published under another ref (v1.0.0's object pushed
+// as refs/tags/v1.9.0) would otherwise pass as a signed v1.9.0. Errors are ErrVerification.
 func tagOf(st storer.EncodedObjectStorer, name string, obj plumbing.Hash, commit string) (*object.Tag, error) {
 	if obj.IsZero() {
 		return nil, &Error{Op: "verify", Subject: "tag " + name, Kind: ErrVerification,
@@ -250,6 +253,12 @@ func tagOf(st storer.EncodedObjectStorer, name string, obj plumbing.Hash, commit
 	tag, err := object.GetTag(st, obj)
 	if err != nil {
 		return nil, &Error{Op: "verify", Subject: "tag " + name, Kind: ErrVerification, Err: err}
+	}
+	if tag.Name != name {
+		return nil, &Error{Op: "verify", Subject: "tag " + name, Kind: ErrVerification,
+			Err: fmt.Errorf("the tag object %s is named %q, not %q: it was published under another ref name (git describe says: tag '%s' is really '%s')",
+				short(obj.String()), tag.Name, name, name, tag.Name),
+			Hint: "a signed tag counts only under its own name; delete refs/tags/" + name + ", or create and sign a tag named " + name}
 	}
 	if tag.TargetType != plumbing.CommitObject || tag.Target.String() != commit {
 		return nil, &Error{Op: "verify", Subject: "tag " + name, Kind: ErrVerification,
