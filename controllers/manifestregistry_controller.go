@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"path"
-	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -74,6 +73,9 @@ type ManifestRegistryReconciler struct {
 	// sends), SourceMaxTotalBytes the files under spec.path (and the objects of one pack);
 	// 0 means source.DefaultMaxFileBytes (4 MiB) and source.DefaultMaxTotalBytes (64 MiB).
 	SourceMaxFileBytes, SourceMaxTotalBytes int64
+	// SourceMaxFiles bounds the entries under spec.path, SourceMaxRefs the refs a git server
+	// may advertise; 0 means source.DefaultMaxFiles and source.DefaultMaxRefs.
+	SourceMaxFiles, SourceMaxRefs int
 }
 
 // stepError is a failed step: the Ready reason, a message saying what to do, and whether
@@ -497,20 +499,16 @@ func (r *ManifestRegistryReconciler) attest(reg *v1alpha1.ManifestRegistry, b *b
 		s.AcceptedRevision = revision
 	}
 	s.Digest = b.SourceDigest(s.Source)
-	p := last.snap
-	if a := last.status; p == nil && a != nil && a.Revision == revision && a.Digest == s.Digest {
-		// The rendering was edited: status says what it was; the same snapshot again keeps its
-		// sequence, so the restored rendering is the same bytes.
-		fromStatus := s
-		fromStatus.Sequence = recorded(a.Sequence)
-		p = &fromStatus
+	var recorded []bundle.Snapshot
+	if last.snap != nil {
+		recorded = append(recorded, *last.snap)
 	}
-	if p != nil {
-		s.Sequence = p.Sequence
+	if a := last.status; a != nil { // what status says, in the shape of s
+		st := s
+		st.Revision, st.Digest, st.Sequence = a.Revision, a.Digest, a.Sequence
+		recorded = append(recorded, st)
 	}
-	if p == nil || p.Sequence == 0 || !reflect.DeepEqual(s, *p) {
-		s.Sequence = nextSequence(last.sequence)
-	}
+	s.Sequence = sequenceFor(s, recorded...)
 	if _, err := b.Attest(s, r.Key.Signer); err != nil {
 		return fail(v1alpha1.ReasonStorageFailed, false, "signing the snapshot: %v", err)
 	}
@@ -537,7 +535,7 @@ func (r *ManifestRegistryReconciler) sourceOptions(ctx context.Context, reg *v1a
 	// Only the objects are fetched and only spec.path is read from them (no checkout), so
 	// links in the repository are never followed and files elsewhere are never read.
 	o := source.Options{URL: reg.Spec.URL, TempDir: r.TempDir, Path: reg.Spec.Path, AllowFileURLs: r.AllowFileURLs,
-		MaxFileBytes: r.SourceMaxFileBytes, MaxTotalBytes: r.SourceMaxTotalBytes}
+		MaxFileBytes: r.SourceMaxFileBytes, MaxTotalBytes: r.SourceMaxTotalBytes, MaxFiles: r.SourceMaxFiles, MaxRefs: r.SourceMaxRefs}
 	if ref := reg.Spec.Ref; ref != nil {
 		o.Ref = source.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit}
 	}

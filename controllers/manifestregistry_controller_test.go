@@ -372,11 +372,13 @@ func TestShardingAndDeletion(t *testing.T) {
 	}
 
 	// Deprecating every svc tool but the first few is not possible in one publish, so move the
-	// registry to a smaller one: a new folder with only the seed's manifests.
+	// registry to a smaller one: a new folder with only the seed's manifests. Another registry
+	// (another id) is applied only when the annotation names the revision.
 	publish(t, filepath.Join(repo.Dir, "small"), k, fixtures(t)...)
 	repo.Commit("small registry")
 	patch := client.MergeFrom(reg.DeepCopy())
 	reg.Spec.Path = "small"
+	reg.Annotations = map[string]string{v1alpha1.AnnotationAcceptRevision: "main@sha1:" + repo.Rev("HEAD")}
 	if err := k8s.Patch(t.Context(), reg, patch); err != nil {
 		t.Fatal(err)
 	}

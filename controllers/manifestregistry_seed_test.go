@@ -141,7 +141,7 @@ func TestApprovedToolLeaningOnADraftIsValidationFailed(t *testing.T) {
 // the draft rule: each manifest as v1 with its status, signed by k, and the index signed by k.
 func writeUncheckedRegistry(t *testing.T, dir string, k keyPair, ms []*manifest.Manifest, status map[string]manifest.Status) {
 	t.Helper()
-	idx := &registry.Index{Format: registry.Format, Sequence: 2, Tools: map[string][]registry.Entry{}} // after a first publish
+	idx := &registry.Index{Format: registry.Format, ID: "0123456789abcdef0123456789abcdef", Sequence: 2, Tools: map[string][]registry.Entry{}} // after a first publish
 	for _, m := range ms {
 		next := *m
 		next.Version, next.Status = 1, status[m.Tool]

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"reflect"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -49,6 +50,31 @@ func recorded(seq int64) int64 {
 		return 0
 	}
 	return seq
+}
+
+// sequenceFor is the sequence to sign s with, given the snapshots recorded for its source
+// before (the verified rendering's and the one status describes; either may be missing, stale
+// or edited): the highest sequence of a recorded snapshot that says what s says, so that a
+// rendering made again is the same bytes; else the next sequence after the highest recorded.
+// Sequences beyond maxAhead of the clock are ignored.
+func sequenceFor(s bundle.Snapshot, recordedSnaps ...bundle.Snapshot) int64 {
+	var same, highest int64
+	for _, c := range recordedSnaps {
+		seq := recorded(c.Sequence)
+		if seq <= 0 {
+			continue
+		}
+		highest = max(highest, seq)
+		s.Sequence, c.Sequence = seq, seq
+		s.Format, c.Format = bundle.SnapshotFormat, bundle.SnapshotFormat
+		if reflect.DeepEqual(s, c) {
+			same = max(same, seq)
+		}
+	}
+	if same > 0 {
+		return same
+	}
+	return nextSequence(highest)
 }
 
 // previous is what the controller rendered last for an owner, as its ConfigMaps hold it now and

@@ -79,6 +79,7 @@ func (r *ReversiGatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&corev1.PersistentVolumeClaim{}).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysForRegistryConfigMap)).
+		Watches(&v1alpha1.ManifestRegistry{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysForRegistry)).
 		Watches(&v1alpha1.ToolManifest{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysInNamespace)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysInNamespace)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPod)).
@@ -104,8 +105,19 @@ func (r *ReversiGatewayReconciler) gatewaysForRegistryConfigMap(ctx context.Cont
 	if !ok {
 		return nil
 	}
+	return r.gatewaysLoading(ctx, obj.GetNamespace(), reg)
+}
+
+// gatewaysForRegistry maps a ManifestRegistry (its status names the rendering's shards) to
+// the gateways that load it.
+func (r *ReversiGatewayReconciler) gatewaysForRegistry(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.gatewaysLoading(ctx, obj.GetNamespace(), obj.GetName())
+}
+
+// gatewaysLoading lists the gateways of ns whose spec.manifests.registries names reg.
+func (r *ReversiGatewayReconciler) gatewaysLoading(ctx context.Context, ns, reg string) []reconcile.Request {
 	var list v1alpha1.ReversiGatewayList
-	if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return nil
 	}
 	var out []reconcile.Request
@@ -508,15 +520,17 @@ func (r *ReversiGatewayReconciler) attestGateway(gw *v1alpha1.ReversiGateway, b 
 		}
 	}
 	unsigned = slices.Sorted(slices.Values(unsigned))
-	p, ok := prev.snapshots[src]
-	if !ok && gw.Status.Manifests != nil { // the rendering was edited: status says what it was
-		st := gw.Status.Manifests
-		p = bundle.Snapshot{Sequence: recorded(st.Sequence), Digest: st.DesiredRevision, Sources: st.Sources, Unsigned: unsigned}
+	s := bundle.Snapshot{Source: src, Kind: bundle.KindGateway, Digest: b.Digest(), Sources: b.Sources(), Unsigned: unsigned}
+	var recordedSnaps []bundle.Snapshot
+	if p, ok := prev.snapshots[src]; ok {
+		recordedSnaps = append(recordedSnaps, p)
 	}
-	seq := nextSequence(p.Sequence)
-	if p.Sequence > 0 && p.Digest == b.Digest() && slices.Equal(p.Sources, b.Sources()) && slices.Equal(p.Unsigned, unsigned) {
-		seq = p.Sequence
+	if st := gw.Status.Manifests; st != nil { // what status says, in the shape of s
+		rec := s
+		rec.Sequence, rec.Digest, rec.Sources = st.Sequence, st.DesiredRevision, st.Sources
+		recordedSnaps = append(recordedSnaps, rec)
 	}
+	seq := sequenceFor(s, recordedSnaps...)
 	if _, err := b.AttestGateway(bundle.Snapshot{Source: src, Sequence: seq}, unsigned, r.Key.Signer); err != nil {
 		return fail(v1alpha1.ReasonApplyFailed, false, "signing the gateway snapshot: %v", err)
 	}
@@ -563,16 +577,17 @@ func (r *ReversiGatewayReconciler) toolManifests(ctx context.Context, gw *v1alph
 		b.Entries = append(b.Entries, e)
 	}
 	b = bundle.Merge(b) // sorted
-	snap := bundle.Snapshot{Source: src, Kind: bundle.KindToolManifests}
-	p, ok := prev.snapshots[src]
-	if st := gw.Status.Manifests; !ok && st != nil { // the rendering was edited: status says what it was
-		p, ok = bundle.Snapshot{Sequence: recorded(st.ToolManifestsSequence), Digest: st.ToolManifestsDigest}, st.ToolManifestsSequence > 0
+	snap := bundle.Snapshot{Source: src, Kind: bundle.KindToolManifests, Digest: b.SourceDigest(src)}
+	var recordedSnaps []bundle.Snapshot
+	if p, ok := prev.snapshots[src]; ok {
+		recordedSnaps = append(recordedSnaps, p)
 	}
-	if ok && p.Sequence > 0 && p.Digest == b.SourceDigest(src) {
-		snap.Sequence = p.Sequence
-	} else {
-		snap.Sequence = nextSequence(p.Sequence)
+	if st := gw.Status.Manifests; st != nil { // what status says, in the shape of snap
+		rec := snap
+		rec.Sequence, rec.Digest = st.ToolManifestsSequence, st.ToolManifestsDigest
+		recordedSnaps = append(recordedSnaps, rec)
 	}
+	snap.Sequence = sequenceFor(snap, recordedSnaps...)
 	if _, err := b.Attest(snap, r.Key.Signer); err != nil {
 		return bundle.Bundle{}, 0, fail(v1alpha1.ReasonApplyFailed, false, "signing the ToolManifests snapshot: %v", err)
 	}

@@ -29,6 +29,9 @@ type Options struct {
 	// SourceMaxFileBytes and SourceMaxTotalBytes bound one file under a registry's spec.path
 	// and all of them, in bytes (0: 4 MiB and 64 MiB).
 	SourceMaxFileBytes, SourceMaxTotalBytes int64
+	// SourceMaxFiles and SourceMaxRefs bound the entries under spec.path and the refs a git
+	// server advertises (0: 100,000 and 50,000).
+	SourceMaxFiles, SourceMaxRefs int
 }
 
 // Setup registers every reconciler with the manager.
@@ -43,7 +46,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := (&ManifestRegistryReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
 		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader(), AllowFileURLs: o.AllowFileURLs,
-		SourceMaxFileBytes: o.SourceMaxFileBytes, SourceMaxTotalBytes: o.SourceMaxTotalBytes,
+		SourceMaxFileBytes: o.SourceMaxFileBytes, SourceMaxTotalBytes: o.SourceMaxTotalBytes, SourceMaxFiles: o.SourceMaxFiles, SourceMaxRefs: o.SourceMaxRefs,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ func newControllerCmd() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey string
 	var leaderElect, devLog, webhooks, allowFileURLs bool
 	var maxFileBytes, maxTotalBytes int64
+	var maxFiles, maxRefs int
 	var webhookPort int
 	var webhookCertDir string
 	cmd := &cobra.Command{
@@ -35,8 +36,8 @@ func newControllerCmd() *cobra.Command {
 		Short: "Run the controller: ManifestRegistry, ToolManifest and ApprovalRequest reconcilers and the Approval webhooks (controller-runtime)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if maxFileBytes <= 0 || maxTotalBytes <= 0 {
-				return fmt.Errorf("--source-max-file-bytes and --source-max-total-bytes must be positive")
+			if maxFileBytes <= 0 || maxTotalBytes <= 0 || maxFiles <= 0 || maxRefs <= 0 {
+				return fmt.Errorf("--source-max-file-bytes, --source-max-total-bytes, --source-max-files and --source-max-refs must be positive")
 			}
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
 			cfg, err := restConfig(kubeconfig)
@@ -59,7 +60,8 @@ func newControllerCmd() *cobra.Command {
 				return err
 			}
 			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks, SigningKey: key,
-				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes}); err != nil {
+				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes,
+				SourceMaxFiles: maxFiles, SourceMaxRefs: maxRefs}); err != nil {
 				return err
 			}
 			if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -81,6 +83,8 @@ func newControllerCmd() *cobra.Command {
 	f.BoolVar(&allowFileURLs, "allow-file-urls", false, "let ManifestRegistries use file:// URLs, which read repositories on the controller's own disk (demos and tests)")
 	f.Int64Var(&maxFileBytes, "source-max-file-bytes", source.DefaultMaxFileBytes, "the largest file a registry may hold under spec.path, in bytes (also the largest object a git server may send)")
 	f.Int64Var(&maxTotalBytes, "source-max-total-bytes", source.DefaultMaxTotalBytes, "the most bytes of files a registry may hold under spec.path (also per pack a git server sends)")
+	f.IntVar(&maxFiles, "source-max-files", source.DefaultMaxFiles, "the most files and folders a registry may hold under spec.path")
+	f.IntVar(&maxRefs, "source-max-refs", source.DefaultMaxRefs, "the most refs a git server may advertise")
 	f.StringVar(&signingKey, "signing-key-secret", "", "NAMESPACE/NAME of the Secret with the controller's own Ed25519 key, which signs every rendering's snapshot; created on first start (default: $POD_NAMESPACE, else reversi-system, /"+controllers.DefaultSigningKeySecret+")")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
 	f.BoolVar(&webhooks, "webhooks", true, "serve the Approval admission webhooks (needs a serving certificate in --webhook-cert-dir)")

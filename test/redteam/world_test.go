@@ -365,11 +365,15 @@ func (w *world) startGateway(t *testing.T, name, registry string, trusted *v1alp
 		k, v, _ := strings.Cut(kv, "=")
 		upEnv = append(upEnv, v1alpha1.ValueFrom{Name: k, Value: v})
 	}
+	m := &v1alpha1.GatewayManifests{Registries: []string{registry}}
+	if w.registry(t, registry).Spec.Format == v1alpha1.FormatPlain {
+		m.PlainRegistries = []string{registry} // its manifests carry no writer signature: accepted on purpose
+	}
 	must(t, w.k8s.Create(w.ctx, &v1alpha1.ReversiGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.ReversiGatewaySpec{
 			Mode: "enforce", Permissions: []string{"memory:read", "memory:write"}, Port: int32(g.port),
 			Upstreams:            []v1alpha1.GatewayUpstream{{Name: "memory", Command: node, Args: args, Env: upEnv}},
-			Manifests:            &v1alpha1.GatewayManifests{Registries: []string{registry}},
+			Manifests:            m,
 			TrustedKeysSecretRef: trusted,
 			Auth:                 &v1alpha1.GatewayAuth{KeysSecretRef: &v1alpha1.SecretKeyReference{Name: "gateway-keys", Key: "keys.json"}},
 		}}))
