@@ -2,11 +2,11 @@ package controllers
 
 import (
 	"context"
-	"reflect"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
