@@ -274,7 +274,7 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	opts.Since = last.since()
+	opts.Since = last.since() // the history back to what was applied: ancestry and Chain
 	inputs, err := r.inputsDigest(ctx, reg)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -541,9 +541,6 @@ func (r *ManifestRegistryReconciler) sourceOptions(ctx context.Context, reg *v1a
 	}
 	if reg.Spec.Timeout != nil {
 		o.Timeout = reg.Spec.Timeout.Duration
-	}
-	if reg.Status.Artifact != nil {
-		o.Since = revisionCommit(reg.Status.Artifact.Revision)
 	}
 	if reg.Spec.SecretRef != nil {
 		data, err := r.secretData(ctx, reg, reg.Spec.SecretRef.Name, "git credentials")
