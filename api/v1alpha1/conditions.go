@@ -119,7 +119,7 @@ const (
 	AnnotationRequestedAt = "reversi.dev/requestedAt"
 	// AnnotationAcceptRevision on a ManifestRegistry names one exact revision (e.g.
 	// main@sha1:<40 hex>) to apply even though it does not descend from the applied one or its
-	// index sequence is lower: the audited way to go back. Echoed in status.acceptedRevision
-	// and a RevisionOverrideAccepted event.
+	// index sequence is lower or its registry id another: the audited way to go back. Echoed in
+	// status.acceptedRevision and a RevisionOverrideAccepted event, and removed once applied.
 	AnnotationAcceptRevision = "reversi.dev/accept-revision"
 )

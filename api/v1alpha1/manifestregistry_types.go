@@ -45,7 +45,8 @@ const (
 type ManifestRegistrySpec struct {
 	// URL of the git repository: https://host/path, ssh://[user@]host[:port]/path,
 	// user@host:path (scp-like SSH) or file:///path (a repository on the controller's file
-	// system). http:// is accepted only for a loopback host (127.0.0.1, [::1] or localhost),
+	// system: refused unless the controller runs with --allow-file-urls). http:// is accepted
+	// only for a loopback host (127.0.0.1, [::1] or localhost),
 	// for tests and local development: credentials must not cross a network in clear text.
 	// +required
 	// +kubebuilder:validation:MinLength=1
@@ -71,7 +72,9 @@ type ManifestRegistrySpec struct {
 	// Format of the folder at path. Registry (the default): the signed registry written by
 	// `reversi manifests publish`, where every version must be signed by a key in
 	// verify.manifestKeysSecretRef. Plain: manifest files (*.yaml, *.yml, *.json), read
-	// recursively; hidden files and folders are skipped.
+	// recursively; hidden files and folders are skipped; they carry no signatures, so
+	// verify.manifestKeysSecretRef is an error with Plain, and a ReversiGateway with trusted keys
+	// loads a Plain registry only when its spec.manifests.plainRegistries lists it.
 	// +optional
 	// +kubebuilder:default=Registry
 	// +kubebuilder:validation:Enum=Registry;Plain
@@ -146,8 +149,9 @@ type GitRef struct {
 type RegistryVerification struct {
 	// ManifestKeysSecretRef names a Secret whose data values are Ed25519 public keys in PEM
 	// (PKIX), one per key (any key names). Every manifest version in a Registry-format folder
-	// must be signed by one of them. Required for format Registry. A key removed from the
-	// Secret makes the controller verify the current revision again.
+	// must be signed by one of them. Required for format Registry; an error (InvalidSpec) for
+	// format Plain, whose files carry no signatures. A key removed from the Secret makes the
+	// controller verify the current revision again.
 	// +optional
 	ManifestKeysSecretRef *LocalObjectReference `json:"manifestKeysSecretRef,omitempty"`
 
@@ -208,7 +212,8 @@ type ManifestRegistryStatus struct {
 	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
 
 	// AcceptedRevision is the revision the reversi.dev/accept-revision annotation made the
-	// controller accept although it does not descend from the one applied before it.
+	// controller accept although the ancestry, index sequence or registry id checks refused it.
+	// The annotation is removed once the revision is applied (an override is used once).
 	// +optional
 	AcceptedRevision string `json:"acceptedRevision,omitempty"`
 

@@ -106,7 +106,8 @@ type ReversiGatewaySpec struct {
 	Manifests *GatewayManifests `json:"manifests,omitempty"`
 
 	// TrustedKeysSecretRef names a Secret whose data values are Ed25519 public keys (PEM). The
-	// gateway verifies every manifest's signature against them before it enforces anything.
+	// gateway verifies every manifest's signature against them before it enforces anything;
+	// the one exception is a registry listed in spec.manifests.plainRegistries.
 	// +optional
 	TrustedKeysSecretRef *LocalObjectReference `json:"trustedKeysSecretRef,omitempty"`
 
@@ -378,18 +379,20 @@ type GatewayManifestsStatus struct {
 	// +kubebuilder:validation:MaxItems=10
 	OtherDigests []string `json:"otherDigests,omitempty"`
 
-	// Sequence and Sources are those of the rendering's signed gateway snapshot, and
-	// ToolManifestsSequence and ToolManifestsDigest those of its ToolManifests snapshot: an
-	// edited rendering is restored with the same sequences (sequences grow only when what they
-	// sign changes). Values far past the controller's clock are ignored.
+	// Sequence is that of the rendering's signed gateway snapshot. The controller restores an
+	// edited rendering with the same sequences (they grow only when what they sign changes);
+	// values far past its clock are ignored.
 	// +optional
 	Sequence int64 `json:"sequence,omitempty"`
+	// Sources are the sources the gateway snapshot names, e.g. "ManifestRegistry ns/name".
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=33
 	Sources []string `json:"sources,omitempty"`
+	// ToolManifestsSequence is the sequence of the signed snapshot of the selected ToolManifests.
 	// +optional
 	ToolManifestsSequence int64 `json:"toolManifestsSequence,omitempty"`
+	// ToolManifestsDigest is the digest of the selected ToolManifests' entries, `sha256:<hex>`.
 	// +optional
 	ToolManifestsDigest string `json:"toolManifestsDigest,omitempty"`
 }

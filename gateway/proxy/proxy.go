@@ -149,7 +149,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		}
 	}
 	if err := o.Store.AdvanceHighWater(ctx, o.Marks); err != nil {
-		return nil, fmt.Errorf("the manifests were refused: %w", err)
+		return nil, fmt.Errorf("refusing to start on these manifests: %w", err)
 	}
 	set, sums, err := digest(o.Manifests)
 	if err != nil {

@@ -43,11 +43,11 @@ func (d Downgrade) String() string {
 	stored := describeMark(d.Stored)
 	if d.Offered.Sequence < d.Stored.Sequence {
 		return fmt.Sprintf("snapshot of %s has sequence %d%s, older than %d%s which this gateway already served: "+
-			"an older rendering was replayed; the last good manifests keep serving",
+			"an older state was put back (a replayed rendering, or an older registry folder); serve the newer one again, or publish the older rules as a new version (reversi manifests rollback)",
 			d.Offered.Source, d.Offered.Sequence, describeMark(HighWater{Digest: d.Offered.Digest}), d.Stored.Sequence, stored)
 	}
 	return fmt.Sprintf("snapshot of %s has sequence %d with digest %q, but this gateway already served sequence %d%s: "+
-		"two different snapshots cannot share a sequence; the last good manifests keep serving",
+		"two different states cannot share a sequence (one was changed after it was signed, or another source took its place)",
 		d.Offered.Source, d.Offered.Sequence, d.Offered.Digest, d.Stored.Sequence, stored)
 }
 

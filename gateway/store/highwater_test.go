@@ -129,8 +129,8 @@ func TestHighWaterDowngrade(t *testing.T) {
 			t.Fatalf("refusal names the stored mark %+v, want %+v", st, m7)
 		}
 		want := "snapshot of ManifestRegistry agents/memory has sequence 5 (digest sha256:m5), older than 7 " +
-			"(revision main@sha1:aaaa, digest sha256:m7) which this gateway already served: an older rendering " +
-			"was replayed; the last good manifests keep serving"
+			"(revision main@sha1:aaaa, digest sha256:m7) which this gateway already served: an older state " +
+			"was put back (a replayed rendering, or an older registry folder); serve the newer one again, or publish the older rules as a new version (reversi manifests rollback)"
 		if de.Error() != want {
 			t.Fatalf("message\n%s\nwant\n%s", de.Error(), want)
 		}

@@ -33,7 +33,7 @@ func newControllerCmd() *cobra.Command {
 	var webhookCertDir string
 	cmd := &cobra.Command{
 		Use:   "controller",
-		Short: "Run the controller: ManifestRegistry, ToolManifest and ApprovalRequest reconcilers and the Approval webhooks (controller-runtime)",
+		Short: "Run the controller: the ManifestRegistry, ToolManifest, ReversiGateway and ApprovalRequest reconcilers and the Approval webhooks (controller-runtime)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if maxFileBytes <= 0 || maxTotalBytes <= 0 || maxFiles <= 0 || maxRefs <= 0 {
@@ -85,7 +85,7 @@ func newControllerCmd() *cobra.Command {
 	f.Int64Var(&maxTotalBytes, "source-max-total-bytes", source.DefaultMaxTotalBytes, "the most bytes of files a registry may hold under spec.path (also per pack a git server sends)")
 	f.IntVar(&maxFiles, "source-max-files", source.DefaultMaxFiles, "the most files and folders a registry may hold under spec.path")
 	f.IntVar(&maxRefs, "source-max-refs", source.DefaultMaxRefs, "the most refs a git server may advertise")
-	f.StringVar(&signingKey, "signing-key-secret", "", "NAMESPACE/NAME of the Secret with the controller's own Ed25519 key, which signs every rendering's snapshot; created on first start (default: $POD_NAMESPACE, else reversi-system, /"+controllers.DefaultSigningKeySecret+")")
+	f.StringVar(&signingKey, "signing-key-secret", "", "NAMESPACE/NAME of the Secret with the controller's own Ed25519 key, which signs every rendering's snapshot; created on first start (default: NAMESPACE/"+controllers.DefaultSigningKeySecret+", NAMESPACE being $POD_NAMESPACE or else reversi-system)")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
 	f.BoolVar(&webhooks, "webhooks", true, "serve the Approval admission webhooks (needs a serving certificate in --webhook-cert-dir)")
 	f.IntVar(&webhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS)")

@@ -83,6 +83,12 @@ func newGatewayCmd() *cobra.Command {
 			var initial proxy.Loaded
 			var load proxy.LoadFunc
 			var kubeRun func(context.Context, kube.Target)
+			if kubeCM == "" && (kubeKeys != "" || kubeControllerKeys != "") {
+				return errors.New("--kube-trusted-keys and --kube-controller-keys are for --kube-configmap: without it they would be ignored")
+			}
+			if kubeCM != "" && manifests != "" {
+				return errors.New("--manifests and --kube-configmap name two sources of manifests: give one")
+			}
 			if kubeCM != "" { // the manifests come from the API server (ReversiGateway pods)
 				km, l, err := kubeManifests(cmd.Context(), kubeCM, kubeKeys, kubeControllerKeys, gatewayName, kubeconfig, namespace, cmd.ErrOrStderr())
 				if err != nil {
@@ -163,8 +169,8 @@ func newGatewayCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfgFile, "config", "", "gateway.yaml (upstreams, mode, allow/deny, listen, ...)")
 	f.StringVar(&manifests, "manifests", "", "manifest file, folder or registry (default: $"+ManifestsEnv+", manifests: in reversi.config.yaml, or ./manifests)")
-	f.StringVar(&data, "data", DefaultDataDir, "data folder of the sqlite store")
-	f.StringVar(&storeKind, "store", "sqlite", "sqlite, postgres (shared by replicas) or memory")
+	f.StringVar(&data, "data", DefaultDataDir, "data folder of the sqlite store (the ledger, and the high-water marks that refuse older manifests after a restart)")
+	f.StringVar(&storeKind, "store", "sqlite", "sqlite, postgres (shared by replicas) or memory (keeps nothing across restarts, not even the high-water marks)")
 	f.StringVar(&dbURL, "database-url", "", "URL of the postgres store (default $"+DatabaseURLEnv+")")
 	f.StringVar(&flags.UpstreamCmd, "upstream-cmd", "", "command of one stdio upstream (without --config)")
 	f.StringArrayVar(&flags.UpstreamArgs, "upstream-arg", nil, "argument of --upstream-cmd (repeatable)")
@@ -252,8 +258,8 @@ func loadGatewayManifests(p string) (proxy.Loaded, error) {
 		return proxy.Loaded{}, errors.Join(errs...)
 	}
 	l := proxy.Loaded{Manifests: ms, Marks: marks}
-	for _, m := range marks {
-		l.Revision = fmt.Sprintf("%s (sequence %d)", m.Source, m.Sequence)
+	if len(marks) > 0 {
+		l.Revision = fmt.Sprintf("%s (sequence %d)", marks[0].Source, marks[0].Sequence)
 	}
 	return l, nil
 }

@@ -239,3 +239,38 @@ func TestGatewayRefusesAnOlderRegistry(t *testing.T) {
 		t.Fatalf("a gateway started on the older registry: exit %d\n%s", code, errs)
 	}
 }
+
+// TestGatewayRefusesAnotherRegistryAtItsPath: the registry a folder held is pinned by its signed
+// id: another registry copied over the folder (same trusted key, a higher sequence) is refused.
+func TestGatewayRefusesAnotherRegistryAtItsPath(t *testing.T) {
+	dir, _ := reloadFixture(t, "manifest_public_key: keys/a.pub\nreload: { interval: 100ms }\n")
+	t.Chdir(dir)
+	for _, args := range [][]string{
+		{"keygen", "keys/a"},
+		{"manifests", "publish", "manifests", "--registry", "reg", "--by", "alice", "--key", "keys/a.key", "--status", "approved"},
+		{"manifests", "publish", "manifests", "--registry", "other", "--by", "alice", "--key", "keys/a.key", "--status", "approved"},
+		{"manifests", "sign", "--registry", "other", "--key", "keys/a.key"},
+	} {
+		if code, out, errs := runCLI(args...); code != 0 {
+			t.Fatalf("%v: %d %s %s", args, code, out, errs)
+		}
+	}
+	cs, stderr := gatewayCmd(t, "--config", "gateway.yaml", "--manifests", "reg", "--store", "sqlite", "--data", "data")
+	waitPasses(t, cs, "mem.read_graph", 5*time.Second)
+	if err := os.Rename("reg", "reg-first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename("other", "reg"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), "(its id) has sequence 1 with digest") {
+		if time.Now().After(deadline) {
+			t.Fatalf("another registry at the folder was not refused:\n%s", stderr.String())
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if code, _, errs := runCLI("gateway", "--config", "gateway.yaml", "--manifests", "reg", "--store", "sqlite", "--data", "data"); code == 0 || !strings.Contains(errs, "another source took its place") {
+		t.Fatalf("a gateway started on another registry at the folder: exit %d\n%s", code, errs)
+	}
+}

@@ -105,6 +105,11 @@ func TestGatewayCommandFlagErrors(t *testing.T) {
 		{[]string{"gateway", "--upstream-cmd", "x", "--upstream-url", "http://127.0.0.1:1/mcp"}, "not both"},
 		{[]string{"gateway", "--upstream-cmd", "x", "--mode", "loud"}, "--mode"},
 		{[]string{"gateway", "--upstream-cmd", "x", "--store", "paper", "--manifests", "../../test/fixtures/manifests"}, "--store"},
+		// Flags that would be ignored are errors, and so is a rendering nobody can verify.
+		{[]string{"gateway", "--upstream-cmd", "x", "--kube-trusted-keys", "keys"}, "are for --kube-configmap"},
+		{[]string{"gateway", "--upstream-cmd", "x", "--kube-controller-keys", "k.pem"}, "are for --kube-configmap"},
+		{[]string{"gateway", "--upstream-cmd", "x", "--kube-configmap", "ns/cm", "--manifests", "m"}, "give one"},
+		{[]string{"gateway", "--upstream-cmd", "x", "--kube-configmap", "ns/cm"}, "--kube-configmap needs the controller's public keys"},
 	} {
 		var out, errb bytes.Buffer
 		if code := Execute(tc.args, &out, &errb); code != 1 || !strings.Contains(errb.String(), tc.want) {

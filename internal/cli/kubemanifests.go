@@ -34,6 +34,9 @@ func kubeManifests(ctx context.Context, ref, keys, controllerKeys, gateway, kube
 	if err != nil {
 		return nil, proxy.Loaded{}, err
 	}
+	if ctl == nil {
+		return nil, proxy.Loaded{}, fmt.Errorf("--kube-configmap needs the controller's public keys (--kube-controller-keys FILE, or the PEM in $%s, as a ReversiGateway's pods get it; the controller publishes them in the ConfigMap reversi-controller-keys of its namespace): without them the rendering's set of manifests, revision and order cannot be verified", ControllerKeysEnv)
+	}
 	cfg, _, err := kubeClientConfig(kubeconfig, namespace)
 	if err != nil {
 		return nil, proxy.Loaded{}, err
@@ -50,9 +53,6 @@ func kubeManifests(ctx context.Context, ref, keys, controllerKeys, gateway, kube
 	}
 	if keys == "" {
 		fmt.Fprintf(stderr, "reversi-gateway: no --kube-trusted-keys: the manifests' signatures are not verified, only their checksums\n")
-	}
-	if ctl == nil {
-		fmt.Fprintf(stderr, "reversi-gateway: no controller keys (--kube-controller-keys, $%s): the rendering's snapshots are not verified, so neither is the set of manifests\n", ControllerKeysEnv)
 	}
 	return km, ms, nil
 }

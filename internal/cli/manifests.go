@@ -213,25 +213,36 @@ func warn(cmd *cobra.Command, p registry.Published) {
 }
 
 func newSignCmd() *cobra.Command {
-	var w writerFlags
+	var reg, key string
 	cmd := &cobra.Command{
 		Use:   "sign --key KEY",
-		Short: "Sign index.json again with the next sequence, without a new version (after a key rotation, or for an index written before sequences)",
+		Short: "Sign index.json again with the next sequence, without a new version (after a key rotation, or for an index written before sequences and ids)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			reg, o, err := w.open(cmd)
+			r, err := registryFlag(reg)
 			if err != nil {
 				return err
 			}
-			seq, err := reg.Sign(o)
+			if key == "" {
+				return errors.New("manifests sign needs --key")
+			}
+			s, warning, err := signing.LoadSigner(key)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "index.json sequence %d signed with key %s\n", seq, o.Signer.KeyID)
+			if warning != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), warning)
+			}
+			seq, err := r.Sign(registry.WriteOptions{Signer: s})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "index.json sequence %d signed with key %s\n", seq, s.KeyID)
 			return nil
 		},
 	}
-	w.add(cmd)
+	cmd.Flags().StringVar(&reg, "registry", "", "registry folder (default: manifests: in "+config.FileName+")")
+	cmd.Flags().StringVar(&key, "key", "", "Ed25519 private key (PEM) to sign index.json with")
 	return cmd
 }
 

@@ -79,9 +79,12 @@ func loadManifests(paths []string, publish manifest.Status, marks *[]store.HighW
 		errs = append(errs, rerrs...)
 		if snap != nil {
 			ms = append(ms, snap.Manifests...)
-			if marks != nil && trust != nil { // a signed index: its sequence may be trusted
+			if marks != nil && trust != nil { // a signed index: its sequence and id may be trusted
 				abs, _ := filepath.Abs(p)
-				*marks = append(*marks, store.HighWater{Source: "registry " + abs, Sequence: snap.Index.Sequence, Digest: registry.SetDigest(snap.Entries)})
+				*marks = append(*marks,
+					store.HighWater{Source: "registry " + abs, Sequence: snap.Index.Sequence, Digest: registry.SetDigest(snap.Entries)},
+					// The folder's registry, pinned: one sequence, so another id at the path is refused.
+					store.HighWater{Source: "registry " + abs + " (its id)", Sequence: 1, Digest: "id:" + snap.Index.ID})
 			}
 		}
 	}

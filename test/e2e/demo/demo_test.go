@@ -83,7 +83,7 @@ func TestDemoStory(t *testing.T) {
 		!strings.Contains(r.HandEditHeld, "memory.create_relations requires approval") {
 		t.Errorf("after the hand edit: pod reports %q, gateway answers %q", r.HandEdit, r.HandEditHeld)
 	}
-	if !strings.Contains(r.Replay, "which this gateway already served: an older rendering was replayed") ||
+	if !strings.Contains(r.Replay, "which this gateway already served: an older state was put back") ||
 		!strings.Contains(r.ReplayHeld, "memory.create_relations requires approval") {
 		t.Errorf("after the older rendering was put back: pod reports %q, gateway answers %q", r.Replay, r.ReplayHeld)
 	}
