@@ -158,3 +158,36 @@ func TestToolManifestEditorDropsTheToolThenPutsBackAnOlderVersion(t *testing.T) 
 			"and in status, and a per-tool mark in the pod's store), not only compared with the previous rendering", l.Revision)
 	}
 }
+
+// ATTACK (ToolManifest editor; freeze another source): a gateway that loads a registry and
+// selects ToolManifests refuses the whole merge when a tool comes from both (DuplicateTool,
+// stalled). Apply any writer-signed export of a tool the registry defines — here an old
+// db.wipe export, which the ToolManifest controller finds validly signed — and the gateway
+// stops rendering: the writers' tightening of db.wipe in the registry, and every later
+// change of any source, never reaches the pods, which keep the older, looser rules until
+// someone finds and removes the ToolManifest.
+func TestToolManifestEditorFreezesTheRegistryWithADuplicateTool(t *testing.T) {
+	w, repo, _ := looseProd(t)
+	w.create(gatewaySpec(w.ns, "mix", &v1alpha1.GatewayManifests{Registries: []string{"prod"},
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/managed-by": "reversi"}}}))
+	w.reconcileGateway("mix")
+	p := w.pod("mix")
+	if l, err := p.reload(); err != nil || needsApproval(l.Manifests, "db.wipe") != "no approval" {
+		t.Fatalf("the working system: %v", err)
+	}
+
+	w.applyToolManifest(w.signedToolManifest(filepath.Join(t.TempDir(), "old"), looseWipe))
+	tighten(w, repo)
+	w.mustRender(w.ns, "prod")
+	gw := w.reconcileGateway("mix")
+	got := "absent"
+	if l, err := p.km.Load(context.Background()); err == nil {
+		got = needsApproval(l.Manifests, "db.wipe")
+	}
+	if got != "approval required" {
+		c := ready(gw.Status.Conditions)
+		t.Fatalf("one signed ToolManifest for a tool the registry defines stops the gateway (Ready=%s %s: %s): the writers' tightening in prod is not rendered and the pod serves db.wipe with %s; "+
+			"a conflict should leave out the ToolManifest's copy of the tool (the registry's reviewed index wins, with an event), not freeze every source of the gateway",
+			c.Status, c.Reason, c.Message, got)
+	}
+}
