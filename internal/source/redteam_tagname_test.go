@@ -2,6 +2,7 @@ package source_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -81,5 +82,37 @@ func TestTagObjectNameMustMatchTheRef(t *testing.T) {
 	}
 	if rev, err := source.RemoteRevision(context.Background(), o); err != nil || rev != a.Revision {
 		t.Fatalf("RemoteRevision %q %v, want %q", rev, err, a.Revision)
+	}
+}
+
+// ATTACK (git pusher without keys; freeze for good): semver with verified tags tries only the
+// MaxTagCandidates (10) highest tags in the range and fails when none of them verifies. The
+// release manager signed v1.0.0; push ten unsigned tags above it (v1.0.1 … v1.0.10, on any
+// commit — lightweight tags cost nothing): every candidate is refused, the signed v1.0.0 is
+// never tried, and Fetch (and RemoteRevision) fail with ErrVerification. The registry is
+// Ready=False from then on, so the writers' next signed release (v1.1.0, pushed later) is
+// also beaten by ten more unsigned tags above it: updates stop for good.
+func TestSemverFrozenByTenUnsignedTagsAboveTheTrustedOne(t *testing.T) {
+	key := sourcetest.NewSSHKey(t)
+	keys := keyRing(t, map[string][]byte{"release.sshpub": key.AuthorizedKey})
+	r := sourcetest.NewRepo(t)
+	r.WriteFile("reg/rules.yaml", "strict")
+	strict := r.Commit("strict rules")
+	r.TagSigned("v1.0.0", "release 1.0.0", key)
+	for i := 1; i <= source.MaxTagCandidates; i++ {
+		r.Tag(fmt.Sprintf("v1.0.%d", i))
+	}
+
+	o := source.Options{URL: r.FileURL(), AllowFileURLs: true, Path: "reg", Ref: source.Ref{SemVer: ">=1.0.0 <2.0.0"},
+		Verify: &source.VerifyOptions{Mode: source.ModeTag, Keys: keys}}
+	a, err := source.Fetch(context.Background(), o)
+	if err != nil {
+		t.Fatalf("%d unsigned tags above the signed v1.0.0 make the fetch fail: %v; the highest tag in range whose signature verifies must be chosen "+
+			"whatever the number of unsigned ones above it (bound the work by bytes, e.g. fetch the tag objects of every candidate in one tree:0 pack, "+
+			"or keep trying below the first %d)", source.MaxTagCandidates, err, source.MaxTagCandidates)
+	}
+	defer a.Cleanup()
+	if a.Commit != strict || a.Tag != "v1.0.0" {
+		t.Fatalf("semver chose %s, want v1.0.0 at %s", a.Revision, strict)
 	}
 }

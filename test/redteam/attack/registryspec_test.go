@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
 )
@@ -56,5 +59,52 @@ func TestRegistryEditorSwitchesToPlainToDropWriterSignatures(t *testing.T) {
 	}
 	if got := needsApproval(p.current(), "db.wipe"); got != "approval required" {
 		t.Fatalf("the pod serves db.wipe with %s", got)
+	}
+}
+
+// ATTACK (ManifestRegistry spec editor; the Plain opt-in does not say what it trusts): a
+// gateway accepts the Plain registry ops (spec.manifests.plainRegistries) because ops verifies
+// commit signatures — for Plain, docs/security.md says, the controller's snapshot "vouches
+// that the commit verified". The opt-in names the registry only. Remove spec.verify from ops
+// and point it at a fork with one unsigned commit on top of the applied one (it descends, so
+// no override): the controller signs a Plain snapshot without a commit signer, the gateway
+// snapshot still lists ops as accepted unsigned, and the pod serves manifests nobody signed
+// in any way. "Cannot skip signature checks (they need the key Secrets)" does not hold.
+func TestRegistryEditorDropsCommitVerificationOfAnAcceptedPlainRegistry(t *testing.T) {
+	w := newWorld(t)
+	key := sourcetest.NewSSHKey(t)
+	w.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "commit-keys"}, Data: map[string][]byte{"ops.sshpub": key.AuthorizedKey}})
+	repo := sourcetest.NewRepo(t)
+	repo.WriteFile("reg/wipe.yaml", strictWipe)
+	repo.CommitSigned("db.wipe needs a DBA", key)
+	ops := registrySpec(w.ns, "ops", repo.FileURL(), v1alpha1.FormatPlain)
+	ops.Spec.Verify = &v1alpha1.RegistryVerification{Commit: &v1alpha1.CommitVerification{Mode: "HEAD", SecretRef: v1alpha1.LocalObjectReference{Name: "commit-keys"}}}
+	w.create(ops)
+	w.mustRender(w.ns, "ops")
+	w.create(gatewaySpec(w.ns, "pay", &v1alpha1.GatewayManifests{Registries: []string{"ops"}, PlainRegistries: []string{"ops"}}))
+	w.reconcileGateway("pay")
+	p := w.pod("pay")
+	if l, err := p.reload(); err != nil || needsApproval(l.Manifests, "db.wipe") != "approval required" {
+		t.Fatalf("the working system: %v", err)
+	}
+
+	fork := sourcetest.NewRepo(t)
+	fork.Git("pull", "-q", repo.FileURL(), "main")
+	fork.WriteFile("reg/wipe.yaml", looseWipe)
+	fork.Commit("unsigned: wipe freely")
+	w.get(w.ns, "ops", ops)
+	ops.Spec.URL, ops.Spec.Verify = fork.FileURL(), nil
+	if err := env.Client.Update(context.Background(), ops); err != nil {
+		t.Fatal(err)
+	}
+	_, c := w.reconcileRegistry(w.ns, "ops")
+	w.reconcileGateway("pay")
+	l, err := p.reload()
+	if err == nil && needsApproval(l.Manifests, "db.wipe") == "no approval" {
+		t.Fatalf("the pod serves an unsigned commit's db.wipe without approval (registry Ready=%s %s, snapshot commit signer %q): "+
+			"the Plain opt-in must pin what made the source trustworthy (e.g. plainRegistries entries naming the commit keys or a required verify mode, "+
+			"carried in the gateway snapshot and checked against the Plain snapshot's commit_signer by the pod), or the controller must refuse "+
+			"to drop or weaken spec.verify of an applied registry without the override annotation",
+			c.Status, c.Reason, snapshotOf(w, "ops-manifests").CommitSigner)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/gateway/store"
 	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/internal/registry"
 	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
 )
 
@@ -118,5 +119,40 @@ func TestRegistryStatusEditorAndPusherRollBackWithoutTheOverride(t *testing.T) {
 			"without the %s annotation; the controller must keep what it last applied where a status editor cannot reset it "+
 			"(e.g. read Since, the index sequence and the sequence from its own last signed snapshot in the rendering), and gateways should also keep the writer index sequence as a mark",
 			got, snap.Revision, c.Status, c.Reason, reg.Status.AcceptedRevision, snap.AcceptedRevision, snap.Sequence, v1alpha1.AnnotationAcceptRevision)
+	}
+}
+
+// ATTACK (ManifestRegistry status editor; freeze the newest reviewed state out): sequenceFor
+// reuses the sequence of any recorded snapshot that "says the same" as the one to sign, even
+// when that sequence is lower than the rendering's. The writers' new commit is public; before
+// the controller's next poll, write status.artifact as if that commit were already applied
+// (its revision, the digest of its entries — computable from the repository — and sequence
+// 1). The controller takes status as the record of this very snapshot and signs the new
+// revision with sequence 1, below the pods' high-water mark: every pod refuses the
+// writers' tightening and keeps serving the older, looser rules, while the registry says
+// Ready with the new revision and takes the unchanged-revision shortcut from then on. Done
+// again for each new commit (one status patch per poll interval), no update ever arrives.
+func TestRegistryStatusEditorMakesTheNextRevisionOlderThanServed(t *testing.T) {
+	w, repo, p := looseProd(t)
+	rev := tighten(w, repo)
+	snap, errs := registry.New(filepath.Join(repo.Dir, "reg")).Load(w.writer.Trust)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	digest := bundle.FromSnapshot("ManifestRegistry "+w.ns+"/prod", snap).Digest()
+
+	prod := &v1alpha1.ManifestRegistry{}
+	w.get(w.ns, "prod", prod)
+	served := prod.Status.Artifact.Sequence
+	w.patchStatus(prod, map[string]any{"artifact": map[string]any{"revision": "main@sha1:" + rev, "digest": digest, "sequence": 1}})
+
+	reg := w.mustRender(w.ns, "prod")
+	w.reconcileGateway("pay")
+	l, err := p.reload()
+	if err != nil || needsApproval(l.Manifests, "db.wipe") != "approval required" {
+		t.Fatalf("the writers' commit %s was signed with sequence %d (the pods served %d) after a status edit, and the pod refuses it: %v; it keeps serving db.wipe without approval "+
+			"while prod says Ready at that revision. A new snapshot must never get a sequence lower than the highest recorded one "+
+			"(sequenceFor: reuse a 'same' sequence only when it is the highest, else nextSequence(highest))",
+			rev[:12], reg.Status.Artifact.Sequence, served, err)
 	}
 }

@@ -125,3 +125,69 @@ func TestGatewayStatusEditorFreezesToolManifestUpdates(t *testing.T) {
 		t.Fatalf("the pod serves db.wipe with %s: %v", needsApproval(l.Manifests, "db.wipe"), err)
 	}
 }
+
+// ATTACK (ToolManifest editor alone, two steps; TUF: rollback of one target): the version
+// check compares a ToolManifest only with the version the gateway's *previous* rendering
+// served. Take db.wipe out of one rendering — delete its ToolManifest (relabelling it out of
+// the selector, or making it invalid, does the same) — let the gateway render without it,
+// then apply the writers' older v1 export again: the previous rendering has no db.wipe, so
+// nothing is older than it, the controller signs the set with a higher sequence, and the pod
+// (which keeps one mark per source, not per tool) serves v1 without approval.
+func TestToolManifestEditorDropsTheToolThenPutsBackAnOlderVersion(t *testing.T) {
+	w, p, v1, v2 := toolManifestGateway(t)
+	w.applyToolManifest(v2)
+	w.reconcileGateway("pay")
+	if l, err := p.reload(); err != nil || needsApproval(l.Manifests, "db.wipe") != "approval required" {
+		t.Fatalf("the working system: v2 is not served: %v", err)
+	}
+
+	cur := &v1alpha1.ToolManifest{}
+	w.get(w.ns, v2.Name, cur)
+	if err := env.Client.Delete(context.Background(), cur); err != nil {
+		t.Fatal(err)
+	}
+	w.reconcileGateway("pay") // a rendering without db.wipe
+
+	old := &v1alpha1.ToolManifest{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: v1.Name, Labels: v1.Labels, Annotations: v1.Annotations}, Spec: v1.Spec}
+	w.applyToolManifest(old)
+	w.reconcileGateway("pay")
+	l, err := p.reload()
+	if err == nil && needsApproval(l.Manifests, "db.wipe") == "no approval" {
+		t.Fatalf("the pod serves db.wipe v1 (no approval) again after v2 was served (%s), once db.wipe was left out of one rendering; "+
+			"the highest version served per tool must be kept across renderings (e.g. a per-tool floor carried in the signed ToolManifests snapshot "+
+			"and in status, and a per-tool mark in the pod's store), not only compared with the previous rendering", l.Revision)
+	}
+}
+
+// ATTACK (ToolManifest editor; freeze another source): a gateway that loads a registry and
+// selects ToolManifests refuses the whole merge when a tool comes from both (DuplicateTool,
+// stalled). Apply any writer-signed export of a tool the registry defines — here an old
+// db.wipe export, which the ToolManifest controller finds validly signed — and the gateway
+// stops rendering: the writers' tightening of db.wipe in the registry, and every later
+// change of any source, never reaches the pods, which keep the older, looser rules until
+// someone finds and removes the ToolManifest.
+func TestToolManifestEditorFreezesTheRegistryWithADuplicateTool(t *testing.T) {
+	w, repo, _ := looseProd(t)
+	w.create(gatewaySpec(w.ns, "mix", &v1alpha1.GatewayManifests{Registries: []string{"prod"},
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/managed-by": "reversi"}}}))
+	w.reconcileGateway("mix")
+	p := w.pod("mix")
+	if l, err := p.reload(); err != nil || needsApproval(l.Manifests, "db.wipe") != "no approval" {
+		t.Fatalf("the working system: %v", err)
+	}
+
+	w.applyToolManifest(w.signedToolManifest(filepath.Join(t.TempDir(), "old"), looseWipe))
+	tighten(w, repo)
+	w.mustRender(w.ns, "prod")
+	gw := w.reconcileGateway("mix")
+	got := "absent"
+	if l, err := p.km.Load(context.Background()); err == nil {
+		got = needsApproval(l.Manifests, "db.wipe")
+	}
+	if got != "approval required" {
+		c := ready(gw.Status.Conditions)
+		t.Fatalf("one signed ToolManifest for a tool the registry defines stops the gateway (Ready=%s %s: %s): the writers' tightening in prod is not rendered and the pod serves db.wipe with %s; "+
+			"a conflict should leave out the ToolManifest's copy of the tool (the registry's reviewed index wins, with an event), not freeze every source of the gateway",
+			c.Status, c.Reason, c.Message, got)
+	}
+}
