@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -23,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -76,6 +78,11 @@ type ManifestRegistryReconciler struct {
 	// SourceMaxFiles bounds the entries under spec.path, SourceMaxRefs the refs a git server
 	// may advertise; 0 means source.DefaultMaxFiles and source.DefaultMaxRefs.
 	SourceMaxFiles, SourceMaxRefs int
+	// SourceMaxTimeout caps spec.timeout (DefaultSourceMaxTimeout when 0), and Concurrent is
+	// how many registries reconcile at once (DefaultConcurrent when 0): a registry whose git
+	// server never answers holds one worker for at most that long.
+	SourceMaxTimeout time.Duration
+	Concurrent       int
 }
 
 // stepError is a failed step: the Ready reason, a message saying what to do, and whether
@@ -101,6 +108,7 @@ func (r *ManifestRegistryReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deleting))).
 		Owns(&corev1.ConfigMap{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.registriesForSecret)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Concurrent, DefaultConcurrent)}).
 		Named("manifestregistry").
 		Complete(r)
 }
@@ -199,6 +207,12 @@ func (r *ManifestRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	}
 	return res, nil
 }
+
+// Defaults of the registry reconciler's bounds (see ManifestRegistryReconciler).
+const (
+	DefaultSourceMaxTimeout = 2 * time.Minute
+	DefaultConcurrent       = 4
+)
 
 // Finalizer makes the controller delete a registry's ConfigMaps before the registry goes:
 // the owner references would too, but only where a garbage collector runs, and a gateway must
@@ -495,8 +509,16 @@ func (r *ManifestRegistryReconciler) ownedShards(ctx context.Context, reg *v1alp
 // set again (the same bytes: drift checks compare them) and grows otherwise.
 func (r *ManifestRegistryReconciler) attest(reg *v1alpha1.ManifestRegistry, b *bundle.Bundle, kind, revision, signer string, index *registry.IndexProof, accepted bool, last applied) *stepError {
 	s := bundle.Snapshot{Format: bundle.SnapshotFormat, Source: registrySource(reg), Kind: kind, Revision: revision, CommitSigner: signer, Index: index}
-	if accepted || (last.snap != nil && last.snap.Revision == revision && last.snap.AcceptedRevision == revision) {
+	// The revision the latest override accepted, carried by every snapshot after it: gateways
+	// keep the writer's index sequence as a mark per registry and accepted revision, so an
+	// override starts that mark anew and nothing else does (not even recreating the object).
+	switch {
+	case accepted:
 		s.AcceptedRevision = revision
+	case last.snap != nil:
+		s.AcceptedRevision = last.snap.AcceptedRevision
+	default:
+		s.AcceptedRevision = reg.Status.AcceptedRevision
 	}
 	s.Digest = b.SourceDigest(s.Source)
 	var recorded []bundle.Snapshot
@@ -539,9 +561,15 @@ func (r *ManifestRegistryReconciler) sourceOptions(ctx context.Context, reg *v1a
 	if ref := reg.Spec.Ref; ref != nil {
 		o.Ref = source.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit}
 	}
-	if reg.Spec.Timeout != nil {
+	o.Timeout = source.DefaultTimeout
+	if reg.Spec.Timeout != nil && reg.Spec.Timeout.Duration > 0 {
 		o.Timeout = reg.Spec.Timeout.Duration
 	}
+	limit := r.SourceMaxTimeout
+	if limit <= 0 {
+		limit = DefaultSourceMaxTimeout
+	}
+	o.Timeout = min(o.Timeout, limit)
 	if reg.Spec.SecretRef != nil {
 		data, err := r.secretData(ctx, reg, reg.Spec.SecretRef.Name, "git credentials")
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,8 +55,9 @@ func recorded(seq int64) int64 {
 
 // sequenceFor is the sequence to sign s with, given the snapshots recorded for its source
 // before (the verified rendering's and the one status describes; either may be missing, stale
-// or edited): the highest sequence of a recorded snapshot that says what s says, so that a
-// rendering made again is the same bytes; else the next sequence after the highest recorded.
+// or edited): when the highest recorded one says what s says, its sequence, so that a rendering
+// made again is the same bytes; else the next sequence after the highest recorded (a lower
+// "same" one, such as a status written ahead of the controller, never brings a sequence back).
 // Sequences beyond maxAhead of the clock are ignored.
 func sequenceFor(s bundle.Snapshot, recordedSnaps ...bundle.Snapshot) int64 {
 	var same, highest int64
@@ -71,7 +73,7 @@ func sequenceFor(s bundle.Snapshot, recordedSnaps ...bundle.Snapshot) int64 {
 			same = max(same, seq)
 		}
 	}
-	if same > 0 {
+	if same > 0 && same == highest {
 		return same
 	}
 	return nextSequence(highest)
@@ -203,6 +205,16 @@ func diffKeys(have, want map[string]string) []string {
 	return keys
 }
 
+// refersTo reports whether cm has an owner reference to owner (by UID), controller or not.
+func refersTo(cm *corev1.ConfigMap, owner client.Object) bool {
+	for _, r := range cm.OwnerReferences {
+		if r.UID == owner.GetUID() {
+			return true
+		}
+	}
+	return false
+}
+
 // foreignManagers are the field managers of cm other than the controller that own data keys.
 func foreignManagers(cm *corev1.ConfigMap) []string {
 	seen := map[string]bool{}
@@ -215,7 +227,10 @@ func foreignManagers(cm *corev1.ConfigMap) []string {
 		if json.Unmarshal(f.FieldsV1.Raw, &fields) != nil {
 			continue
 		}
-		if _, ok := fields["f:data"]; ok {
+		_, data := fields["f:data"]
+		var meta map[string]json.RawMessage
+		_ = json.Unmarshal(fields["f:metadata"], &meta)
+		if _, refs := meta["f:ownerReferences"]; data || refs {
 			seen[f.Manager] = true
 			out = append(out, f.Manager)
 		}
@@ -253,6 +268,15 @@ func (s shardSet) apply(ctx context.Context, c client.Client, live client.Reader
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 		}
 		changed := !exists
+		if exists && !metav1.IsControlledBy(cm, s.owner) && refersTo(cm, s.owner) {
+			// Ours, with its controller reference taken away or pointed elsewhere: that is an
+			// edit too (it would stop the healing), and the controller reference comes back.
+			drifts = append(drifts, drift{name: s.names[i], managers: foreignManagers(cm), keys: []string{"metadata.ownerReferences"}})
+			cm.OwnerReferences = slices.DeleteFunc(cm.OwnerReferences, func(r metav1.OwnerReference) bool {
+				return r.UID == s.owner.GetUID() || (r.Controller != nil && *r.Controller)
+			})
+			changed = true
+		}
 		if exists && metav1.IsControlledBy(cm, s.owner) {
 			if keys := diffKeys(cm.Data, s.shards[i]); len(keys) > 0 {
 				drifts = append(drifts, drift{name: s.names[i], managers: foreignManagers(cm), keys: keys})

@@ -332,6 +332,12 @@ func (r *ReversiGatewayReconciler) rollout(ctx context.Context, gw *v1alpha1.Rev
 			ms.Sequence, ms.Sources = s.Sequence, s.Sources
 		case bundle.KindToolManifests:
 			ms.ToolManifestsSequence, ms.ToolManifestsDigest = s.Sequence, s.Digest
+			if len(s.Floors) > 0 {
+				ms.ToolManifestFloors = map[string]int32{}
+				for tool, v := range s.Floors {
+					ms.ToolManifestFloors[tool] = int32(v)
+				}
+			}
 		}
 	}
 	for i := range pods.Items {
@@ -456,8 +462,10 @@ func ParseTrustedKeys(data map[string][]byte) (*signing.TrustSet, error) {
 // and verified as a gateway pod would (its signed snapshot, and with trusted keys every
 // signature), and must be the one its status names; the selected ToolManifests count when
 // Ready=True for their current generation, and their set gets a snapshot signed here. A tool
-// defined by two sources is an error naming both (no silent pick). The second result
-// summarises the sources.
+// defined by two registries is an error naming both (no silent pick); a ToolManifest of a
+// tool a registry defines, or of a tool another ToolManifest defines too, is left out with an
+// event (objects anyone with ToolManifest rights applies cannot freeze the registries). The
+// second result summarises the sources.
 func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.ReversiGateway, trust *signing.TrustSet, prev previous) (bundle.Bundle, string, *stepError) {
 	var parts []bundle.Bundle
 	from := map[string][]string{} // tool -> sources
@@ -471,9 +479,15 @@ func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.Rever
 		if e != nil {
 			return bundle.Bundle{}, "", e
 		}
-		if trust != nil && b.Snapshots[0].Snapshot.Kind == bundle.KindPlain && !slices.Contains(m.PlainRegistries, name) {
-			return bundle.Bundle{}, "", fail(v1alpha1.ReasonSignatureVerificationFailed, false,
-				"ManifestRegistry %s is format Plain: its manifests carry no writer signature, and spec.trustedKeysSecretRef says every manifest must have one; list it in spec.manifests.plainRegistries to accept it anyway, or publish it as a signed registry", name)
+		if s := b.Snapshots[0].Snapshot; trust != nil && s.Kind == bundle.KindPlain {
+			switch {
+			case !slices.Contains(m.PlainRegistries, name):
+				return bundle.Bundle{}, "", fail(v1alpha1.ReasonSignatureVerificationFailed, false,
+					"ManifestRegistry %s is format Plain: its manifests carry no writer signature, and spec.trustedKeysSecretRef says every manifest must have one; list it in spec.manifests.plainRegistries to accept it anyway, or publish it as a signed registry", name)
+			case s.CommitSigner == "":
+				return bundle.Bundle{}, "", fail(v1alpha1.ReasonSignatureVerificationFailed, false,
+					"ManifestRegistry %s is format Plain and does not verify its commits: without writer signatures a signed commit must vouch for its manifests; set its spec.verify.commit", name)
+			}
 		}
 		for _, e := range b.Entries {
 			from[e.Tool] = append(from[e.Tool], "ManifestRegistry "+name)
@@ -482,7 +496,7 @@ func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.Rever
 		summary = append(summary, fmt.Sprintf("registry %s at %s", name, b.Snapshots[0].Snapshot.Revision))
 	}
 	if m.Selector != nil {
-		b, used, e := r.toolManifests(ctx, gw, m.Selector, prev)
+		b, used, e := r.toolManifests(ctx, gw, m.Selector, prev, from)
 		if e != nil {
 			return bundle.Bundle{}, "", e
 		}
@@ -545,7 +559,7 @@ func toolManifestsSource(gw *v1alpha1.ReversiGateway) string {
 // toolManifests is the bundle of the ToolManifests selector selects (Ready for their current
 // generation), with a snapshot of the set signed by the controller: the sequence stays while
 // the set does and grows when it changes. It returns how many were used.
-func (r *ReversiGatewayReconciler) toolManifests(ctx context.Context, gw *v1alpha1.ReversiGateway, selector *metav1.LabelSelector, prev previous) (bundle.Bundle, int, *stepError) {
+func (r *ReversiGatewayReconciler) toolManifests(ctx context.Context, gw *v1alpha1.ReversiGateway, selector *metav1.LabelSelector, prev previous, taken map[string][]string) (bundle.Bundle, int, *stepError) {
 	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil {
 		return bundle.Bundle{}, 0, fail(v1alpha1.ReasonInvalidSpec, true, "spec.manifests.selector: %v", err)
@@ -555,7 +569,28 @@ func (r *ReversiGatewayReconciler) toolManifests(ctx context.Context, gw *v1alph
 		return bundle.Bundle{}, 0, fail(v1alpha1.ReasonApplyFailed, false, "listing ToolManifests: %v", err)
 	}
 	src := toolManifestsSource(gw)
-	var b bundle.Bundle
+	// The highest version of each tool this set ever served (the signed snapshot carries it,
+	// status records it): a version below it comes back only as a new, higher version, even
+	// after the tool was left out for a while (a ToolManifest editor could otherwise apply an
+	// older signed export).
+	floors := map[string]int{}
+	raise := func(tool string, v int) { floors[tool] = max(floors[tool], v) }
+	if p, ok := prev.snapshots[src]; ok {
+		for tool, v := range p.Floors {
+			raise(tool, v)
+		}
+	}
+	if st := gw.Status.Manifests; st != nil {
+		for tool, v := range st.ToolManifestFloors {
+			raise(tool, int(v))
+		}
+	}
+	for _, e := range prev.entries {
+		if e.Source == src {
+			raise(e.Tool, e.Version)
+		}
+	}
+	byTool := map[string][]bundle.Entry{}
 	for i := range tms.Items {
 		tm := &tms.Items[i]
 		c := apimeta.FindStatusCondition(tm.Status.Conditions, v1alpha1.ConditionReady)
@@ -566,18 +601,37 @@ func (r *ReversiGatewayReconciler) toolManifests(ctx context.Context, gw *v1alph
 		if err != nil {
 			continue
 		}
-		// A version older than the one served comes back only as a new, higher version (a
-		// ToolManifest editor could otherwise apply an older signed export).
-		if p, ok := prev.entries[e.Tool]; ok && p.Source == src && e.Version < p.Version {
+		switch {
+		case e.Version < floors[e.Tool]:
 			r.event(gw, corev1.EventTypeWarning, v1alpha1.EventToolManifestDowngrade, fmt.Sprintf(
-				"ToolManifest %s holds %s v%d, older than v%d served before: left out; publish the older rules again as a new version (reversi manifests rollback) and export that", tm.Name, e.Tool, e.Version, p.Version))
+				"ToolManifest %s holds %s v%d, older than v%d this gateway served: left out; publish the older rules again as a new version (reversi manifests rollback) and export that", tm.Name, e.Tool, e.Version, floors[e.Tool]))
+			continue
+		case len(taken[e.Tool]) > 0:
+			// A registry defines the tool: the registry's rules stay, whatever is applied as an object.
+			r.event(gw, corev1.EventTypeWarning, v1alpha1.ReasonDuplicateTool, fmt.Sprintf(
+				"ToolManifest %s defines %s, which %s defines too: left out", tm.Name, e.Tool, strings.Join(taken[e.Tool], ", ")))
 			continue
 		}
 		e.Source = src
-		b.Entries = append(b.Entries, e)
+		byTool[e.Tool] = append(byTool[e.Tool], e)
+	}
+	var b bundle.Bundle
+	for tool, es := range byTool {
+		if len(es) > 1 { // two objects, one tool: neither is picked silently
+			var names []string
+			for _, e := range es {
+				names = append(names, strings.TrimPrefix(e.Author, "ToolManifest "))
+			}
+			slices.Sort(names)
+			r.event(gw, corev1.EventTypeWarning, v1alpha1.ReasonDuplicateTool, fmt.Sprintf(
+				"ToolManifests %s all define %s: all left out; keep one", strings.Join(names, ", "), tool))
+			continue
+		}
+		b.Entries = append(b.Entries, es[0])
+		raise(tool, es[0].Version)
 	}
 	b = bundle.Merge(b) // sorted
-	snap := bundle.Snapshot{Source: src, Kind: bundle.KindToolManifests, Digest: b.SourceDigest(src)}
+	snap := bundle.Snapshot{Source: src, Kind: bundle.KindToolManifests, Digest: b.SourceDigest(src), Floors: floors}
 	var recordedSnaps []bundle.Snapshot
 	if p, ok := prev.snapshots[src]; ok {
 		recordedSnaps = append(recordedSnaps, p)

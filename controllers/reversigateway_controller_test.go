@@ -283,9 +283,9 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 	waitEvent(t, ns, "pay", v1alpha1.EventRenderingDrift+": ConfigMap "+ns+"/pay-manifests was changed by mallory-edit (data: manifests.json)")
 }
 
-// A tool defined by a registry and by a selected ToolManifest is a Stalled condition naming
-// the tool and both sources, and the last good rendering stays.
-func TestGatewayDuplicateToolIsACondition(t *testing.T) {
+// A tool defined by a registry and by a selected ToolManifest: the ToolManifest's copy is left
+// out with a Warning event naming both, and the registry's rendering stays as it was.
+func TestGatewayDuplicateToolIsLeftOut(t *testing.T) {
 	ns := namespace(t)
 	k := newKey(t)
 	repo := signedRegistryRepo(t, k)
@@ -314,14 +314,12 @@ func TestGatewayDuplicateToolIsACondition(t *testing.T) {
 	waitToolManifest(t, ns, refund.Name, func(tm *v1alpha1.ToolManifest) string {
 		return conditionIs(tm, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonSucceeded)
 	})
-	gw = waitGateway(t, ns, "pay", readyIs(metav1.ConditionFalse, v1alpha1.ReasonDuplicateTool))
-	st := condition(gw.Status.Conditions, v1alpha1.ConditionStalled)
-	want := fmt.Sprintf("%s (ManifestRegistry payments, ToolManifest %s)", refund.Spec.Tool, refund.Name)
-	if st == nil || st.Status != metav1.ConditionTrue || st.Reason != v1alpha1.ReasonDuplicateTool || !strings.Contains(st.Message, want) {
-		t.Fatalf("Stalled %+v, want a message with %q", st, want)
-	}
-	if now := configMap(t, ns, "pay-manifests"); now == nil || !reflect.DeepEqual(now.Data, good.Data) {
-		t.Fatal("the last good rendering was replaced")
+	// The registry's rules stay: the ToolManifest's copy is left out and named (a ToolManifest
+	// editor cannot freeze the registry's updates with it).
+	waitEvent(t, ns, "pay", v1alpha1.ReasonDuplicateTool+": ToolManifest "+refund.Name+" defines "+refund.Spec.Tool+", which ManifestRegistry payments defines too: left out")
+	gw = waitGateway(t, ns, "pay", readyIs(metav1.ConditionFalse, v1alpha1.ReasonRolloutInProgress))
+	if now := configMap(t, ns, "pay-manifests"); now == nil || !reflect.DeepEqual(now.Data, good.Data) || gw.Status.Manifests.Tools != 3 {
+		t.Fatal("the rendering changed: the ToolManifest's copy was not left out")
 	}
 
 	// Dropping the label resolves it.

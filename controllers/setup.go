@@ -4,6 +4,8 @@
 package controllers
 
 import (
+	"time"
+
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
@@ -32,6 +34,10 @@ type Options struct {
 	// SourceMaxFiles and SourceMaxRefs bound the entries under spec.path and the refs a git
 	// server advertises (0: 100,000 and 50,000).
 	SourceMaxFiles, SourceMaxRefs int
+	// SourceMaxTimeout caps a registry's spec.timeout (0: 2 minutes); Concurrent is how many
+	// registries reconcile at once (0: 4).
+	SourceMaxTimeout time.Duration
+	Concurrent       int
 }
 
 // Setup registers every reconciler with the manager.
@@ -47,6 +53,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
 		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader(), AllowFileURLs: o.AllowFileURLs,
 		SourceMaxFileBytes: o.SourceMaxFileBytes, SourceMaxTotalBytes: o.SourceMaxTotalBytes, SourceMaxFiles: o.SourceMaxFiles, SourceMaxRefs: o.SourceMaxRefs,
+		SourceMaxTimeout: o.SourceMaxTimeout, Concurrent: o.Concurrent,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

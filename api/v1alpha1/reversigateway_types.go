@@ -217,9 +217,10 @@ type GatewayManifests struct {
 
 	// PlainRegistries are those of Registries with format Plain whose manifests the gateway
 	// accepts although trustedKeysSecretRef is set: they carry no writer signature (the
-	// controller vouches for the commit it verified). A Plain registry not listed here is
-	// refused by such a gateway, so that changing a registry to Plain cannot drop the writer
-	// signatures.
+	// controller vouches for the commit it verified, so the registry must verify its commits:
+	// spec.verify.commit). A Plain registry not listed here, or listed but not verifying its
+	// commits, is refused by such a gateway, so that changing a registry to Plain, or dropping
+	// its commit verification, cannot drop the signatures.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=32
@@ -395,6 +396,10 @@ type GatewayManifestsStatus struct {
 	// ToolManifestsDigest is the digest of the selected ToolManifests' entries, `sha256:<hex>`.
 	// +optional
 	ToolManifestsDigest string `json:"toolManifestsDigest,omitempty"`
+	// ToolManifestFloors is the highest version of each tool the selected ToolManifests ever
+	// served: a ToolManifest holding an older version is left out (event ToolManifestDowngrade).
+	// +optional
+	ToolManifestFloors map[string]int32 `json:"toolManifestFloors,omitempty"`
 }
 
 // +kubebuilder:object:root=true

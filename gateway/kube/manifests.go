@@ -284,6 +284,9 @@ func (m *Manifests) Load(ctx context.Context) (proxy.Loaded, error) {
 		for _, ss := range b.Snapshots {
 			s := ss.Snapshot
 			l.Marks = append(l.Marks, store.HighWater{Source: s.Source, Sequence: s.Sequence, Revision: s.Revision, Digest: s.Digest})
+			if name := s.IndexMark(); name != "" {
+				l.Marks = append(l.Marks, store.HighWater{Source: name, Sequence: s.Index.Sequence, Revision: s.Revision, Digest: s.Digest})
+			}
 		}
 	}
 	return l, nil

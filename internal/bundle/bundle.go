@@ -365,7 +365,7 @@ func (b Bundle) VerifyGateway(gateway string, writers, controller *signing.Trust
 	}
 	ms, errs := b.Verify(writers, controller)
 	var gw []Snapshot
-	plain := map[string]bool{}
+	plain := map[string]Snapshot{}
 	limit := now.UnixMilli() + MaxFutureSequence
 	for _, ss := range b.Snapshots {
 		s := ss.Snapshot
@@ -376,7 +376,7 @@ func (b Bundle) VerifyGateway(gateway string, writers, controller *signing.Trust
 		case KindGateway:
 			gw = append(gw, s)
 		case KindPlain:
-			plain[s.Source] = true
+			plain[s.Source] = s
 		}
 	}
 	switch {
@@ -393,9 +393,12 @@ func (b Bundle) VerifyGateway(gateway string, writers, controller *signing.Trust
 			errs = append(errs, fmt.Errorf("snapshot of %s: the rendering holds the sources %v, the signed ones are %v: another source's rendering was put in its place", g.Source, got, g.Sources))
 		}
 		if writers != nil {
-			for src := range plain {
-				if !slices.Contains(g.Unsigned, src) {
+			for src, p := range plain {
+				switch {
+				case !slices.Contains(g.Unsigned, src):
 					errs = append(errs, fmt.Errorf("%s is format Plain (no writer signatures), and this gateway does not accept it unsigned (ReversiGateway spec.manifests.plainRegistries)", src))
+				case p.CommitSigner == "":
+					errs = append(errs, fmt.Errorf("%s is format Plain and its commit was not verified: without writer signatures, a signed commit is what vouches for its manifests (ManifestRegistry spec.verify.commit)", src))
 				}
 			}
 		}

@@ -396,7 +396,14 @@ func TestVerifyGatewayBindsTheSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plainB.Attest(Snapshot{Source: "ManifestRegistry agents/plain", Kind: KindPlain, Revision: rev, Sequence: 4}, ctl.Signer); err != nil {
+	plainUnverified := plainB
+	if _, err := plainB.Attest(Snapshot{Source: "ManifestRegistry agents/plain", Kind: KindPlain, Revision: rev, Sequence: 4, CommitSigner: "SHA256:committer"}, ctl.Signer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plainUnverified.Attest(Snapshot{Source: "ManifestRegistry agents/plain", Kind: KindPlain, Revision: rev, Sequence: 4}, ctl.Signer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plainUnverified.AttestGateway(Snapshot{Source: gateway, Sequence: 9}, []string{"ManifestRegistry agents/plain"}, ctl.Signer); err != nil {
 		t.Fatal(err)
 	}
 	plainGW := plainB

@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -53,8 +54,9 @@ type Snapshot struct {
 	// CommitSigner is the fingerprint of the key that signed the commit or tag, when the
 	// registry verifies commits.
 	CommitSigner string `json:"commit_signer,omitempty"`
-	// AcceptedRevision is set when the revision was accepted by the override annotation
-	// although it does not descend from the last applied one.
+	// AcceptedRevision is the revision the latest override annotation made the controller
+	// accept (although it did not descend from the one applied before, or its index was older
+	// or another registry's); every later snapshot of the source carries it.
 	AcceptedRevision string `json:"accepted_revision,omitempty"`
 	// Index is the writer's index proof (KindRegistry only).
 	Index *registry.IndexProof `json:"index,omitempty"`
@@ -62,6 +64,9 @@ type Snapshot struct {
 	// those of them of KindPlain that the gateway accepts without writer signatures.
 	Sources  []string `json:"sources,omitempty"`
 	Unsigned []string `json:"unsigned,omitempty"`
+	// Floors (KindToolManifests only) is the highest version of each tool the set ever served,
+	// also of tools it serves no more: an older version is left out.
+	Floors map[string]int `json:"floors,omitempty"`
 }
 
 // SignedSnapshot is a Snapshot with the controller's signature.
@@ -128,6 +133,18 @@ func (ss SignedSnapshot) Verify(controller *signing.TrustSet) error {
 		return errors.New("a snapshot without a source or sequence")
 	}
 	return nil
+}
+
+// IndexMark names the high-water mark of a Registry snapshot's writer index: the source, the
+// registry id and the revision the latest override accepted (sequence: the index's). A gateway
+// keeps it besides the snapshot's own mark, so a registry's index never goes back there except
+// by an override, whatever happens to the controller's records (a ManifestRegistry deleted and
+// made again at an older commit, say). "" for other kinds.
+func (s Snapshot) IndexMark() string {
+	if s.Kind != KindRegistry || s.Index == nil {
+		return ""
+	}
+	return s.Source + " index " + s.Index.ID + " since " + cmp.Or(s.AcceptedRevision, "the first apply")
 }
 
 // Describe is how logs, status and pod annotations name a verified snapshot:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,7 +29,8 @@ func newControllerCmd() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey string
 	var leaderElect, devLog, webhooks, allowFileURLs bool
 	var maxFileBytes, maxTotalBytes int64
-	var maxFiles, maxRefs int
+	var maxFiles, maxRefs, concurrent int
+	var maxTimeout time.Duration
 	var webhookPort int
 	var webhookCertDir string
 	cmd := &cobra.Command{
@@ -36,8 +38,8 @@ func newControllerCmd() *cobra.Command {
 		Short: "Run the controller: the ManifestRegistry, ToolManifest, ReversiGateway and ApprovalRequest reconcilers and the Approval webhooks (controller-runtime)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if maxFileBytes <= 0 || maxTotalBytes <= 0 || maxFiles <= 0 || maxRefs <= 0 {
-				return fmt.Errorf("--source-max-file-bytes, --source-max-total-bytes, --source-max-files and --source-max-refs must be positive")
+			if maxFileBytes <= 0 || maxTotalBytes <= 0 || maxFiles <= 0 || maxRefs <= 0 || maxTimeout <= 0 || concurrent <= 0 {
+				return fmt.Errorf("--source-max-file-bytes, --source-max-total-bytes, --source-max-files, --source-max-refs, --source-max-timeout and --concurrent must be positive")
 			}
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
 			cfg, err := restConfig(kubeconfig)
@@ -61,7 +63,7 @@ func newControllerCmd() *cobra.Command {
 			}
 			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks, SigningKey: key,
 				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes,
-				SourceMaxFiles: maxFiles, SourceMaxRefs: maxRefs}); err != nil {
+				SourceMaxFiles: maxFiles, SourceMaxRefs: maxRefs, SourceMaxTimeout: maxTimeout, Concurrent: concurrent}); err != nil {
 				return err
 			}
 			if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -85,6 +87,8 @@ func newControllerCmd() *cobra.Command {
 	f.Int64Var(&maxTotalBytes, "source-max-total-bytes", source.DefaultMaxTotalBytes, "the most bytes of files a registry may hold under spec.path (also per pack a git server sends)")
 	f.IntVar(&maxFiles, "source-max-files", source.DefaultMaxFiles, "the most files and folders a registry may hold under spec.path")
 	f.IntVar(&maxRefs, "source-max-refs", source.DefaultMaxRefs, "the most refs a git server may advertise")
+	f.DurationVar(&maxTimeout, "source-max-timeout", controllers.DefaultSourceMaxTimeout, "the longest a registry's fetch may take, whatever its spec.timeout says")
+	f.IntVar(&concurrent, "concurrent", controllers.DefaultConcurrent, "how many ManifestRegistries reconcile at once")
 	f.StringVar(&signingKey, "signing-key-secret", "", "NAMESPACE/NAME of the Secret with the controller's own Ed25519 key, which signs every rendering's snapshot; created on first start (default: NAMESPACE/"+controllers.DefaultSigningKeySecret+", NAMESPACE being $POD_NAMESPACE or else reversi-system)")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
 	f.BoolVar(&webhooks, "webhooks", true, "serve the Approval admission webhooks (needs a serving certificate in --webhook-cert-dir)")

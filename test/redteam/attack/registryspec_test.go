@@ -97,14 +97,16 @@ func TestRegistryEditorDropsCommitVerificationOfAnAcceptedPlainRegistry(t *testi
 	if err := env.Client.Update(context.Background(), ops); err != nil {
 		t.Fatal(err)
 	}
+	before := w.configMapData(w.ns, "pay-manifests")
 	_, c := w.reconcileRegistry(w.ns, "ops")
-	w.reconcileGateway("pay")
-	l, err := p.reload()
-	if err == nil && needsApproval(l.Manifests, "db.wipe") == "no approval" {
-		t.Fatalf("the pod serves an unsigned commit's db.wipe without approval (registry Ready=%s %s, snapshot commit signer %q): "+
+	gw := w.reconcileGateway("pay")
+	g := ready(gw.Status.Conditions)
+	if got := needsApproval(p.current(), "db.wipe"); got != "approval required" || g == nil || g.Reason != v1alpha1.ReasonSignatureVerificationFailed ||
+		!equalData(w.configMapData(w.ns, "pay-manifests"), before) {
+		t.Fatalf("the pod serves an unsigned commit's db.wipe with %s (registry Ready=%s %s, snapshot commit signer %q, gateway %+v): "+
 			"the Plain opt-in must pin what made the source trustworthy (e.g. plainRegistries entries naming the commit keys or a required verify mode, "+
 			"carried in the gateway snapshot and checked against the Plain snapshot's commit_signer by the pod), or the controller must refuse "+
 			"to drop or weaken spec.verify of an applied registry without the override annotation",
-			c.Status, c.Reason, snapshotOf(w, "ops-manifests").CommitSigner)
+			got, c.Status, c.Reason, snapshotOf(w, "ops-manifests").CommitSigner, g)
 	}
 }
