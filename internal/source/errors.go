@@ -48,8 +48,10 @@ var (
 	// Options.MaxFileBytes (or the server's filter left it out for that reason), the files
 	// under Path total more than Options.MaxTotalBytes or number more than Options.MaxFiles,
 	// the remote advertises more refs than Options.MaxRefs allows, a pack the server sent breaks a
-	// limit (one object, the sum of the objects, their count, the compressed size), or the
-	// history needed for an ancestry check is longer than Options.MaxCommits.
+	// limit (one object, the sum of the objects, their count, the compressed size), the
+	// history needed for an ancestry check is longer than Options.MaxCommits, or a semver
+	// ref with verified tags finds no tag that verifies within MaxTagCandidates annotated
+	// tags or MaxTagRequests requests.
 	ErrTooLarge = errors.New("over the size limit")
 	// ErrVerification: a commit or tag signature is missing, made by an untrusted key,
 	// invalid (tampered), of an unsupported kind, or the mode needs a tag that is absent.

@@ -382,9 +382,11 @@ func fetch(ctx context.Context, p *prepared, dir string) (a *Artifact, err error
 		return nil, err
 	}
 	if p.ref.SemVer != "" && p.verifiesTags() {
-		if r, a.SkippedTags, err = f.chooseTag(ctx, indexRefs(refs)); err != nil {
+		var skipped skippedTags
+		if r, skipped, err = f.chooseTag(ctx, indexRefs(refs)); err != nil {
 			return nil, err
 		}
+		a.SkippedTags, a.SkippedTagsOmitted = skipped.list, skipped.omitted
 	}
 
 	var shallows []plumbing.Hash
@@ -525,73 +527,4 @@ func (f *fetcher) locateCommit(ctx context.Context, byName advertised, a *Artifa
 	return plumbing.ZeroHash, 0, &Error{Op: "fetch", Subject: p.display, Kind: ErrRefNotFound,
 		Err:  fmt.Errorf("commit %s is not among the %d most recent commits of %s", p.ref.Commit, p.maxDepth, where),
 		Hint: "pin a newer commit, or use a branch or tag"}
-}
-
-// chooseTag fetches the tag objects and commits (no trees) of the MaxTagCandidates highest
-// tags in the semver range and returns the highest whose signatures verify with
-// p.verify, with the higher ones that did not. It fails with ErrVerification, naming each
-// candidate and why, when none verifies.
-func (f *fetcher) chooseTag(ctx context.Context, byName advertised) (resolved, []SkippedTag, error) {
-	p := f.p
-	cands := matchingTags(p.semver, byName.tags())
-	more := len(cands) > MaxTagCandidates
-	if more {
-		cands = cands[:MaxTagCandidates]
-	}
-	var wants []plumbing.Hash
-	for _, t := range cands {
-		if c, obj := byName.tag(t); c != obj {
-			wants = append(wants, plumbing.NewHash(obj))
-		}
-	}
-	if len(wants) > 0 {
-		if _, err := f.fetch(ctx, packRequest{what: "tags", wants: wants, depth: 1, filter: packp.FilterTreeDepth(0)}); err != nil {
-			return resolved{}, nil, err
-		}
-	}
-	var skipped []SkippedTag
-	for _, t := range cands {
-		c, obj := byName.tag(t)
-		r := resolved{name: t, tag: t, hash: c, object: obj}
-		if err := verifyTagRef(f.store, r, p.verify); err != nil {
-			skipped = append(skipped, SkippedTag{Tag: t, Reason: reasonOf(err)})
-			continue
-		}
-		return r, skipped, nil
-	}
-	why := make([]string, len(skipped))
-	for i, s := range skipped {
-		why[i] = s.Tag + ": " + s.Reason
-	}
-	msg := fmt.Sprintf("no tag matching semver %q verifies (mode %s): %s", p.ref.SemVer, p.verify.Mode, strings.Join(why, "; "))
-	if more {
-		msg += fmt.Sprintf("; only the %d highest tags are tried", MaxTagCandidates)
-	}
-	return resolved{}, skipped, &Error{Op: "verify", Subject: p.display, Kind: ErrVerification, Err: errors.New(msg),
-		Hint: "sign a release tag with a trusted key"}
-}
-
-// reasonOf is an error's cause without the operation and subject, for SkippedTag.Reason.
-func reasonOf(err error) string {
-	var se *Error
-	if errors.As(err, &se) && se.Err != nil {
-		return se.Err.Error()
-	}
-	return err.Error()
-}
-
-// chooseRemoteTag is RemoteRevision for a semver ref with tag verification: the tag
-// candidates are fetched into dir, which is removed.
-func chooseRemoteTag(ctx context.Context, p *prepared, dir string) (string, error) {
-	defer os.RemoveAll(dir)
-	f, err := newFetcher(ctx, p, dir)
-	if err != nil {
-		return "", err
-	}
-	defer f.close()
-	r, _, err := f.chooseTag(ctx, indexRefs(f.first.refs()))
-	if err != nil {
-		return "", err
-	}
-	return r.revision(), nil
 }

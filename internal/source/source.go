@@ -37,6 +37,11 @@
 //     MaxCommits deep if that did not reach Since: enough for Artifact.Descends and for
 //     Verify's mode Chain. A commit ref is found the same way, in the history of its branch
 //     (or of every branch and tag), and its content fetched from the nearest tip.
+//   - A semver ref with verified tags (Options.Verify) first fetches the tag objects of the
+//     candidates, highest first, with their commits (depth 1, `filter tree:0`), in batches
+//     of 16, 64, 256, 1024 and the rest, one request each, until one verifies: at most
+//     MaxTagCandidates annotated tags in at most MaxTagRequests requests. Lightweight tags
+//     are skipped without a fetch.
 //   - Every pack the server sends is written to a file in the temporary directory (its
 //     compressed size bounded by MaxTotalBytes + MaxTotalBytes/16 + 8 MiB) and scanned
 //     object header by object header with go-git's packfile.Scanner before go-git indexes it:
@@ -103,9 +108,22 @@ const (
 	DefaultMaxRefs = 50_000
 	// DefaultMaxCommits bounds the depth of the history fetched for Since and commit refs.
 	DefaultMaxCommits = 10_000
-	// MaxTagCandidates is how many of the highest tags in a semver range are tried, highest
-	// first, when tags are verified.
-	MaxTagCandidates = 10
+	// MaxTagCandidates bounds the annotated tags in a semver range that are tried, highest
+	// first, when tags are verified (Options.Verify): their tag objects fetched and their
+	// signatures checked. Lightweight tags carry no signature and are skipped without a
+	// fetch, so they count against MaxRefs only. When none of the MaxTagCandidates highest
+	// annotated tags verifies and there are more, Fetch fails with ErrTooLarge naming the
+	// limit. Large enough that a pusher without keys needs thousands of junk tags to reach
+	// it, small enough that trying them all costs a few MiB and five requests.
+	MaxTagCandidates = 4096
+	// MaxTagRequests bounds the upload-pack requests that fetch the candidates' tag objects
+	// (five suffice for MaxTagCandidates; more are needed only when batches break the pack
+	// limits and are fetched again in halves, about 2·log2(16) more for each tag whose tag
+	// object or commit is over MaxFileBytes); past it, ErrTooLarge.
+	MaxTagRequests = 128
+	// MaxSkippedTags bounds Artifact.SkippedTags, and the skipped tags an error lists; the
+	// others are only counted (Artifact.SkippedTagsOmitted).
+	MaxSkippedTags = 20
 )
 
 // Ref selects what to fetch. Exactly one of Branch, Tag, SemVer and Commit is set, except
@@ -119,8 +137,9 @@ type Ref struct {
 	// only match constraints that name a pre-release. Between tags of equal precedence
 	// (v1.0.0 and 1.0.0, or differing build metadata) the lexically greatest name wins.
 	// With Options.Verify in mode Tag or TagAndHEAD, the highest tag whose signatures verify
-	// wins instead (see Options.Verify); a tag whose tag object bears another name (a signed
-	// v1.0.0 pushed again as refs/tags/v1.9.0) does not verify.
+	// wins instead, however many tags that do not verify lie above it (see Options.Verify
+	// and MaxTagCandidates); a tag whose tag object bears another name (a signed v1.0.0
+	// pushed again as refs/tags/v1.9.0) does not verify.
 	SemVer string
 	// Commit is a full 40-hex SHA-1.
 	Commit string
@@ -204,10 +223,15 @@ type Options struct {
 	// for Artifact.Descends and Verify's ModeChain.
 	Since string
 	// Verify is the trust that Fetch needs itself: with a SemVer ref and Mode Tag or
-	// TagAndHEAD, Fetch tries the MaxTagCandidates highest tags in the range, highest first
-	// (their tag objects and commits only, no trees), and takes the first whose signatures
-	// verify with Keys; the higher ones are returned in Artifact.SkippedTags. Fetch does not
-	// verify otherwise: call Verify on the Artifact. Nil for none.
+	// TagAndHEAD, Fetch tries the tags in the range highest first and takes the first whose
+	// signatures verify with Keys (for TagAndHEAD its commit's too), whatever the number of
+	// higher tags that do not; those are returned in Artifact.SkippedTags. Lightweight tags
+	// are skipped without a fetch; the tag objects and commits (no trees) of the annotated
+	// ones are fetched in batches (16, 64, 256, 1024, the rest), each one request bounded
+	// like any pack, stopping at the first that verifies: at most MaxTagCandidates
+	// annotated tags in at most MaxTagRequests requests (else ErrTooLarge). A batch whose
+	// pack breaks a limit is fetched again in halves, and a tag whose own objects break it
+	// is skipped. Fetch does not verify otherwise: call Verify on the Artifact. Nil for none.
 	Verify *VerifyOptions
 }
 
@@ -218,10 +242,13 @@ type VerifyOptions struct {
 }
 
 // SkippedTag is a tag in the semver range, higher than the one fetched, that was not taken
-// because its signatures do not verify.
+// because its signatures do not verify (or its objects cannot be fetched within the
+// limits).
 type SkippedTag struct {
+	// Tag is the tag's name, cut to 256 bytes (and "…").
 	Tag string
-	// Reason says why, e.g. "signed by SSH key SHA256:..., which is not a trusted key".
+	// Reason says why, e.g. "signed by SSH key SHA256:..., which is not a trusted key"; cut
+	// to 512 bytes (and "…").
 	Reason string
 }
 
@@ -241,8 +268,11 @@ type Artifact struct {
 	// Since is Options.Since (lower-case), "" when none was given.
 	Since string
 	// SkippedTags are the tags higher than Tag in the semver range whose signatures did not
-	// verify, highest first (only with Options.Verify verifying tags).
+	// verify, highest first (only with Options.Verify verifying tags): the first
+	// MaxSkippedTags of them.
 	SkippedTags []SkippedTag
+	// SkippedTagsOmitted is how many more tags were skipped, below those listed.
+	SkippedTagsOmitted int
 
 	store     *filesystem.Storage
 	tagObject plumbing.Hash // the annotated tag object of Tag; zero for a lightweight tag
@@ -706,11 +736,13 @@ func matchingTags(c *semver.Constraints, tags []string) []string {
 // server advertises it peeled), or `sha1:<commit>` / `<branch>@sha1:<commit>` for a commit
 // ref (the commit itself is not checked; only that the branch exists). With a semver ref
 // and Options.Verify verifying tags it also fetches the candidate tags' objects (no trees)
-// into a temporary directory, to pick the tag Fetch would pick. The reconciler compares it
-// with the last fetched revision to skip a fetch.
+// into a temporary directory, as Fetch does and within the same bounds, to pick the tag
+// Fetch would pick. The reconciler compares it with the last fetched revision to skip a
+// fetch.
 //
 // Errors are *Error: ErrInvalidOptions, ErrInvalidKeys, ErrAuthFailed, ErrHostKey,
-// ErrRepositoryNotFound, ErrUnreachable, ErrTimeout, ErrRefNotFound, ErrTooLarge,
+// ErrRepositoryNotFound, ErrUnreachable, ErrTimeout, ErrRefNotFound, ErrTooLarge (also:
+// none of the MaxTagCandidates highest annotated candidates verifies and there are more),
 // ErrVerification (no candidate tag verifies) or ErrFetchFailed.
 func RemoteRevision(ctx context.Context, o Options) (string, error) {
 	p, err := prepare(o)
@@ -755,8 +787,10 @@ func RemoteRevision(ctx context.Context, o Options) (string, error) {
 // On success the caller owns the Artifact and must call Cleanup. On failure nothing is
 // left on disk and the error is an *Error matching one of ErrInvalidOptions,
 // ErrInvalidKeys, ErrAuthFailed, ErrHostKey, ErrRepositoryNotFound, ErrUnreachable,
-// ErrTimeout, ErrRefNotFound, ErrTooLarge, ErrVerification (only when no semver candidate
-// verifies) or ErrFetchFailed. Fetch does not verify the fetched commit: call Verify.
+// ErrTimeout, ErrRefNotFound, ErrTooLarge (also when none of the MaxTagCandidates highest
+// annotated semver candidates verifies and there are more), ErrVerification (only when no
+// semver candidate verifies) or ErrFetchFailed. Fetch does not verify the fetched commit:
+// call Verify.
 func Fetch(ctx context.Context, o Options) (*Artifact, error) {
 	p, err := prepare(o)
 	if err != nil {

@@ -257,7 +257,7 @@ func tagOf(st storer.EncodedObjectStorer, name string, obj plumbing.Hash, commit
 	if tag.Name != name {
 		return nil, &Error{Op: "verify", Subject: "tag " + name, Kind: ErrVerification,
 			Err: fmt.Errorf("the tag object %s is named %q, not %q: it was published under another ref name (git describe says: tag '%s' is really '%s')",
-				short(obj.String()), tag.Name, name, name, tag.Name),
+				short(obj.String()), clip(tag.Name, maxQuotedTagName), name, name, clip(tag.Name, maxQuotedTagName)),
 			Hint: "a signed tag counts only under its own name; delete refs/tags/" + name + ", or create and sign a tag named " + name}
 	}
 	if tag.TargetType != plumbing.CommitObject || tag.Target.String() != commit {
@@ -267,8 +267,9 @@ func tagOf(st storer.EncodedObjectStorer, name string, obj plumbing.Hash, commit
 	return tag, nil
 }
 
-// verifyTagRef verifies a semver candidate with what chooseTag fetched: the tag's
-// signature, and for TagAndHEAD its commit's.
+// verifyTagRef verifies a semver candidate with what chooseTag fetched: the tag object's
+// name and signature, and for TagAndHEAD its commit's. A lightweight candidate fails at
+// once, without reading the store.
 func verifyTagRef(st storer.EncodedObjectStorer, r resolved, v *VerifyOptions) error {
 	var obj plumbing.Hash
 	if r.annotated() {

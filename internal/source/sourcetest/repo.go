@@ -11,6 +11,7 @@ package sourcetest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,16 +168,52 @@ func (r *Repo) Checkout(branch string) {
 	r.run(nil, nil, "checkout", "-q", branch)
 }
 
-// Tag creates the lightweight tag name at HEAD.
+// Tag creates the lightweight tag name at HEAD. A lightweight tag is only a ref, so when
+// HEAD is a loose branch ref (as after Commit) Tag writes the tag's loose ref itself, as
+// git does, without starting git: tests make thousands of them.
 func (r *Repo) Tag(name string) {
 	r.t.Helper()
-	r.run(nil, nil, "tag", name)
+	gitDir := filepath.Join(r.Dir, ".git")
+	head, err := os.ReadFile(filepath.Join(gitDir, "HEAD"))
+	branch, ok := strings.CutPrefix(strings.TrimSpace(string(head)), "ref: refs/heads/")
+	ref := filepath.Join(gitDir, "refs", "tags", filepath.FromSlash(name))
+	if err != nil || !ok || strings.ContainsAny(name, "^~:?*[\\ ") || strings.Contains(name, "..") {
+		r.run(nil, nil, "tag", name)
+		return
+	}
+	hash, err := os.ReadFile(filepath.Join(gitDir, "refs", "heads", filepath.FromSlash(branch)))
+	if h := strings.TrimSpace(string(hash)); err != nil || len(h) != 40 {
+		r.run(nil, nil, "tag", name) // a packed or unborn branch
+		return
+	}
+	if _, err := os.Lstat(ref); err == nil {
+		r.t.Fatalf("git tag %s: the tag already exists", name)
+	}
+	if err := os.MkdirAll(filepath.Dir(ref), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(ref, hash, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
 }
 
 // TagAnnotated creates the unsigned annotated tag name at HEAD.
 func (r *Repo) TagAnnotated(name, message string) {
 	r.t.Helper()
 	r.run(nil, nil, "-c", "tag.gpgsign=false", "tag", "-a", "-m", message, name)
+}
+
+// TagAnnotatedMany creates an unsigned annotated tag at HEAD for each of names, all with
+// message, in one `git fast-import` (thousands of tags in well under a second).
+func (r *Repo) TagAnnotatedMany(names []string, message string) {
+	r.t.Helper()
+	head := r.Rev("HEAD")
+	var b strings.Builder
+	for _, name := range names {
+		fmt.Fprintf(&b, "tag %s\nfrom %s\ntagger Reversi Test <test@reversi.invalid> 1700000000 +0000\ndata %d\n%s\n",
+			name, head, len(message), message)
+	}
+	r.run(nil, []byte(b.String()), "fast-import", "--quiet")
 }
 
 // TagSigned creates the annotated tag name at HEAD, signed by s.
