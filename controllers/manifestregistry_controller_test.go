@@ -149,9 +149,9 @@ func TestBadRevisionsLeaveTheLastGoodRendering(t *testing.T) {
 		want   string
 	}{
 		{name: "file over the limit in spec.path", plain: true, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair, signer *sourcetest.SSHKey) {
-			repo.WriteZeros("reg/big.bin", 5<<20)
+			repo.WriteZeros("reg/big.bin", testMaxFileBytes+1<<20)
 			repo.Commit("a big file")
-		}, reason: v1alpha1.ReasonSourceTooLarge, want: "reg/big.bin is larger than the 4 MiB limit (--source-max-file-bytes)"},
+		}, reason: v1alpha1.ReasonSourceTooLarge, want: "reg/big.bin is larger than the 16 MiB limit (--source-max-file-bytes)"},
 		{name: "unsigned commit under a signed head", commit: true, mode: v1alpha1.CommitVerifyChain, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair, signer *sourcetest.SSHKey) {
 			repo.WriteFile("README", "unsigned change\n")
 			repo.Commit("sneak in a change")

@@ -29,6 +29,11 @@ import (
 // testShardBytes keeps shards small so a few hundred tools span several ConfigMaps.
 const testShardBytes = 64 * 1024
 
+// testMaxFileBytes is --source-max-file-bytes of the tests' controller: above the 4 MiB
+// default, since BenchmarkReconcileScale's 20,000-tool index.json is about 7 MB (a registry that
+// large needs the flag raised).
+const testMaxFileBytes = 16 << 20
+
 // keyPair is a test signing key.
 type keyPair = signingtest.Key
 
@@ -60,7 +65,7 @@ func TestMain(m *testing.M) {
 		ctlKey, err = EphemeralSigningKey()
 	}
 	if err == nil {
-		err = Setup(mgr, Options{MaxShardBytes: testShardBytes, Webhooks: true, SigningKey: ctlKey, AllowFileURLs: true})
+		err = Setup(mgr, Options{MaxShardBytes: testShardBytes, Webhooks: true, SigningKey: ctlKey, AllowFileURLs: true, SourceMaxFileBytes: testMaxFileBytes})
 	}
 	if err != nil {
 		envErr = err
