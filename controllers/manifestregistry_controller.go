@@ -683,6 +683,10 @@ func (r *ManifestRegistryReconciler) verifyCommit(ctx context.Context, reg *v1al
 		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventTagSkipped, art.Revision,
 			fmt.Sprintf("tag %s skipped, its signature does not verify: %s", t.Tag, t.Reason))
 	}
+	if n := art.SkippedTagsOmitted; n > 0 {
+		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventTagSkipped, art.Revision,
+			fmt.Sprintf("%d more tags above it skipped, their signatures do not verify (not listed one by one)", n))
+	}
 	v := reg.Spec.Verify
 	if v == nil || v.Commit == nil {
 		removeCondition(reg, v1alpha1.ConditionSourceVerified)
