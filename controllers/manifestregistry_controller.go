@@ -65,8 +65,8 @@ type ManifestRegistryReconciler struct {
 	MaxShardBytes int
 	// Key signs the snapshot of every rendering. Required.
 	Key *SigningKey
-	// APIReader reads the registry and its ConfigMaps from the API server, not the cache: the
-	// sequence and the drift check depend on the newest status and data (mgr.GetAPIReader()).
+	// APIReader reads the registry from the API server, not the cache: the sequence depends on
+	// the newest status (mgr.GetAPIReader()).
 	APIReader client.Reader
 	// AllowFileURLs lets registries use file:// URLs, which read repositories on the
 	// controller's own disk; without it such a registry is Ready=False InvalidSpec.
@@ -302,7 +302,7 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 	}
 	reg.Status.LastAttemptedRevision = remote
 	if a := reg.Status.Artifact; a != nil && a.Revision == remote && r.renderedInputs(ctx, reg) == inputs &&
-		a.RenderingDigest != "" && liveRenderingDigest(ctx, r.APIReader, reg, a.ConfigMaps) == a.RenderingDigest &&
+		a.RenderingDigest != "" && liveRenderingDigest(ctx, r.Client, reg, a.ConfigMaps) == a.RenderingDigest &&
 		slices.Equal(r.ownedShards(ctx, reg), a.ConfigMaps) && last.snap != nil && last.snap.Revision == remote {
 		msg := fmt.Sprintf("stored artifact for revision %s (unchanged)", remote)
 		setCondition(reg, v1alpha1.ConditionArtifactInStorage, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, msg)
@@ -387,7 +387,7 @@ type applied struct {
 // lastApplied reads what the registry applied last, from its status and its rendering.
 func (r *ManifestRegistryReconciler) lastApplied(ctx context.Context, reg *v1alpha1.ManifestRegistry) applied {
 	a := applied{reg: reg, status: reg.Status.Artifact}
-	prev := readPrevious(ctx, r.APIReader, reg, shardsOf(ctx, r.APIReader, reg.Namespace, shardName(reg.Name, 0)), r.Key.Trust)
+	prev := readPrevious(ctx, r.Client, reg, shardsOf(ctx, r.Client, reg.Namespace, shardName(reg.Name, 0)), r.Key.Trust)
 	if s, ok := prev.snapshots[registrySource(reg)]; ok {
 		a.snap = &s
 		a.sequence = s.Sequence
@@ -491,7 +491,7 @@ func (r *ManifestRegistryReconciler) removeAcceptAnnotation(ctx context.Context,
 // shards are (`-manifests`, `-manifests-1`, …): the rendering is exactly these.
 func (r *ManifestRegistryReconciler) ownedShards(ctx context.Context, reg *v1alpha1.ManifestRegistry) []string {
 	var cms corev1.ConfigMapList
-	if err := r.APIReader.List(ctx, &cms, client.InNamespace(reg.Namespace), client.MatchingLabels{LabelRegistry: reg.Name}); err != nil {
+	if err := r.List(ctx, &cms, client.InNamespace(reg.Namespace), client.MatchingLabels{LabelRegistry: reg.Name}); err != nil {
 		return nil
 	}
 	var names []string
@@ -908,7 +908,7 @@ func boundInvalid(in []v1alpha1.InvalidTool) ([]v1alpha1.InvalidTool, int32) {
 // renderedInputs is the inputs digest the rendering was made with (shard 0's annotation).
 func (r *ManifestRegistryReconciler) renderedInputs(ctx context.Context, reg *v1alpha1.ManifestRegistry) string {
 	var cm corev1.ConfigMap
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: reg.Namespace, Name: shardName(reg.Name, 0)}, &cm); err != nil {
+	if err := r.Get(ctx, types.NamespacedName{Namespace: reg.Namespace, Name: shardName(reg.Name, 0)}, &cm); err != nil {
 		return ""
 	}
 	return cm.Annotations[AnnotationInputs]
@@ -934,7 +934,7 @@ func (r *ManifestRegistryReconciler) render(ctx context.Context, reg *v1alpha1.M
 	set := shardSet{owner: reg, names: names, shards: shards,
 		labels:      map[string]string{LabelRegistry: reg.Name, LabelManagedBy: ManagedBy},
 		annotations: map[string]string{AnnotationRevision: b.Snapshots[0].Snapshot.Revision, AnnotationInputs: inputs}}
-	drifts, err := set.apply(ctx, r.Client, r.APIReader, r.Scheme())
+	drifts, err := set.apply(ctx, r.Client, r.Scheme())
 	if len(drifts) > 0 {
 		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventRenderingDrift, b.Snapshots[0].Snapshot.Revision,
 			driftNote(reg.Namespace, drifts, "the rendering of "+b.Snapshots[0].Snapshot.Describe()))

@@ -131,6 +131,12 @@ func TestRegistryRendersAndFollowsNewCommits(t *testing.T) {
 		t.Fatalf("refund %+v", ms[2])
 	}
 	reg = waitReady(t, ns, "payments", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, rev2)
+	// The controller's own new rendering is no drift.
+	for _, e := range events(t, ns, "payments") {
+		if strings.HasPrefix(e, v1alpha1.EventRenderingDrift) {
+			t.Fatalf("a new commit's rendering was reported as drift: %s", e)
+		}
+	}
 	if reg.Status.LastHandledReconcileAt == "" {
 		t.Fatal("lastHandledReconcileAt not set")
 	}

@@ -88,8 +88,9 @@ type previous struct {
 	entries   map[string]bundle.Entry // by tool
 }
 
-// readPrevious assembles the ConfigMaps names (from live) and keeps what verifies with trust;
-// an empty previous when they are missing, incomplete or do not verify.
+// readPrevious assembles the ConfigMaps names (from the cache: one a little behind only makes
+// the baseline older, which the checks and sequenceFor allow for) and keeps what verifies with
+// trust; an empty previous when they are missing, incomplete or do not verify.
 func readPrevious(ctx context.Context, live client.Reader, owner client.Object, names []string, trust *signing.TrustSet) previous {
 	p := previous{snapshots: map[string]bundle.Snapshot{}, entries: map[string]bundle.Entry{}}
 	var shards []map[string]string
@@ -149,8 +150,7 @@ func renderingDigest(shards []map[string]string) string {
 }
 
 // liveRenderingDigest is the renderingDigest of the ConfigMaps named, as they are now ("" when
-// one is missing or not controlled by owner). Read them with the API reader: the cache may
-// still hold the controller's own earlier write.
+// one is missing or not controlled by owner).
 func liveRenderingDigest(ctx context.Context, c client.Reader, owner client.Object, names []string) string {
 	shards := make([]map[string]string, 0, len(names))
 	for _, name := range names {
@@ -167,7 +167,7 @@ func liveRenderingDigest(ctx context.Context, c client.Reader, owner client.Obje
 type drift struct {
 	name     string
 	managers []string // field managers other than the controller that own data keys
-	keys     []string // data keys that differed
+	what     string   // what differed: "data: <keys>" or "metadata.ownerReferences"
 }
 
 func (d drift) String() string {
@@ -175,7 +175,7 @@ func (d drift) String() string {
 	if len(d.managers) > 0 {
 		who = strings.Join(d.managers, ", ")
 	}
-	return fmt.Sprintf("ConfigMap %s was changed by %s (data: %s)", d.name, who, strings.Join(d.keys, ", "))
+	return fmt.Sprintf("ConfigMap %s was changed by %s (%s)", d.name, who, d.what)
 }
 
 // driftNote is the note of a RenderingDrift event.
@@ -251,15 +251,16 @@ type shardSet struct {
 
 // apply writes the shards (the last first, so a reader that sees shard 0 finds the others),
 // creating missing ones and restoring any whose data, labels or annotations differ, and
-// reports the ConfigMaps whose data someone else changed. It reads with live (the API
-// reader), so that its own earlier write still in the cache is not taken for an edit.
-// Existing ConfigMaps it does not control are taken over (issue 17 turns that into a conflict).
-func (s shardSet) apply(ctx context.Context, c client.Client, live client.Reader, scheme *runtime.Scheme) ([]drift, error) {
+// reports the ConfigMaps someone else changed: data or owner references that a field manager
+// other than the controller wrote (a new rendering of the controller's own is no drift; a
+// stale cached copy of its own earlier write ends in a conflict and a retry). Existing
+// ConfigMaps it does not control are taken over (issue 17 turns that into a conflict).
+func (s shardSet) apply(ctx context.Context, c client.Client, scheme *runtime.Scheme) ([]drift, error) {
 	var drifts []drift
 	for i := len(s.shards) - 1; i >= 0; i-- {
 		cm := &corev1.ConfigMap{}
 		key := types.NamespacedName{Namespace: s.owner.GetNamespace(), Name: s.names[i]}
-		err := live.Get(ctx, key, cm)
+		err := c.Get(ctx, key, cm)
 		exists := err == nil
 		if err != nil && !apierrors.IsNotFound(err) {
 			return drifts, fmt.Errorf("reading ConfigMap %s: %w", s.names[i], err)
@@ -271,7 +272,7 @@ func (s shardSet) apply(ctx context.Context, c client.Client, live client.Reader
 		if exists && !metav1.IsControlledBy(cm, s.owner) && refersTo(cm, s.owner) {
 			// Ours, with its controller reference taken away or pointed elsewhere: that is an
 			// edit too (it would stop the healing), and the controller reference comes back.
-			drifts = append(drifts, drift{name: s.names[i], managers: foreignManagers(cm), keys: []string{"metadata.ownerReferences"}})
+			drifts = append(drifts, drift{name: s.names[i], managers: foreignManagers(cm), what: "metadata.ownerReferences"})
 			cm.OwnerReferences = slices.DeleteFunc(cm.OwnerReferences, func(r metav1.OwnerReference) bool {
 				return r.UID == s.owner.GetUID() || (r.Controller != nil && *r.Controller)
 			})
@@ -279,7 +280,9 @@ func (s shardSet) apply(ctx context.Context, c client.Client, live client.Reader
 		}
 		if exists && metav1.IsControlledBy(cm, s.owner) {
 			if keys := diffKeys(cm.Data, s.shards[i]); len(keys) > 0 {
-				drifts = append(drifts, drift{name: s.names[i], managers: foreignManagers(cm), keys: keys})
+				if managers := foreignManagers(cm); len(managers) > 0 {
+					drifts = append(drifts, drift{name: s.names[i], managers: managers, what: "data: " + strings.Join(keys, ", ")})
+				}
 				changed = true
 			}
 		} else if exists {

@@ -56,8 +56,8 @@ type ReversiGatewayReconciler struct {
 	// Key signs the snapshot of the selected ToolManifests and verifies the registries'
 	// renderings; its public keys go into every gateway pod (ControllerKeysEnv). Required.
 	Key *SigningKey
-	// APIReader reads the gateway and the rendered ConfigMaps from the API server, not the
-	// cache (mgr.GetAPIReader()): see ManifestRegistryReconciler.APIReader.
+	// APIReader reads the gateway from the API server, not the cache (mgr.GetAPIReader()):
+	// see ManifestRegistryReconciler.APIReader.
 	APIReader client.Reader
 }
 
@@ -198,7 +198,7 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 	}
 	// What was rendered last, as far as it verifies with the controller's key: sequences and
 	// versions grow from it (status can be written by others).
-	last := readPrevious(ctx, r.APIReader, gw, shardsOf(ctx, r.APIReader, gw.Namespace, n.manifests), r.Key.Trust)
+	last := readPrevious(ctx, r.Client, gw, shardsOf(ctx, r.Client, gw.Namespace, n.manifests), r.Key.Trust)
 	b, sources, serr := r.merge(ctx, gw, trust, last)
 	if serr != nil {
 		return ctrl.Result{}, serr
@@ -244,7 +244,7 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 	// gateway.yaml and the manifests: written again whenever their data differs from the
 	// rendering, with a RenderingDrift event naming who changed them.
 	configSet := shardSet{owner: gw, names: []string{n.config}, shards: []map[string]string{{GatewayConfigKey: string(rc.data)}}, labels: gatewayLabels(gw)}
-	drifts, err := configSet.apply(ctx, r.Client, r.APIReader, r.Scheme())
+	drifts, err := configSet.apply(ctx, r.Client, r.Scheme())
 	if len(drifts) > 0 {
 		r.event(gw, corev1.EventTypeWarning, v1alpha1.EventRenderingDrift, driftNote(gw.Namespace, drifts, "the rendered gateway.yaml (pods refuse to start on another one)"))
 	}
@@ -255,7 +255,7 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 	prev := r.renderedDigest(ctx, n)
 	set := shardSet{owner: gw, names: shardNames(n.manifests, len(shards)), shards: shards,
 		labels: gatewayLabels(gw), annotations: map[string]string{AnnotationRevision: b.Revision()}}
-	drifts, err = set.apply(ctx, r.Client, r.APIReader, r.Scheme())
+	drifts, err = set.apply(ctx, r.Client, r.Scheme())
 	if len(drifts) > 0 {
 		r.event(gw, corev1.EventTypeWarning, v1alpha1.EventRenderingDrift, driftNote(gw.Namespace, drifts, "the rendering of digest "+digest))
 	}

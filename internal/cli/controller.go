@@ -29,7 +29,8 @@ func newControllerCmd() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey string
 	var leaderElect, devLog, webhooks, allowFileURLs bool
 	var maxFileBytes, maxTotalBytes int64
-	var maxFiles, maxRefs, concurrent int
+	var maxFiles, maxRefs, concurrent, apiBurst int
+	var apiQPS float32
 	var maxTimeout time.Duration
 	var webhookPort int
 	var webhookCertDir string
@@ -46,6 +47,7 @@ func newControllerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			cfg.QPS, cfg.Burst = apiQPS, apiBurst
 			mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 				Scheme:                 v1alpha1.NewScheme(),
 				Metrics:                metricsserver.Options{BindAddress: metricsAddr},
@@ -89,6 +91,8 @@ func newControllerCmd() *cobra.Command {
 	f.IntVar(&maxRefs, "source-max-refs", source.DefaultMaxRefs, "the most refs a git server may advertise")
 	f.DurationVar(&maxTimeout, "source-max-timeout", controllers.DefaultSourceMaxTimeout, "the longest a registry's fetch may take, whatever its spec.timeout says")
 	f.IntVar(&concurrent, "concurrent", controllers.DefaultConcurrent, "how many ManifestRegistries reconcile at once")
+	f.Float32Var(&apiQPS, "kube-api-qps", 50, "requests per second to the API server (client-side limit)")
+	f.IntVar(&apiBurst, "kube-api-burst", 300, "burst of requests to the API server (client-side limit)")
 	f.StringVar(&signingKey, "signing-key-secret", "", "NAMESPACE/NAME of the Secret with the controller's own Ed25519 key, which signs every rendering's snapshot; created on first start (default: NAMESPACE/"+controllers.DefaultSigningKeySecret+", NAMESPACE being $POD_NAMESPACE or else reversi-system)")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
 	f.BoolVar(&webhooks, "webhooks", true, "serve the Approval admission webhooks (needs a serving certificate in --webhook-cert-dir)")
