@@ -72,9 +72,6 @@ func Start(name, bin string, args, env []string, logPath string) (*Process, erro
 // PID is the process id (also its process group's id).
 func (p *Process) PID() int { return p.cmd.Process.Pid }
 
-// Done is closed when the process has exited.
-func (p *Process) Done() <-chan struct{} { return p.done }
-
 // Exited reports whether the process has exited, and how (nil: exit status 0).
 func (p *Process) Exited() (bool, error) {
 	select {
@@ -99,9 +96,6 @@ func (p *Process) Stop() {
 		<-p.done
 	}
 }
-
-// Signal sends sig to the process group without waiting.
-func (p *Process) Signal(sig syscall.Signal) { _ = syscall.Kill(-p.PID(), sig) }
 
 // Output is the log file's content so far.
 func (p *Process) Output() string {

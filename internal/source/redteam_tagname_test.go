@@ -80,9 +80,7 @@ func TestTagObjectNameMustMatchTheRef(t *testing.T) {
 		!strings.Contains(a.SkippedTags[0].Reason, `named "v1.0.0"`) {
 		t.Fatalf("semver fetched %s, skipped %+v", a.Revision, a.SkippedTags)
 	}
-	if rev, err := source.RemoteRevision(context.Background(), o); err != nil || rev != a.Revision {
-		t.Fatalf("RemoteRevision %q %v, want %q", rev, err, a.Revision)
-	}
+	sameRemoteRevision(t, o, a)
 }
 
 // ATTACK (git pusher without keys; freeze for good): semver with verified tags tries only the
@@ -93,12 +91,7 @@ func TestTagObjectNameMustMatchTheRef(t *testing.T) {
 // Ready=False from then on, so the writers' next signed release (v1.1.0, pushed later) is
 // also beaten by ten more unsigned tags above it: updates stop for good.
 func TestSemverFrozenByTenUnsignedTagsAboveTheTrustedOne(t *testing.T) {
-	key := sourcetest.NewSSHKey(t)
-	keys := keyRing(t, map[string][]byte{"release.sshpub": key.AuthorizedKey})
-	r := sourcetest.NewRepo(t)
-	r.WriteFile("reg/rules.yaml", "strict")
-	strict := r.Commit("strict rules")
-	r.TagSigned("v1.0.0", "release 1.0.0", key)
+	_, keys, r, strict := signedRelease(t)
 	for i := 1; i <= source.MaxTagCandidates; i++ {
 		r.Tag(fmt.Sprintf("v1.0.%d", i))
 	}

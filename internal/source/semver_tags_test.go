@@ -84,9 +84,7 @@ func TestSemverChoosesTheHighestTrustedTagBelowManyBadOnes(t *testing.T) {
 			if last := a.SkippedTags[len(a.SkippedTags)-1]; last.Tag != "v1.2.13" {
 				t.Errorf("last listed skipped tag %+v, want v1.2.13", last)
 			}
-			if rev, err := source.RemoteRevision(context.Background(), o); err != nil || rev != a.Revision {
-				t.Fatalf("RemoteRevision %q %v, want %q", rev, err, a.Revision)
-			}
+			sameRemoteRevision(t, o, a)
 		})
 	}
 }
@@ -95,12 +93,7 @@ func TestSemverChoosesTheHighestTrustedTagBelowManyBadOnes(t *testing.T) {
 // batch is fetched again in halves, and a tag whose own object is over MaxFileBytes is
 // skipped, saying so.
 func TestSemverSplitsTagBatchesOverTheLimits(t *testing.T) {
-	key := sourcetest.NewSSHKey(t)
-	keys := keyRing(t, map[string][]byte{"release.sshpub": key.AuthorizedKey})
-	r := sourcetest.NewRepo(t)
-	r.WriteFile("reg/rules.yaml", "strict")
-	strict := r.Commit("strict rules")
-	r.TagSigned("v1.0.0", "release 1.0.0", key)
+	_, keys, r, strict := signedRelease(t)
 	r.TagAnnotatedMany(tagNames("v1.0.", 40), strings.Repeat("twelve KiB ", 12<<10/11)) // 480 KiB in all
 	r.TagAnnotatedMany([]string{"v1.1.0"}, strings.Repeat("x", 20<<10))                 // over MaxFileBytes
 	srv := sourcetest.ServeHTTP(t, filepath.Dir(r.Dir), sourcetest.HTTPAuth{})
@@ -130,9 +123,7 @@ func TestSemverSplitsTagBatchesOverTheLimits(t *testing.T) {
 					t.Fatalf("skipped %+v, want not signed", s)
 				}
 			}
-			if rev, err := source.RemoteRevision(context.Background(), o); err != nil || rev != a.Revision {
-				t.Fatalf("RemoteRevision %q %v, want %q", rev, err, a.Revision)
-			}
+			sameRemoteRevision(t, o, a)
 		})
 	}
 }
@@ -142,12 +133,7 @@ func TestSemverSplitsTagBatchesOverTheLimits(t *testing.T) {
 // annotated tag above it and Fetch and RemoteRevision fail with ErrTooLarge naming the
 // limit.
 func TestSemverTriesAtMostMaxTagCandidatesAnnotatedTags(t *testing.T) {
-	key := sourcetest.NewSSHKey(t)
-	keys := keyRing(t, map[string][]byte{"release.sshpub": key.AuthorizedKey})
-	r := sourcetest.NewRepo(t)
-	r.WriteFile("reg/rules.yaml", "strict")
-	strict := r.Commit("strict rules")
-	r.TagSigned("v1.0.0", "release 1.0.0", key)
+	_, keys, r, strict := signedRelease(t)
 	r.Commit("junk")
 	r.TagAnnotatedMany(tagNames("v1.0.", source.MaxTagCandidates-1), "not a release")
 	for _, name := range tagNames("v1.1.", 30) {
@@ -163,9 +149,7 @@ func TestSemverTriesAtMostMaxTagCandidatesAnnotatedTags(t *testing.T) {
 	if n := len(a.SkippedTags) + a.SkippedTagsOmitted; n != source.MaxTagCandidates-1+30 {
 		t.Fatalf("%d tags skipped", n)
 	}
-	if rev, err := source.RemoteRevision(context.Background(), o); err != nil || rev != a.Revision {
-		t.Fatalf("RemoteRevision %q %v, want %q", rev, err, a.Revision)
-	}
+	sameRemoteRevision(t, o, a)
 
 	r.TagAnnotatedMany([]string{fmt.Sprintf("v1.0.%d", source.MaxTagCandidates)}, "one more")
 	_, err := source.Fetch(context.Background(), o)
@@ -177,4 +161,25 @@ func TestSemverTriesAtMostMaxTagCandidatesAnnotatedTags(t *testing.T) {
 	}
 	_, err = source.RemoteRevision(context.Background(), o)
 	assertKind(t, err, source.ErrTooLarge, words...)
+}
+
+// signedRelease is a repository whose commit strict (reg/rules.yaml) is tagged v1.0.0, signed
+// by key; keys trusts key.
+func signedRelease(t *testing.T) (key *sourcetest.SSHKey, keys *source.KeyRing, r *sourcetest.Repo, strict string) {
+	t.Helper()
+	key = sourcetest.NewSSHKey(t)
+	keys = keyRing(t, map[string][]byte{"release.sshpub": key.AuthorizedKey})
+	r = sourcetest.NewRepo(t)
+	r.WriteFile("reg/rules.yaml", "strict")
+	strict = r.Commit("strict rules")
+	r.TagSigned("v1.0.0", "release 1.0.0", key)
+	return key, keys, r, strict
+}
+
+// sameRemoteRevision fails unless RemoteRevision says what Fetch fetched (a).
+func sameRemoteRevision(t *testing.T, o source.Options, a *source.Artifact) {
+	t.Helper()
+	if rev, err := source.RemoteRevision(context.Background(), o); err != nil || rev != a.Revision {
+		t.Fatalf("RemoteRevision %q %v, want %q", rev, err, a.Revision)
+	}
 }

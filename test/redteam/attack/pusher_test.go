@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
 )
 
 // ATTACK (git pusher without a writer key; TUF: mix-and-match across repositories): the
@@ -18,23 +17,11 @@ import (
 // ancestry check passes, the index sequence does not go down, every signature verifies — the
 // controller applies staging's rules as prod's, and the gateway accepts them.
 func TestPusherCopiesAnotherRegistrysSignedFolder(t *testing.T) {
-	w := newWorld(t)
+	w, repo, p := prodServing(t, strictWipe, "approval required")
 	staging := filepath.Join(t.TempDir(), "staging")
 	w.publish(staging, w.manifests(looseWipe))
 	for _, tool := range []string{"db.read_a", "db.read_b", "db.read_c"} {
 		w.publish(staging, w.manifests("tool: "+tool+"\ndescription: Read.\neffect: read_only\npermission: db:read\n"))
-	}
-
-	repo := sourcetest.NewRepo(t)
-	w.publish(filepath.Join(repo.Dir, "reg"), w.manifests(strictWipe))
-	repo.Commit("prod: db.wipe needs a DBA")
-	w.create(registrySpec(w.ns, "prod", repo.FileURL(), v1alpha1.FormatRegistry))
-	w.mustRender(w.ns, "prod")
-	w.create(gatewaySpec(w.ns, "pay", &v1alpha1.GatewayManifests{Registries: []string{"prod"}}))
-	w.reconcileGateway("pay")
-	p := w.pod("pay")
-	if l, err := p.reload(); err != nil || needsApproval(l.Manifests, "db.wipe") != "approval required" {
-		t.Fatalf("the working system: %v", err)
 	}
 
 	if err := os.RemoveAll(filepath.Join(repo.Dir, "reg")); err != nil {

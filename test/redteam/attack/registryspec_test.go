@@ -22,18 +22,7 @@ import (
 // the source's kind from the controller's snapshot. The gateway's trusted writer keys are
 // bypassed for every tool of that registry.
 func TestRegistryEditorSwitchesToPlainToDropWriterSignatures(t *testing.T) {
-	w := newWorld(t)
-	repo := sourcetest.NewRepo(t)
-	w.publish(filepath.Join(repo.Dir, "reg"), w.manifests(strictWipe))
-	repo.Commit("db.wipe needs a DBA")
-	w.create(registrySpec(w.ns, "prod", repo.FileURL(), v1alpha1.FormatRegistry))
-	w.mustRender(w.ns, "prod")
-	w.create(gatewaySpec(w.ns, "pay", &v1alpha1.GatewayManifests{Registries: []string{"prod"}}))
-	w.reconcileGateway("pay")
-	p := w.pod("pay")
-	if l, err := p.reload(); err != nil || needsApproval(l.Manifests, "db.wipe") != "approval required" {
-		t.Fatalf("the working system: %v", err)
-	}
+	w, repo, p := prodServing(t, strictWipe, "approval required")
 
 	fork := sourcetest.NewRepo(t)
 	fork.Git("pull", "-q", repo.FileURL(), "main")

@@ -17,9 +17,16 @@ import (
 // looseProd is a namespace whose prod registry serves db.wipe without approval (v1), rendered
 // and served by gateway pay's pod.
 func looseProd(t *testing.T) (*world, *sourcetest.Repo, *pod) {
+	return prodServing(t, looseWipe, "no approval")
+}
+
+// prodServing is a namespace whose prod registry (format Registry, one signed commit) serves
+// the manifest yaml of db.wipe, rendered for gateway pay and loaded by its pod, which finds
+// db.wipe with want (needsApproval).
+func prodServing(t *testing.T, yaml, want string) (*world, *sourcetest.Repo, *pod) {
 	w := newWorld(t)
 	repo := sourcetest.NewRepo(t)
-	w.publish(filepath.Join(repo.Dir, "reg"), w.manifests(looseWipe))
+	w.publish(filepath.Join(repo.Dir, "reg"), w.manifests(yaml))
 	repo.Commit("db.wipe v1")
 	w.create(registrySpec(w.ns, "prod", repo.FileURL(), v1alpha1.FormatRegistry))
 	w.mustRender(w.ns, "prod")
@@ -27,7 +34,7 @@ func looseProd(t *testing.T) (*world, *sourcetest.Repo, *pod) {
 	w.reconcileGateway("pay")
 	p := w.pod("pay")
 	l, err := p.reload()
-	if err != nil || needsApproval(l.Manifests, "db.wipe") != "no approval" {
+	if err != nil || needsApproval(l.Manifests, "db.wipe") != want {
 		t.Fatalf("the working system: %v, db.wipe %s", err, needsApproval(l.Manifests, "db.wipe"))
 	}
 	return w, repo, p
