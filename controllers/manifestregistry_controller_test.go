@@ -631,3 +631,24 @@ func TestRevisionCommit(t *testing.T) {
 		}
 	}
 }
+
+// spec.timeout is capped by the controller's --source-max-timeout: a registry whose server never
+// answers holds a worker for at most that long.
+func TestSourceTimeoutIsCapped(t *testing.T) {
+	r := &ManifestRegistryReconciler{SourceMaxTimeout: time.Minute}
+	for spec, want := range map[time.Duration]time.Duration{0: source.DefaultTimeout, 30 * time.Second: 30 * time.Second, 10 * time.Minute: time.Minute} {
+		reg := newRegistry("ns", "reg", "https://git.invalid/repo.git", nil)
+		if spec > 0 {
+			reg.Spec.Timeout = &metav1.Duration{Duration: spec}
+		}
+		o, serr := r.sourceOptions(t.Context(), reg)
+		if serr != nil || o.Timeout != want {
+			t.Errorf("spec.timeout %s: fetch timeout %s (%v), want %s", spec, o.Timeout, serr, want)
+		}
+	}
+	if o, _ := (&ManifestRegistryReconciler{}).sourceOptions(t.Context(), newRegistry("ns", "reg", "https://git.invalid/repo.git", func(r *v1alpha1.ManifestRegistry) {
+		r.Spec.Timeout = &metav1.Duration{Duration: time.Hour}
+	})); o.Timeout != DefaultSourceMaxTimeout {
+		t.Errorf("default cap: %s", o.Timeout)
+	}
+}
