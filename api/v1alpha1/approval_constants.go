@@ -2,10 +2,9 @@ package v1alpha1
 
 // Annotations and reasons of ApprovalRequest and Approval (issue 8).
 const (
-	// AnnotationConsumedAt (ApprovalRequest) is set once, by the gateway, when the approved
-	// call's retry went through (RFC 3339 time). An approval lets exactly one retry pass; the
-	// gateway writes it with the object's resourceVersion (optimistic concurrency), so of two
-	// replicas racing only one succeeds.
+	// AnnotationConsumedAt (ApprovalRequest) mirrors, for people, when the approved call's
+	// retry went through (RFC 3339 time). It decides nothing: "used once" is recorded in the
+	// gateway's store, in the transaction of the call's intent (issue 16).
 	AnnotationConsumedAt = "reversi.dev/consumedAt"
 	// AnnotationConsumedBy (ApprovalRequest) names the gateway replica that consumed it.
 	AnnotationConsumedBy = "reversi.dev/consumedBy"
@@ -23,6 +22,18 @@ const (
 	ReasonCounted  = "Counted"
 	ReasonRejected = "Rejected"
 	// ReasonRequestNotFound (Approval Ready=False): spec.requestRef names no ApprovalRequest
-	// in the namespace (yet); the Approval is counted if one appears.
+	// in the namespace. An Approval made before its request is never counted: when a request
+	// of that name appears, the Approval is Rejected (issue 16).
 	ReasonRequestNotFound = "RequestNotFound"
+	// ReasonApprovalNotStamped (ApprovalRequest Ready=False, and events): an Approval of the
+	// request carries no stamp the controller can verify, so it was not counted; the message
+	// says to check that the Approval webhook configurations are installed.
+	ReasonApprovalNotStamped = "ApprovalNotStamped"
+
+	// AnnotationCreatedBy (ApprovalRequest, ReversiRun) is the username that created the
+	// object, stamped by the admission webhook; a different value is refused on create and
+	// the annotation cannot change. The webhook admits a create only from the ServiceAccount
+	// of the ReversiGateway named by spec.gateway (or an identity the install names with
+	// `reversi controller --gateway-identity`).
+	AnnotationCreatedBy = "reversi.dev/created-by"
 )

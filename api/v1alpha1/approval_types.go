@@ -20,9 +20,11 @@ const (
 
 // ApprovalSpec is one human decision on an ApprovalRequest. Immutable.
 type ApprovalSpec struct {
-	// RequestRef names the ApprovalRequest (in this namespace) decided on.
+	// RequestRef names the ApprovalRequest (in this namespace) decided on. The admission
+	// webhook stamps its uid: an Approval is bound to the request that existed when it was
+	// created, and one made before its request (or for another uid) is Rejected.
 	// +required
-	RequestRef LocalObjectReference `json:"requestRef"`
+	RequestRef ApprovalRequestReference `json:"requestRef"`
 
 	// Decision is Approve or Deny. One Deny denies the request.
 	// +required
@@ -39,6 +41,52 @@ type ApprovalSpec struct {
 	// refused. Leave it out.
 	// +optional
 	Approver *Approver `json:"approver,omitempty"`
+
+	// Stamp is the admission webhook's seal over this decision (see ApprovalStamp). The
+	// controller counts only Approvals whose stamp it can verify. Leave it out.
+	// +optional
+	Stamp *ApprovalStamp `json:"stamp,omitempty"`
+}
+
+// ApprovalRequestReference names an ApprovalRequest in the Approval's namespace, and the uid
+// it had when the Approval was created.
+type ApprovalRequestReference struct {
+	// Name of the ApprovalRequest.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// UID of the ApprovalRequest when the Approval was created, stamped by the admission
+	// webhook; empty when no request of that name existed then. A value written by the user
+	// that differs from the request's is refused. Leave it out.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	UID string `json:"uid,omitempty"`
+}
+
+// ApprovalStamp is an HMAC-SHA256 the admission webhook computes, with a key only the
+// controller can read (the Secret named by `reversi controller --stamp-key-secret`), over the
+// Approval's namespace and name, the request's name and uid, the decision, the approver
+// (username, uid, groups) and At. Without the webhook no valid stamp can be made, so an
+// Approval created while the webhook configurations are missing is never counted (fail
+// closed). Source: issue 16.
+type ApprovalStamp struct {
+	// At is when the webhook stamped the Approval (RFC 3339, seconds). The controller counts
+	// a stamp only when the Approval's creationTimestamp is within a minute of it, so a stamp
+	// copied onto a later Approval is refused.
+	// +required
+	At metav1.Time `json:"at"`
+
+	// KeyID names the stamp key: the first 16 hex digits of its SHA-256.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{16}$`
+	KeyID string `json:"keyID"`
+
+	// MAC is the HMAC-SHA256, unpadded base64url (43 characters).
+	// +required
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]{43}$`
+	MAC string `json:"mac"`
 }
 
 // Approver is the authenticated user who created an Approval.
@@ -79,7 +127,9 @@ type ApprovalStatus struct {
 	Result string `json:"result,omitempty"`
 
 	// Message says why an approval was rejected (the approver lacks the request's roles, is
-	// the run's own actor, already decided, the request is already decided or expired, …).
+	// the run's own actor or an alias of it, already decided, the request is already decided
+	// or expired, the Approval was made before its request or for another uid, or it carries
+	// no valid stamp of the admission webhook).
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
@@ -97,7 +147,9 @@ type ApprovalStatus struct {
 
 // Approval is a human decision on an ApprovalRequest, made with `kubectl apply`. The rules:
 // the approver must hold one of the request's roles when roles are set; the run's own actor
-// cannot approve; the quorum counts distinct usernames; one Deny denies. The spec never
+// cannot approve (same username, same uid, or a username equal to the actor's e-mail); the
+// quorum counts distinct usernames; one Deny denies; only Approvals stamped by the admission
+// webhook, created after their request and for its uid, count. The spec never
 // changes: to change your mind, create another Approval (a Deny still denies).
 type Approval struct {
 	metav1.TypeMeta   `json:",inline"`

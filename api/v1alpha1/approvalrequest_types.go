@@ -13,7 +13,7 @@ const (
 	ApprovalEscalated = "Escalated"
 )
 
-// MaxCountedApprovals bounds ApprovalRequest status.approvals.
+// MaxCountedApprovals bounds ApprovalRequest status.approvals and status.rejected.
 const MaxCountedApprovals = 32
 
 // ApprovalRequestSpec is the call that waits for a human, as the gateway saw it. Immutable.
@@ -48,11 +48,24 @@ type ApprovalRequestSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	Run string `json:"run"`
 
-	// Actor is the principal of the run. It cannot approve its own request.
+	// Actor is the principal of the run, mapped from the agent's credential as the API server
+	// maps the same OIDC token (username claim and prefix). It cannot approve its own request.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Actor string `json:"actor"`
+
+	// ActorUID is the actor's uid claim (or its API key's uid), when the credential has one.
+	// An approver with the same uid is the actor under another name and is Rejected.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ActorUID string `json:"actorUID,omitempty"`
+
+	// ActorEmail is the actor's e-mail claim (or its API key's email), when the credential has
+	// one. An approver whose username is this address (case-insensitive) is Rejected.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ActorEmail string `json:"actorEmail,omitempty"`
 
 	// Gateway is the name of the ReversiGateway (in this namespace) holding the call.
 	// +required
@@ -160,6 +173,19 @@ type ApprovalRequestStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	ApprovedCount int32 `json:"approvedCount,omitempty"`
 
+	// Rejected are the first 32 Approval objects that did not count, with why; the gateway
+	// journals them as records of the run.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Rejected []RejectedApproval `json:"rejected,omitempty"`
+
+	// RejectedCount is the number of Approvals rejected, including those not listed.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RejectedCount int32 `json:"rejectedCount,omitempty"`
+
 	// DecidedAt is when the phase left Pending for Approved, Denied or Expired.
 	// +optional
 	DecidedAt *metav1.Time `json:"decidedAt,omitempty"`
@@ -187,14 +213,69 @@ type CountedApproval struct {
 	// +kubebuilder:validation:MinLength=1
 	Username string `json:"username"`
 
+	// UID of the approver, as the API server authenticated it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	UID string `json:"uid,omitempty"`
+
+	// Groups of the approver, as the API server authenticated them.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Groups []string `json:"groups,omitempty"`
+
 	// Decision is Approve or Deny.
 	// +required
 	// +kubebuilder:validation:Enum=Approve;Deny
 	Decision string `json:"decision"`
 
+	// Reason the approver gave (spec.reason of the Approval).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+
 	// CountedAt is when the controller counted it.
 	// +required
 	CountedAt metav1.Time `json:"countedAt"`
+}
+
+// RejectedApproval is one Approval that did not count, and why.
+type RejectedApproval struct {
+	// Name of the Approval object.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// Username of the approver as stamped; empty when the Approval carries no valid stamp.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Username string `json:"username,omitempty"`
+
+	// Groups of the approver as stamped.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Groups []string `json:"groups,omitempty"`
+
+	// Decision is Approve or Deny.
+	// +required
+	// +kubebuilder:validation:Enum=Approve;Deny
+	Decision string `json:"decision"`
+
+	// Reason the approver gave.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+
+	// Message says why it did not count.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
+
+	// RejectedAt is when the controller judged it.
+	// +required
+	RejectedAt metav1.Time `json:"rejectedAt"`
 }
 
 // +kubebuilder:object:root=true

@@ -309,9 +309,30 @@ type GatewayOIDC struct {
 	// +optional
 	RoleClaim string `json:"roleClaim,omitempty"`
 
-	// ActorClaim is the claim naming the actor. Default sub.
+	// ActorClaim is the claim naming the actor. Default sub. Set it, and actorPrefix, as the
+	// API server's username claim and prefix (--oidc-username-claim, --oidc-username-prefix,
+	// or claimMappings.username), so that the gateway's actor is the username the API server
+	// gives the same person: the run's actor cannot approve its own calls.
 	// +optional
 	ActorClaim string `json:"actorClaim,omitempty"`
+
+	// ActorPrefix is put before the actor claim's value (the API server's username prefix,
+	// e.g. "oidc:"). Default none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ActorPrefix string `json:"actorPrefix,omitempty"`
+
+	// UIDClaim is the claim holding the user's uid (the API server's claimMappings.uid).
+	// Default none. An approver with the actor's uid is Rejected.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	UIDClaim string `json:"uidClaim,omitempty"`
+
+	// EmailClaim is the claim holding the user's e-mail. Default email. An approver whose
+	// username is the actor's e-mail is Rejected.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	EmailClaim string `json:"emailClaim,omitempty"`
 
 	// JWKSURI overrides the key set URL of the discovery document.
 	// +optional

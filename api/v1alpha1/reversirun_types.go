@@ -163,9 +163,10 @@ type RunStep struct {
 	// +kubebuilder:validation:MaxLength=128
 	Tool string `json:"tool"`
 
-	// Outcome is succeeded, failed, uncertain, blocked, would_block or pending_approval.
+	// Outcome is succeeded, failed, uncertain, blocked, would_block or pending_approval for a
+	// tool call, and approval for a decision record of the run's ledger (see approval).
 	// +required
-	// +kubebuilder:validation:Enum=succeeded;failed;uncertain;blocked;would_block;pending_approval
+	// +kubebuilder:validation:Enum=succeeded;failed;uncertain;blocked;would_block;pending_approval;approval
 	Outcome string `json:"outcome"`
 
 	// At is when the outcome was journaled.
@@ -181,6 +182,42 @@ type RunStep struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Message string `json:"message,omitempty"`
+
+	// Approval is the decision record of an approval outcome.
+	// +optional
+	Approval *StepApproval `json:"approval,omitempty"`
+}
+
+// StepApproval is a decision record of the run's ledger (issue 16): a counted or rejected
+// Approval, a phase change of an ApprovalRequest, a consumption, or a request the gateway
+// refused to honour.
+type StepApproval struct {
+	// Event is requested, counted, rejected, approved, denied, expired, escalated, consumed,
+	// replay_refused or ignored (a request that is not exactly as the gateway created it).
+	// +required
+	// +kubebuilder:validation:Enum=requested;counted;rejected;approved;denied;expired;escalated;consumed;replay_refused;ignored
+	Event string `json:"event"`
+
+	// Approver is the username of a counted or rejected Approval.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Approver string `json:"approver,omitempty"`
+
+	// Groups of the approver.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Groups []string `json:"groups,omitempty"`
+
+	// Decision is Approve or Deny for a counted or rejected Approval.
+	// +optional
+	// +kubebuilder:validation:Enum=Approve;Deny
+	Decision string `json:"decision,omitempty"`
+
+	// Reason the approver gave, or why the record was made (truncated to 512 characters).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Reason string `json:"reason,omitempty"`
 }
 
 // RunRollbackStatus is the plan or the progress of a rollback.

@@ -53,7 +53,7 @@ func newDecisionCmd(verb, decision string) *cobra.Command {
 			apr := &v1alpha1.Approval{
 				TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Approval"},
 				ObjectMeta: metav1.ObjectMeta{Name: approvalName(args[0], user), Namespace: ns},
-				Spec:       v1alpha1.ApprovalSpec{RequestRef: v1alpha1.LocalObjectReference{Name: args[0]}, Decision: decision, Reason: reason},
+				Spec:       v1alpha1.ApprovalSpec{RequestRef: v1alpha1.ApprovalRequestReference{Name: args[0]}, Decision: decision, Reason: reason},
 			}
 			if !apply {
 				doc := map[string]any{"apiVersion": apr.APIVersion, "kind": apr.Kind,
