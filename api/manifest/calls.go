@@ -48,12 +48,18 @@ type Step struct {
 	Missing []string
 }
 
+// IdempotentReason is the plan's reason for a step of an idempotent tool.
+const IdempotentReason = "idempotent: safe to repeat, no undo needed"
+
 // PlanStep decides what a rollback does for one journaled call of the tool m describes.
 // args and result are the call's arguments and its (structured) result, both JSON-like.
 func PlanStep(m *Manifest, outcome Outcome, args, result any) Step {
 	switch {
 	case m.Effect == ReadOnly:
 		return Step{Action: PlanSkip, Reason: "read_only: changes nothing"}
+	case m.Effect == Idempotent:
+		// Seed "Effects": "idempotent: safe to repeat, no undo needed".
+		return Step{Action: PlanSkip, Reason: IdempotentReason}
 	case outcome == Failed:
 		return Step{Action: PlanSkip, Reason: "the call failed: nothing to undo"}
 	case m.Compensation == nil:

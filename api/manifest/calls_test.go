@@ -110,6 +110,11 @@ func TestPlanStep(t *testing.T) {
 	if s = PlanStep(irr, Succeeded, args, nil); s.Action != PlanNotUndone || !strings.Contains(s.Reason, "irreversible") {
 		t.Fatalf("irreversible = %+v", s)
 	}
+	// Seed "Effects": idempotent is "safe to repeat, no undo needed" (issue 16).
+	idem := mustManifest(t, "{tool: stripe.refund, effect: idempotent, permission: p}")
+	if s = PlanStep(idem, Succeeded, args, nil); s.Action != PlanSkip || s.Reason != IdempotentReason {
+		t.Fatalf("idempotent = %+v", s)
+	}
 }
 
 func TestVerificationAndExpect(t *testing.T) {

@@ -233,7 +233,11 @@ func TestReadyzKilledUpstream(t *testing.T) {
 		done <- call(t, cs, "memory.create_entities", map[string]any{"entities": []any{
 			map[string]any{"name": "bob", "entityType": "person", "observations": []any{}}}})
 	}()
-	run, _ := onlyRun(t, f.store)
+	runs, err := f.store.ListRuns(context.Background(), store.RunFilter{}) // not onlyRun: a step is in flight
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs: %v %v, want exactly one", runs, err)
+	}
+	run := runs[0]
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if p, _ := f.store.PendingSteps(context.Background(), run.ID); len(p) == 1 {
 			break

@@ -214,6 +214,11 @@ func planStep(sr StepRecords, ms Manifests, sums map[*manifest.Manifest]string) 
 		}
 		return s
 	case store.Uncertain:
+		if m != nil && m.Effect == manifest.Idempotent {
+			// Whether or not it acted, an idempotent call needs no undo (seed "Effects").
+			s.Action, s.Reason = manifest.PlanSkip, manifest.IdempotentReason+" (the outcome is uncertain)"
+			return s
+		}
 		s.Action, s.Reason, s.Compensation = manifest.PlanNotUndone, UncertainReason, journaled()
 		return s
 	}

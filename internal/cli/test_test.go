@@ -49,7 +49,7 @@ func TestTestFailures(t *testing.T) {
 - name: refund runs
   tool: stripe.refund
   args: { charge_id: ch_1 }
-  expect_plan: not_undone
+  expect_plan: skip
 - name: unknown tool
   tool: stripe.void
   expect_blocked: no manifest for stripe.void
@@ -108,7 +108,7 @@ func TestTestDefaultFiles(t *testing.T) {
 	}
 	writeCaseFile(t, filepath.Join(dir, "reversi.config.yaml"), "manifests: manifests\n")
 	writeCaseFile(t, filepath.Join(dir, "manifests", "payments.yaml"), string(seed))
-	writeCaseFile(t, filepath.Join(dir, "tests", "refund.test.yaml"), "name: refund is not undone\ntool: stripe.refund\nexpect_plan: not_undone\n")
+	writeCaseFile(t, filepath.Join(dir, "tests", "refund.test.yaml"), "name: refund needs no undo\ntool: stripe.refund\nexpect_plan: skip\n")
 	writeCaseFile(t, filepath.Join(dir, "tests", "more", "charge.json"), `[{"name": "charge fails", "tool": "stripe.create_charge", "args": {"order_id": "o1"}, "fail": "declined", "expect_plan": "skip"}]`)
 	writeCaseFile(t, filepath.Join(dir, "tests", "README.md"), "not a case file")
 	t.Chdir(filepath.Join(dir, "manifests"))
@@ -116,7 +116,7 @@ func TestTestDefaultFiles(t *testing.T) {
 
 	var out, errb bytes.Buffer
 	code := Execute([]string{"test"}, &out, &errb)
-	want := "ok charge fails\nok refund is not undone\n2 passed\n"
+	want := "ok charge fails\nok refund needs no undo\n2 passed\n"
 	if code != 0 || out.String() != want || errb.Len() != 0 {
 		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant stdout:\n%s", code, out.String(), errb.String(), want)
 	}

@@ -173,7 +173,8 @@ expect_verified: true`, ""},
 			"the call was blocked: notes.create requires auth.login to have succeeded earlier in the run"},
 
 		// lifecycle and several failures at once
-		{"deprecated still runs", "tool: old.tool\nexpect_plan: not_undone\nexpect_duplicate: false", ""},
+		{"deprecated still runs", "tool: old.tool\nexpect_plan: skip\nexpect_duplicate: false", ""},
+		{"an idempotent tool needs no undo (seed: effects)", "tool: stripe.refund\nargs: { charge_id: ch_1 }\nexpect_plan: skip", ""},
 		{"every failure is reported", charge + "fail: declined\nexpect_plan: compensate\nexpect_duplicate: true",
 			"expected plan compensate, got skip (the call failed: nothing to undo); expected a second identical call to be refused as a duplicate, but the first call failed, which frees its key"},
 	}
