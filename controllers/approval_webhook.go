@@ -2,12 +2,16 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authnv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
@@ -26,16 +30,42 @@ import (
 // mutating half stamps; the validating half checks the stored value again after every other
 // mutating webhook ran, so a later mutation cannot forge an approver. spec is immutable by
 // the CRD's CEL rule (self == oldSelf).
-type ApprovalWebhook struct{}
+//
+// Issue 16 binds each Approval to one request and seals it: the mutating half stamps
+// spec.requestRef.uid with the uid of the ApprovalRequest of that name as the API server has
+// it now (read with Reader, not a cache: the request may be a second old), empty when there is
+// none, and spec.stamp with an HMAC of Key over the namespace, name, request, decision and
+// approver (StampKey). A mutating webhook on create sees neither metadata.uid nor a name the
+// API server generates, so an Approval must have metadata.name (generateName alone is
+// refused). The validating half verifies the stamp; the ApprovalRequest reconciler counts
+// only Approvals whose stamp verifies, so without these webhook configurations nothing counts.
+type ApprovalWebhook struct {
+	// Key stamps and verifies (required).
+	Key *StampKey
+	// Reader reads ApprovalRequests from the API server (the manager's APIReader; required).
+	Reader client.Reader
+	// Now is the clock of the stamps (time.Now when nil).
+	Now func() time.Time
+}
 
 // SetupWebhookWithManager registers the mutating and validating webhooks on the manager's
 // webhook server (paths /mutate-reversi-dev-v1alpha1-approval and
 // /validate-reversi-dev-v1alpha1-approval).
 func (w *ApprovalWebhook) SetupWebhookWithManager(mgr ctrl.Manager) error {
+	if w.Key == nil || w.Reader == nil {
+		return errors.New("the Approval webhook needs a stamp key and an API reader")
+	}
 	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.Approval{}).
 		WithDefaulter(w).
 		WithValidator(w).
 		Complete()
+}
+
+func (w *ApprovalWebhook) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
 }
 
 // approverOf is the authenticated user of an admission request, as an Approver.
@@ -58,6 +88,13 @@ func mismatch(written *v1alpha1.Approver, user authnv1.UserInfo) string {
 	return ""
 }
 
+func equalStamp(a, b *v1alpha1.ApprovalStamp) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.KeyID == b.KeyID && a.MAC == b.MAC && a.At.Equal(&b.At)
+}
+
 func sameSet(a, b []string) bool {
 	a, b = slices.Clone(a), slices.Clone(b)
 	slices.Sort(a)
@@ -76,8 +113,9 @@ func admissionRequest(ctx context.Context) (admission.Request, error) {
 	return req, nil
 }
 
-// Default stamps spec.approver on create; it refuses an approver written by the user that
-// differs from the authenticated user.
+// Default stamps spec.approver, spec.requestRef.uid and spec.stamp on create. It refuses an
+// Approval without metadata.name, an approver or request uid written by the user that differs
+// from the truth, and a spec.stamp written by the user.
 func (w *ApprovalWebhook) Default(ctx context.Context, a *v1alpha1.Approval) error {
 	req, err := admissionRequest(ctx)
 	if err != nil {
@@ -86,17 +124,39 @@ func (w *ApprovalWebhook) Default(ctx context.Context, a *v1alpha1.Approval) err
 	if req.Operation != admissionv1.Create {
 		return nil
 	}
+	if a.Name == "" {
+		return fmt.Errorf("metadata.name is required: the Approval's stamp covers its name, which the API server has not generated yet when the webhook stamps (write metadata.name instead of metadata.generateName %q)", a.GenerateName)
+	}
 	if a.Spec.Approver != nil {
 		if why := mismatch(a.Spec.Approver, req.UserInfo); why != "" {
 			return fmt.Errorf("%s: leave spec.approver out, the API server's authentication fills it in", why)
 		}
 	}
+	if a.Spec.Stamp != nil {
+		return fmt.Errorf("spec.stamp is written by the Approval webhook: leave it out")
+	}
 	a.Spec.Approver = approverOf(req.UserInfo)
+	var ar v1alpha1.ApprovalRequest
+	switch err := w.Reader.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.RequestRef.Name}, &ar); {
+	case apierrors.IsNotFound(err):
+		if a.Spec.RequestRef.UID != "" {
+			return fmt.Errorf("spec.requestRef.uid is %q but no ApprovalRequest %s exists in namespace %s: leave spec.requestRef.uid out", a.Spec.RequestRef.UID, a.Spec.RequestRef.Name, a.Namespace)
+		}
+		// Left empty: the reconciler rejects an Approval made before its request.
+	case err != nil:
+		return fmt.Errorf("reading ApprovalRequest %s/%s to bind the Approval to it: %w", a.Namespace, a.Spec.RequestRef.Name, err)
+	default:
+		if a.Spec.RequestRef.UID != "" && a.Spec.RequestRef.UID != string(ar.UID) {
+			return fmt.Errorf("spec.requestRef.uid is %q but ApprovalRequest %s has uid %s: leave spec.requestRef.uid out", a.Spec.RequestRef.UID, ar.Name, ar.UID)
+		}
+		a.Spec.RequestRef.UID = string(ar.UID)
+	}
+	a.Spec.Stamp = w.Key.Stamp(a, w.now())
 	return nil
 }
 
-// ValidateCreate checks that spec.approver is exactly the authenticated user (stamped by
-// Default).
+// ValidateCreate checks that spec.approver is exactly the authenticated user and that
+// spec.stamp verifies over the Approval as it will be stored (both written by Default).
 func (w *ApprovalWebhook) ValidateCreate(ctx context.Context, a *v1alpha1.Approval) (admission.Warnings, error) {
 	req, err := admissionRequest(ctx)
 	if err != nil {
@@ -109,6 +169,9 @@ func (w *ApprovalWebhook) ValidateCreate(ctx context.Context, a *v1alpha1.Approv
 	if a.Spec.Approver.Username != want.Username || a.Spec.Approver.UID != want.UID || !sameSet(a.Spec.Approver.Groups, want.Groups) {
 		return nil, fmt.Errorf("spec.approver %+v is not the authenticated user %+v: leave spec.approver out", *a.Spec.Approver, *want)
 	}
+	if err := w.Key.Verify(a); err != nil {
+		return nil, fmt.Errorf("%w: the mutating webhook mapproval.reversi.dev stamps it, and nothing may change the Approval after it (check the MutatingWebhookConfiguration)", err)
+	}
 	return nil, nil
 }
 
@@ -118,6 +181,9 @@ func (w *ApprovalWebhook) ValidateUpdate(_ context.Context, old, a *v1alpha1.App
 	if (old.Spec.Approver == nil) != (a.Spec.Approver == nil) ||
 		(old.Spec.Approver != nil && (old.Spec.Approver.Username != a.Spec.Approver.Username || old.Spec.Approver.UID != a.Spec.Approver.UID || !sameSet(old.Spec.Approver.Groups, a.Spec.Approver.Groups))) {
 		return nil, fmt.Errorf("spec.approver is immutable: create a new Approval instead")
+	}
+	if old.Spec.RequestRef != a.Spec.RequestRef || !equalStamp(old.Spec.Stamp, a.Spec.Stamp) {
+		return nil, fmt.Errorf("spec.requestRef and spec.stamp are immutable: create a new Approval instead")
 	}
 	return nil, nil
 }

@@ -35,13 +35,21 @@ const ApprovalRequestIndex = "spec.requestRef.name"
 // Counting is incremental and stable: an Approval is judged once, in creation order, against
 // the request as it stood when the Approval was created; the counted ones are listed in the
 // request's status, which is written first (optimistic lock), then each Approval's status.
-// RBAC create on approvals is the outer gate; the admission webhook stamps spec.approver. An
-// Approval without a stamped approver is rejected (fail closed: the webhook is missing).
+// RBAC create on approvals is the outer gate; the admission webhook stamps spec.approver.
 //
-// Source: DESIGN.md "ApprovalRequest" and "Approval", issue 8.
+// Issue 16: an Approval counts only when its stamp verifies with Key (the Approval webhook
+// made it: without the webhook configurations nothing counts, and the request's Ready
+// condition says so with reason ApprovalNotStamped), it was made for this request's uid and
+// not before the request, and its approver is not the run's actor under any name (same
+// username, same uid, or the actor's e-mail: approvalrules.ActorAlias). Otherwise it is
+// Rejected with why, in its status and in the request's status.rejected.
+//
+// Source: DESIGN.md "ApprovalRequest" and "Approval", issues 8 and 16.
 type ApprovalRequestReconciler struct {
 	client.Client
 	Recorder recorder.EventRecorder
+	// Key verifies the Approvals' stamps (required).
+	Key *StampKey
 	// Now is the clock (time.Now when nil); tests do not replace it, expiry is real time.
 	Now func() time.Time
 }
@@ -104,34 +112,44 @@ func (r *ApprovalRequestReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	wasEscalated := st.Escalated
 	now := r.now()
 	var results []judged
+	var unstamped []string // Approvals whose stamp does not verify, judged now or before
 	for i := range approvals {
 		apr := &approvals[i]
 		if !apr.DeletionTimestamp.IsZero() {
 			continue
 		}
+		stampErr := r.Key.Verify(apr)
+		if stampErr != nil {
+			unstamped = append(unstamped, apr.Name)
+		}
 		if slices.ContainsFunc(ar.Status.Approvals, func(c v1alpha1.CountedApproval) bool { return c.Name == apr.Name }) {
 			results = append(results, judged{apr: apr, result: v1alpha1.ResultCounted, message: countedMessage(apr)})
 			continue
 		}
-		if apr.Status.Result != "" && apr.Status.ObservedGeneration == apr.Generation {
-			continue // judged before (Rejected: counted ones are in the request's list)
+		if apr.Status.Result == v1alpha1.ResultRejected && apr.Status.ObservedGeneration == apr.Generation {
+			continue // judged before; one Counted but not in this request's list was counted for
+			// an earlier request of the same name, and is judged (Rejected) here
 		}
 		j := judged{apr: apr, fresh: true, result: v1alpha1.ResultRejected}
-		switch err := r.cast(&st, apr); {
+		switch err := r.cast(&st, ar, apr, stampErr); {
 		case err == nil:
 			j.result, j.message = v1alpha1.ResultCounted, countedMessage(apr)
 			ar.Status.Approvals = append(ar.Status.Approvals, v1alpha1.CountedApproval{
-				Name: apr.Name, Username: apr.Spec.Approver.Username, Decision: apr.Spec.Decision, CountedAt: metav1.NewTime(now)})
+				Name: apr.Name, Username: apr.Spec.Approver.Username, UID: apr.Spec.Approver.UID, Groups: boundGroups(apr.Spec.Approver.Groups),
+				Decision: apr.Spec.Decision, Reason: apr.Spec.Reason, CountedAt: metav1.NewTime(now)})
 		case errors.Is(err, approvalrules.ErrNotPending):
 			j.message = fmt.Sprintf("not counted: request %s is already %s", ar.Name, phaseOf(st))
 		default:
 			j.message = "not counted: " + approvalrules.Why(err)
 		}
+		if j.result == v1alpha1.ResultRejected {
+			recordRejected(ar, apr, stampErr == nil, j.message, now)
+		}
 		results = append(results, j)
 	}
 	st.Settle(now)
 
-	r.setStatus(ar, &st)
+	r.setStatus(ar, &st, unstamped)
 	if err := r.Status().Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -165,19 +183,56 @@ func (r *ApprovalRequestReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	return ctrl.Result{}, nil
 }
 
-// cast judges one Approval against the request's state as of the Approval's creation.
-func (r *ApprovalRequestReconciler) cast(st *approvalrules.State, apr *v1alpha1.Approval) error {
-	if apr.Spec.Approver == nil || apr.Spec.Approver.Username == "" {
+// cast judges one Approval against the request's state as of the Approval's creation. The
+// checks of issue 16 come first: the stamp (stampErr, from Key.Verify), the request's uid and
+// the order of creation; then the rules (roles, the actor under any name, one vote each).
+func (r *ApprovalRequestReconciler) cast(st *approvalrules.State, ar *v1alpha1.ApprovalRequest, apr *v1alpha1.Approval, stampErr error) error {
+	var se *StampError
+	switch {
+	case errors.As(stampErr, &se):
 		st.Settle(apr.CreationTimestamp.Time)
-		return errors.New("spec.approver was not stamped by the admission webhook (is it installed?), so who decided is unknown")
+		return fmt.Errorf("it carries no valid stamp of the Approval webhook (%s), so who decided is unknown: install the Approval webhook configurations (mapproval.reversi.dev, vapproval.reversi.dev) and create the Approval again", se.Why)
+	case stampErr != nil:
+		return stampErr
+	case apr.Spec.RequestRef.UID == "":
+		return fmt.Errorf("it was made before request %s existed (spec.requestRef.uid is empty): approve the request as it is now with a new Approval", ar.Name)
+	case apr.Spec.RequestRef.UID != string(ar.UID):
+		return fmt.Errorf("it was made for another request named %s (uid %s; this one is %s): approve this request with a new Approval", ar.Name, apr.Spec.RequestRef.UID, ar.UID)
+	case apr.CreationTimestamp.Before(&ar.CreationTimestamp):
+		return fmt.Errorf("it was created at %s, before request %s (created at %s): approve the request with a new Approval",
+			apr.CreationTimestamp.UTC().Format(time.RFC3339), ar.Name, ar.CreationTimestamp.UTC().Format(time.RFC3339))
 	}
-	return st.Cast(approvalrules.Vote{By: apr.Spec.Approver.Username, Groups: apr.Spec.Approver.Groups,
+	return st.Cast(approvalrules.Vote{By: apr.Spec.Approver.Username, UID: apr.Spec.Approver.UID, Groups: apr.Spec.Approver.Groups,
 		Approve: apr.Spec.Decision == v1alpha1.DecisionApprove, At: apr.CreationTimestamp.Time})
+}
+
+// boundGroups is groups cut to the 64 entries status lists hold.
+func boundGroups(g []string) []string {
+	return slices.Clone(g[:min(len(g), 64)])
+}
+
+// recordRejected lists a rejected Approval in the request's status (the first
+// MaxCountedApprovals of them) and counts it. The approver is listed only when the stamp
+// verifies (otherwise it is whatever the creator wrote).
+func recordRejected(ar *v1alpha1.ApprovalRequest, apr *v1alpha1.Approval, stamped bool, message string, now time.Time) {
+	if slices.ContainsFunc(ar.Status.Rejected, func(x v1alpha1.RejectedApproval) bool { return x.Name == apr.Name }) {
+		return // judged again after a failed status write of the Approval
+	}
+	ar.Status.RejectedCount++
+	if len(ar.Status.Rejected) >= v1alpha1.MaxCountedApprovals {
+		return
+	}
+	x := v1alpha1.RejectedApproval{Name: apr.Name, Decision: apr.Spec.Decision, Reason: apr.Spec.Reason,
+		Message: truncate(message, 1024), RejectedAt: metav1.NewTime(now)}
+	if stamped && apr.Spec.Approver != nil {
+		x.Username, x.Groups = apr.Spec.Approver.Username, boundGroups(apr.Spec.Approver.Groups)
+	}
+	ar.Status.Rejected = append(ar.Status.Rejected, x)
 }
 
 // stateOf is the request as the rules see it, from its spec and status.
 func stateOf(ar *v1alpha1.ApprovalRequest) approvalrules.State {
-	s := approvalrules.State{Actor: ar.Spec.Actor, Run: ar.Spec.Run, Roles: ar.Spec.Roles, Quorum: 1,
+	s := approvalrules.State{Actor: ar.Spec.Actor, ActorUID: ar.Spec.ActorUID, ActorEmail: ar.Spec.ActorEmail, Run: ar.Spec.Run, Roles: ar.Spec.Roles, Quorum: 1,
 		Created: ar.CreationTimestamp.Time, OnTimeout: ar.Spec.OnTimeout, EscalateTo: ar.Spec.EscalateTo, Phase: approvalrules.Pending}
 	if ar.Spec.Quorum != nil {
 		s.Quorum = int(*ar.Spec.Quorum)
@@ -201,7 +256,7 @@ func stateOf(ar *v1alpha1.ApprovalRequest) approvalrules.State {
 		s.Decided = ar.Status.DecidedAt.Time
 	}
 	for _, c := range ar.Status.Approvals {
-		s.Votes = append(s.Votes, approvalrules.Vote{By: c.Username, Approve: c.Decision == v1alpha1.DecisionApprove, At: c.CountedAt.Time})
+		s.Votes = append(s.Votes, approvalrules.Vote{By: c.Username, UID: c.UID, Approve: c.Decision == v1alpha1.DecisionApprove, At: c.CountedAt.Time})
 	}
 	return s
 }
@@ -222,8 +277,10 @@ func phaseOf(s approvalrules.State) string {
 	return v1alpha1.ApprovalPending
 }
 
-// setStatus writes the phase, counts, times, message and conditions of ar from st.
-func (r *ApprovalRequestReconciler) setStatus(ar *v1alpha1.ApprovalRequest, st *approvalrules.State) {
+// setStatus writes the phase, counts, times, message and conditions of ar from st. While the
+// request is pending, unstamped (names of Approvals whose stamp does not verify) makes Ready
+// False with reason ApprovalNotStamped.
+func (r *ApprovalRequestReconciler) setStatus(ar *v1alpha1.ApprovalRequest, st *approvalrules.State, unstamped []string) {
 	ar.Status.ObservedGeneration = ar.Generation
 	ar.Status.Phase = phaseOf(*st)
 	ar.Status.ApprovedCount = int32(st.Approvals())
@@ -262,7 +319,18 @@ func (r *ApprovalRequestReconciler) setStatus(ar *v1alpha1.ApprovalRequest, st *
 			msg += fmt.Sprintf(" until %s", st.Expires.UTC().Format(time.RFC3339))
 		}
 		ar.Status.Message = msg + " (kubectl apply an Approval, or reversi approve " + ar.Name + ")"
-		setCondition(ar, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonWaitingForApprovals, ar.Status.Message)
+		reason := v1alpha1.ReasonWaitingForApprovals
+		if len(unstamped) > 0 {
+			reason = v1alpha1.ReasonApprovalNotStamped
+			names := unstamped[:min(len(unstamped), 5)]
+			more := ""
+			if len(unstamped) > len(names) {
+				more = fmt.Sprintf(" and %d more", len(unstamped)-len(names))
+			}
+			ar.Status.Message = truncate(fmt.Sprintf("%d Approval(s) (%s%s) carry no valid stamp of the Approval webhook and were not counted: check that the webhook configurations mapproval.reversi.dev and vapproval.reversi.dev are installed, then create those Approvals again; %s",
+				len(unstamped), strings.Join(names, ", "), more, ar.Status.Message), 1024)
+		}
+		setCondition(ar, v1alpha1.ConditionReady, metav1.ConditionFalse, reason, ar.Status.Message)
 		removeCondition(ar, v1alpha1.ConditionReconciling)
 		removeCondition(ar, v1alpha1.ConditionStalled)
 	}
@@ -303,14 +371,26 @@ func (r *ApprovalRequestReconciler) event(obj client.Object, typ, reason, note s
 }
 
 // setupApprovals registers the ApprovalRequest reconciler and, with o.Webhooks, the Approval
-// admission webhooks.
+// admission webhooks and those of the gateway's objects (GatewayObjectsWebhook).
 func setupApprovals(mgr ctrl.Manager, o Options) error {
-	if err := (&ApprovalRequestReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller")}).
+	if err := (&ApprovalRequestReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"), Key: o.StampKey}).
 		SetupWithManager(context.Background(), mgr); err != nil {
 		return err
 	}
-	if o.Webhooks {
-		return (&ApprovalWebhook{}).SetupWebhookWithManager(mgr)
+	if !o.Webhooks {
+		return nil
 	}
-	return nil
+	if err := (&ApprovalWebhook{Key: o.StampKey, Reader: mgr.GetAPIReader()}).SetupWebhookWithManager(mgr); err != nil {
+		return err
+	}
+	if o.ControllerUsername == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var err error
+		if o.ControllerUsername, err = WhoAmI(ctx, mgr.GetConfig()); err != nil {
+			return err
+		}
+	}
+	return (&GatewayObjectsWebhook{Reader: mgr.GetClient(), Identities: o.GatewayIdentities, Controller: o.ControllerUsername}).
+		SetupWebhookWithManager(mgr.GetWebhookServer())
 }

@@ -104,7 +104,8 @@ func mustApply(t *testing.T, who, ns, name, request, decision string) {
 	}
 }
 
-// newRequest creates an ApprovalRequest held for roles with quorum, as a gateway would.
+// newRequest creates an ApprovalRequest held for roles with quorum, as the gateway "agents"
+// would (as testGatewayUser: admission admits only a gateway's identity).
 func newRequest(t *testing.T, ns, name string, mut func(*v1alpha1.ApprovalRequestSpec)) {
 	t.Helper()
 	spec := v1alpha1.ApprovalRequestSpec{Tool: "stripe.refund", Run: "run-1", Actor: "agent-7", Gateway: "agents",
@@ -113,7 +114,10 @@ func newRequest(t *testing.T, ns, name string, mut func(*v1alpha1.ApprovalReques
 	if mut != nil {
 		mut(&spec)
 	}
-	create(t, &v1alpha1.ApprovalRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec})
+	ar := &v1alpha1.ApprovalRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
+	if err := clientAs(t, testGatewayUser, "", "system:masters").Create(t.Context(), ar); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func getRequest(t *testing.T, ns, name string) *v1alpha1.ApprovalRequest {

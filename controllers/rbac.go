@@ -29,7 +29,9 @@ package controllers
 // transformer keeps it in step with config/default). A Role, not a ClusterRole.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=reversi-system
 
-// The controller's own signing key (a Secret it creates on first start) and the ConfigMap that
-// publishes its public keys, in its own namespace.
+// The controller's own signing key and its Approval stamp key (Secrets it creates on first
+// start; read with the cluster-wide secrets get above: grant nobody else read access to
+// Secrets in the controller's namespace) and the ConfigMap that publishes its public keys, in
+// its own namespace. SelfSubjectReview (who the controller is, for admission) needs no RBAC.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create,namespace=reversi-system
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update,namespace=reversi-system

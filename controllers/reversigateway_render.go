@@ -227,8 +227,10 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 
 // gatewayRules are the gateway's permissions, exactly (least privilege): read its own
 // ConfigMaps and the trusted-keys Secret by name; report on its own pod (pods cannot be named
-// in advance, so get and patch are not narrowed further); keep the approval queue and the
-// runs; read Approvals.
+// in advance, so get and patch are not narrowed further); create its ApprovalRequests and
+// patch them (the reversi.dev/consumedAt mirror), create its ReversiRuns and write their
+// status, read Approvals. Nothing updates a run's spec (spec.rollback is the operators'), and
+// admission (GatewayObjectsWebhook) keeps each gateway to its own objects (issue 16).
 func gatewayRules(gw *v1alpha1.ReversiGateway, shards int) []rbacv1.PolicyRule {
 	n := namesOf(gw)
 	cms := []string{n.config}
@@ -243,8 +245,8 @@ func gatewayRules(gw *v1alpha1.ReversiGateway, shards int) []rbacv1.PolicyRule {
 	}
 	return append(rules,
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
-		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
-		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "list", "watch", "create"}},
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns/status"}, Verbs: []string{"get", "update", "patch"}},
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"approvals"}, Verbs: []string{"get", "list", "watch"}},
 	)

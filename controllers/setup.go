@@ -4,8 +4,14 @@
 package controllers
 
 import (
+	"context"
+	"fmt"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
@@ -17,8 +23,22 @@ type Options struct {
 	ToolManifestKeysSecret string
 	// MaxShardBytes is the manifest bytes per rendered ConfigMap (0: the default).
 	MaxShardBytes int
-	// Webhooks registers the Approval admission webhooks on the manager's webhook server.
+	// Webhooks registers the admission webhooks on the manager's webhook server: Approval
+	// (stamps), ApprovalRequest and ReversiRun (who may create them and write their status).
 	Webhooks bool
+	// StampKey stamps Approvals (the webhook) and verifies the stamps (the ApprovalRequest
+	// reconciler); EnsureStampKey reads it from its Secret. Nil: a key for this process only
+	// (EphemeralStampKey), for tests.
+	StampKey *StampKey
+	// GatewayIdentities are the users standalone gateways (`reversi gateway --kubeconfig`)
+	// authenticate as, "NAMESPACE/GATEWAY" (NAMESPACE may be "*") → username: they may create
+	// that gateway's ApprovalRequests and ReversiRuns and write its runs' status, as the
+	// ServiceAccount of a ReversiGateway may for its own (issue 16).
+	GatewayIdentities GatewayIdentities
+	// ControllerUsername is the username the manager authenticates as: the only one that may
+	// write ApprovalRequest status. Empty: asked of the API server (SelfSubjectReview) at Setup
+	// when Webhooks is set.
+	ControllerUsername string
 	// GatewayImage is the image of ReversiGateways without spec.image (DefaultGatewayImage
 	// when empty).
 	GatewayImage string
@@ -49,6 +69,13 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		}
 		o.SigningKey = key
 	}
+	if o.StampKey == nil {
+		key, err := EphemeralStampKey()
+		if err != nil {
+			return err
+		}
+		o.StampKey = key
+	}
 	if err := (&ManifestRegistryReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
 		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader(), AllowFileURLs: o.AllowFileURLs,
@@ -65,4 +92,21 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return err
 	}
 	return setupApprovals(mgr, o)
+}
+
+// WhoAmI is the username cfg authenticates as (a SelfSubjectReview, authentication.k8s.io/v1).
+// Errors: the API server cannot be reached or refuses the review.
+func WhoAmI(ctx context.Context, cfg *rest.Config) (string, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("asking the API server who the controller is (SelfSubjectReview): %w", err)
+	}
+	if r.Status.UserInfo.Username == "" {
+		return "", fmt.Errorf("the API server's SelfSubjectReview names no user for the controller")
+	}
+	return r.Status.UserInfo.Username, nil
 }

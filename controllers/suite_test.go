@@ -13,6 +13,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -45,7 +46,13 @@ var (
 	envErr  error
 	// ctlKey is the controller's signing key in these tests: renderings verify against it.
 	ctlKey *SigningKey
+	// stampKey is the controller's Approval stamp key in these tests.
+	stampKey *StampKey
 )
+
+// testGatewayUser is the user the tests' standalone gateway "agents" authenticates as
+// (Options.GatewayIdentities "*/agents"): it creates the tests' ApprovalRequests.
+const testGatewayUser = "gateway-agents"
 
 // TestMain starts one control plane and one manager running every reconciler for the tests
 // of this package.
@@ -65,7 +72,11 @@ func TestMain(m *testing.M) {
 		ctlKey, err = EphemeralSigningKey()
 	}
 	if err == nil {
-		err = Setup(mgr, Options{MaxShardBytes: testShardBytes, Webhooks: true, SigningKey: ctlKey, AllowFileURLs: true, SourceMaxFileBytes: testMaxFileBytes})
+		stampKey, err = EphemeralStampKey()
+	}
+	if err == nil {
+		err = Setup(mgr, Options{MaxShardBytes: testShardBytes, Webhooks: true, SigningKey: ctlKey, StampKey: stampKey, AllowFileURLs: true, SourceMaxFileBytes: testMaxFileBytes,
+			GatewayIdentities: GatewayIdentities{"*/agents": testGatewayUser}})
 	}
 	if err != nil {
 		envErr = err
@@ -212,6 +223,21 @@ func createSecret(t testing.TB, ns, name string, data map[string][]byte) {
 	if err := k8s.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// clientAs is a client of the control plane acting as user (impersonated by the tests'
+// system:masters user), with uid and groups. Add system:masters to groups to get past RBAC
+// and reach admission.
+func clientAs(t testing.TB, user, uid string, groups ...string) client.Client {
+	t.Helper()
+	requireEnv(t)
+	cfg := rest.CopyConfig(testEnv.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, UID: uid, Groups: groups}
+	c, err := client.New(cfg, client.Options{Scheme: testEnv.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func create(t testing.TB, obj client.Object) {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -63,6 +64,8 @@ func Why(err error) string {
 // Vote is one principal's decision.
 type Vote struct {
 	By      string   // the username; required
+	UID     string   // the voter's uid as authenticated, when known (Kubernetes user info uid)
+	Email   string   // the voter's e-mail claim, when known (standalone gateways' identities)
 	Groups  []string // the roles or groups the principal holds
 	Approve bool     // false: deny
 	At      time.Time
@@ -72,6 +75,8 @@ type Vote struct {
 // Settle replaces them on escalation.
 type State struct {
 	Actor      string   // the run's actor: may not approve its own request
+	ActorUID   string   // the actor's uid claim, when its credential has one (see ActorAlias)
+	ActorEmail string   // the actor's e-mail claim, when its credential has one (see ActorAlias)
 	Run        string   // for messages
 	Roles      []string // a voter must hold one of these; empty: anyone but Actor
 	Quorum     int      // distinct approving usernames needed; < 1 counts as 1
@@ -118,11 +123,14 @@ func (s *State) Eligible(v Vote) error {
 	if s.Phase != Pending {
 		return refuse(ErrNotPending, "it is %s", s.Phase)
 	}
-	if v.Approve && v.By == s.Actor {
-		if s.Run != "" {
-			return refuse(ErrNotEligible, "%s opened run %s and cannot approve its own call", v.By, s.Run)
+	if how := ActorAlias(Principal{Name: s.Actor, UID: s.ActorUID, Email: s.ActorEmail}, Principal{Name: v.By, UID: v.UID, Email: v.Email}); v.Approve && how != "" {
+		if how == SameUsername {
+			if s.Run != "" {
+				return refuse(ErrNotEligible, "%s opened run %s and cannot approve its own call", v.By, s.Run)
+			}
+			return refuse(ErrNotEligible, "%s is the run's actor and cannot approve its own call", v.By)
 		}
-		return refuse(ErrNotEligible, "%s is the run's actor and cannot approve its own call", v.By)
+		return refuse(ErrNotEligible, "%s is the run's own actor %s (%s) and cannot approve its own call", v.By, s.Actor, how)
 	}
 	if len(s.Roles) > 0 && !slices.ContainsFunc(v.Groups, func(g string) bool { return slices.Contains(s.Roles, g) }) {
 		return refuse(ErrNotEligible, "%s holds none of the roles %v", v.By, s.Roles)
@@ -163,4 +171,39 @@ func (s *State) Approvals() int {
 		}
 	}
 	return n
+}
+
+// Principal is an identity as far as the actor rule needs it: the username (the actor's
+// principal as the gateway mapped it, or the approver's username as the API server
+// authenticated it) and, when known, the uid and the e-mail claim.
+type Principal struct {
+	Name, UID, Email string
+}
+
+// How ActorAlias found a voter to be the actor.
+const (
+	SameUsername = "same username"
+	SameUID      = "same uid"
+	SameEmail    = "same e-mail"
+)
+
+// ActorAlias says whether voter is actor under any name, and how ("" when not): the same
+// username; the same uid (both non-empty); the voter's username or e-mail equal to the
+// actor's e-mail, or the voter's e-mail equal to the actor's username when that is an
+// address (e-mail addresses compare case-insensitively, usernames exactly). The rule
+// compares identities, not strings: an agent known to the API server as
+// agent-7@corp.example is agent-7 (issue 16, "the actor check compares identities").
+func ActorAlias(actor, voter Principal) string {
+	isMail := func(s string) bool { return strings.Contains(s, "@") }
+	switch {
+	case voter.Name != "" && voter.Name == actor.Name:
+		return SameUsername
+	case actor.UID != "" && voter.UID == actor.UID:
+		return SameUID
+	case actor.Email != "" && (strings.EqualFold(voter.Name, actor.Email) || strings.EqualFold(voter.Email, actor.Email)):
+		return SameEmail
+	case isMail(actor.Name) && (strings.EqualFold(voter.Name, actor.Name) || strings.EqualFold(voter.Email, actor.Name)):
+		return SameEmail
+	}
+	return ""
 }

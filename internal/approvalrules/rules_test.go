@@ -77,3 +77,52 @@ func TestExpiryAndEscalation(t *testing.T) {
 		t.Fatal("a request without expiry expired")
 	}
 }
+
+// Issue 16: the actor check compares identities. An approver with the actor's uid, or whose
+// username (or e-mail) is the actor's e-mail in any case, is the actor and cannot approve;
+// other people with similar names can, and the actor may still deny.
+func TestActorAliases(t *testing.T) {
+	base := func() State {
+		s := finance()
+		s.Actor, s.ActorUID, s.ActorEmail = "agent-7", "uid-7", "agent-7@corp.example"
+		return s
+	}
+	at := t0.Add(time.Minute)
+	fin := []string{"finance"}
+	for _, c := range []struct {
+		v   Vote
+		why string // "" counted
+	}{
+		{Vote{By: "agent-7@corp.example", Groups: fin, Approve: true, At: at}, "agent-7@corp.example is the run's own actor agent-7 (same e-mail) and cannot approve its own call"},
+		{Vote{By: "Agent-7@Corp.Example", Groups: fin, Approve: true, At: at}, "Agent-7@Corp.Example is the run's own actor agent-7 (same e-mail) and cannot approve its own call"},
+		{Vote{By: "a7", UID: "uid-7", Groups: fin, Approve: true, At: at}, "a7 is the run's own actor agent-7 (same uid) and cannot approve its own call"},
+		{Vote{By: "a7", Email: "AGENT-7@corp.example", Groups: fin, Approve: true, At: at}, "a7 is the run's own actor agent-7 (same e-mail) and cannot approve its own call"},
+		{Vote{By: "agent-7", Groups: fin, Approve: true, At: at}, "agent-7 opened run run-1 and cannot approve its own call"},
+		{Vote{By: "agent-77@corp.example", UID: "uid-77", Groups: fin, Approve: true, At: at}, ""},
+		{Vote{By: "alice", Groups: fin, Approve: true, At: at}, ""},
+	} {
+		s := base()
+		err := s.Cast(c.v)
+		if c.why == "" {
+			if err != nil {
+				t.Errorf("%+v: %v, want counted", c.v, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrNotEligible) || Why(err) != c.why {
+			t.Errorf("%+v: %v, want %q", c.v, err, c.why)
+		}
+	}
+	// An empty uid matches nothing; an actor whose username is an address is matched in any case.
+	if how := ActorAlias(Principal{Name: "agent-7"}, Principal{Name: "bob"}); how != "" {
+		t.Errorf("empty uids matched: %q", how)
+	}
+	if how := ActorAlias(Principal{Name: "agent-7@corp.example"}, Principal{Name: "AGENT-7@corp.example"}); how != SameEmail {
+		t.Errorf("an address actor in another case: %q", how)
+	}
+	// The actor may deny its own call.
+	s := base()
+	if err := s.Cast(Vote{By: "agent-7@corp.example", Groups: fin, At: at}); err != nil || s.Phase != Denied {
+		t.Errorf("the actor denying: %v %s", err, s.Phase)
+	}
+}

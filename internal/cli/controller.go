@@ -26,7 +26,8 @@ import (
 func init() { register(newControllerCmd) }
 
 func newControllerCmd() *cobra.Command {
-	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey string
+	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey, stampKey string
+	var gatewayIdentities []string
 	var leaderElect, devLog, webhooks, allowFileURLs bool
 	var maxFileBytes, maxTotalBytes int64
 	var maxFiles, maxRefs, concurrent, apiBurst int
@@ -36,7 +37,7 @@ func newControllerCmd() *cobra.Command {
 	var webhookCertDir string
 	cmd := &cobra.Command{
 		Use:   "controller",
-		Short: "Run the controller: the ManifestRegistry, ToolManifest, ReversiGateway and ApprovalRequest reconcilers and the Approval webhooks (controller-runtime)",
+		Short: "Run the controller: the ManifestRegistry, ToolManifest, ReversiGateway and ApprovalRequest reconcilers and the admission webhooks (controller-runtime)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if maxFileBytes <= 0 || maxTotalBytes <= 0 || maxFiles <= 0 || maxRefs <= 0 || maxTimeout <= 0 || concurrent <= 0 {
@@ -59,11 +60,20 @@ func newControllerCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("starting the manager: %w", err)
 			}
+			ids, err := parseGatewayIdentities(gatewayIdentities)
+			if err != nil {
+				return err
+			}
 			key, err := controllerSigningKey(cmd.Context(), cfg, signingKey)
 			if err != nil {
 				return err
 			}
+			stamp, err := controllerStampKey(cmd.Context(), cfg, stampKey)
+			if err != nil {
+				return err
+			}
 			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks, SigningKey: key,
+				StampKey: stamp, GatewayIdentities: ids,
 				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes,
 				SourceMaxFiles: maxFiles, SourceMaxRefs: maxRefs, SourceMaxTimeout: maxTimeout, Concurrent: concurrent}); err != nil {
 				return err
@@ -94,32 +104,75 @@ func newControllerCmd() *cobra.Command {
 	f.Float32Var(&apiQPS, "kube-api-qps", 50, "requests per second to the API server (client-side limit)")
 	f.IntVar(&apiBurst, "kube-api-burst", 300, "burst of requests to the API server (client-side limit)")
 	f.StringVar(&signingKey, "signing-key-secret", "", "NAMESPACE/NAME of the Secret with the controller's own Ed25519 key, which signs every rendering's snapshot; created on first start (default: NAMESPACE/"+controllers.DefaultSigningKeySecret+", NAMESPACE being $POD_NAMESPACE or else reversi-system)")
+	f.StringVar(&stampKey, "stamp-key-secret", "", "NAMESPACE/NAME of the Secret with the key that stamps Approvals at admission (only stamped Approvals count); created on first start; only the controller should read it (default: NAMESPACE/"+controllers.DefaultStampKeySecret+", NAMESPACE being $POD_NAMESPACE or else reversi-system)")
+	f.StringArrayVar(&gatewayIdentities, "gateway-identity", nil, "NAMESPACE/GATEWAY=USERNAME: the user a standalone gateway (reversi gateway --kubeconfig) named GATEWAY authenticates as; it may create that gateway's ApprovalRequests and ReversiRuns and write its runs' status (NAMESPACE * for every namespace; repeatable). A ReversiGateway's own ServiceAccount needs no flag")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
-	f.BoolVar(&webhooks, "webhooks", true, "serve the Approval admission webhooks (needs a serving certificate in --webhook-cert-dir)")
+	f.BoolVar(&webhooks, "webhooks", true, "serve the admission webhooks of Approvals, ApprovalRequests and ReversiRuns (needs a serving certificate in --webhook-cert-dir)")
 	f.IntVar(&webhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS)")
 	f.StringVar(&webhookCertDir, "webhook-cert-dir", "", "folder with tls.crt and tls.key (default $TMPDIR/k8s-webhook-server/serving-certs)")
 	return cmd
 }
 
-// controllerSigningKey reads (or, on first start, creates) the controller's signing key in the
-// Secret ref (NAMESPACE/NAME; default: $POD_NAMESPACE or reversi-system, and
-// controllers.DefaultSigningKeySecret), with a client that reads the API server directly.
-func controllerSigningKey(ctx context.Context, cfg *rest.Config, ref string) (*controllers.SigningKey, error) {
-	ns, name := os.Getenv("POD_NAMESPACE"), controllers.DefaultSigningKeySecret
+// parseGatewayIdentities parses the --gateway-identity values (controllers.ParseGatewayIdentity);
+// a NAMESPACE/GATEWAY given twice with different users is an error.
+func parseGatewayIdentities(vals []string) (controllers.GatewayIdentities, error) {
+	ids := controllers.GatewayIdentities{}
+	for _, v := range vals {
+		k, u, err := controllers.ParseGatewayIdentity(v)
+		if err != nil {
+			return nil, fmt.Errorf("--gateway-identity: %w", err)
+		}
+		if prev, ok := ids[k]; ok && prev != u {
+			return nil, fmt.Errorf("--gateway-identity: %s is given twice, as %q and %q: name one user per gateway", k, prev, u)
+		}
+		ids[k] = u
+	}
+	return ids, nil
+}
+
+// secretRef is ref (NAMESPACE/NAME) or, when empty, def in $POD_NAMESPACE (else reversi-system).
+func secretRef(flag, ref, def string) (types.NamespacedName, error) {
+	ns, name := os.Getenv("POD_NAMESPACE"), def
 	if ns == "" {
 		ns = "reversi-system"
 	}
 	if ref != "" {
 		var ok bool
 		if ns, name, ok = strings.Cut(ref, "/"); !ok || ns == "" || name == "" {
-			return nil, fmt.Errorf("--signing-key-secret %q: write NAMESPACE/NAME", ref)
+			return types.NamespacedName{}, fmt.Errorf("%s %q: write NAMESPACE/NAME", flag, ref)
 		}
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// controllerStampKey reads (or, on first start, creates) the Approval stamp key in the Secret
+// ref (NAMESPACE/NAME; default: $POD_NAMESPACE or reversi-system, and
+// controllers.DefaultStampKeySecret), with a client that reads the API server directly.
+func controllerStampKey(ctx context.Context, cfg *rest.Config, ref string) (*controllers.StampKey, error) {
+	nn, err := secretRef("--stamp-key-secret", ref, controllers.DefaultStampKeySecret)
+	if err != nil {
+		return nil, err
 	}
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
 		return nil, err
 	}
-	return controllers.EnsureSigningKey(ctx, c, types.NamespacedName{Namespace: ns, Name: name})
+	return controllers.EnsureStampKey(ctx, c, nn)
+}
+
+// controllerSigningKey reads (or, on first start, creates) the controller's signing key in the
+// Secret ref (NAMESPACE/NAME; default: $POD_NAMESPACE or reversi-system, and
+// controllers.DefaultSigningKeySecret), with a client that reads the API server directly.
+func controllerSigningKey(ctx context.Context, cfg *rest.Config, ref string) (*controllers.SigningKey, error) {
+	nn, err := secretRef("--signing-key-secret", ref, controllers.DefaultSigningKeySecret)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return controllers.EnsureSigningKey(ctx, c, nn)
 }
 
 // restConfig is the kubeconfig given, else controller-runtime's lookup (in-cluster, $KUBECONFIG).

@@ -79,7 +79,9 @@ func startController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := controllers.Setup(mgr, controllers.Options{Webhooks: true}); err != nil {
+	// The in-process gateways run as the agent's user (the standalone `reversi gateway
+	// --kubeconfig`): the install names it, as `reversi controller --gateway-identity` does.
+	if err := controllers.Setup(mgr, controllers.Options{Webhooks: true, GatewayIdentities: controllers.GatewayIdentities{"*/agents": actor}}); err != nil {
 		return err
 	}
 	go func() { _ = mgr.Start(ctx) }()

@@ -141,7 +141,7 @@ type world struct {
 }
 
 func startWorld(t testing.TB) *world {
-	env, err := testenv.Start()
+	env, err := testenv.Start(testenv.Options{Webhooks: true})
 	if err != nil {
 		t.Fatalf("control plane: %v", err)
 	}
@@ -149,11 +149,13 @@ func startWorld(t testing.TB) *world {
 	k8s := env.Client
 	mgrCtx, stopMgr := context.WithCancel(context.Background())
 	t.Cleanup(stopMgr)
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, WebhookServer: env.WebhookServer()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{AllowFileURLs: true}); err != nil {
+	// With the admission webhooks (issue 16): the gateway's runs are admitted because it runs
+	// as the ServiceAccount of ReversiGateway pay, no --gateway-identity needed.
+	if err := controllers.Setup(mgr, controllers.Options{AllowFileURLs: true, Webhooks: true}); err != nil {
 		t.Fatal(err)
 	}
 	mgrDone := make(chan struct{})

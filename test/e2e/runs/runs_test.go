@@ -1,4 +1,5 @@
-// Package runs tests issue 8's run mirror end to end: a real control plane (envtest), gateways
+// Package runs tests issue 8's run mirror end to end: a real control plane (envtest) with the
+// controller's admission webhooks, gateways
 // (proxy.New, as `reversi gateway --kubeconfig` builds them) on a real SQLite store fronting a
 // real server-memory, whose runs are ReversiRuns (gateway/kube.Runs), real kubectl run as users
 // minted by envtest, and `reversi rollback --kubeconfig`.
@@ -25,10 +26,13 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/controllers"
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/kube"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
@@ -48,7 +52,11 @@ var (
 const actor = "agent-7"
 
 func TestMain(m *testing.M) {
-	env, envErr = testenv.Start()
+	env, envErr = testenv.Start(testenv.Options{Webhooks: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	if envErr == nil {
+		envErr = startController(ctx)
+	}
 	if envErr == nil {
 		if users, envErr = os.MkdirTemp("", "reversi-runs-"); envErr == nil {
 			for _, name := range []string{actor, "ops", "auditor"} {
@@ -59,6 +67,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	cancel()
 	if env != nil {
 		_ = env.Stop()
 	}
@@ -66,6 +75,25 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(users)
 	}
 	os.Exit(code)
+}
+
+// startController runs the controller's manager with its admission webhooks (issue 16): the
+// runs' creates and status writes are admitted only for the gateway's identity, here the
+// agent's user (the standalone `reversi gateway --kubeconfig`, as gateway agents or, without
+// --gateway-name, proxy.Name), named as
+// `reversi controller --gateway-identity` names it; ops' spec.rollback passes as an operator's.
+func startController(ctx context.Context) error {
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"}, WebhookServer: env.WebhookServer()})
+	if err != nil {
+		return err
+	}
+	if err := controllers.Setup(mgr, controllers.Options{Webhooks: true, GatewayIdentities: controllers.GatewayIdentities{
+		"*/agents": actor, "*/" + proxy.Name: actor}}); err != nil { // proxy.Name: `reversi gateway` without --gateway-name
+		return err
+	}
+	go func() { _ = mgr.Start(ctx) }()
+	return nil
 }
 
 func kubeconfigOf(t *testing.T, who string) string {
