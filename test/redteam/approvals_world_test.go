@@ -462,7 +462,7 @@ func (aw *approvalsWorld) waitApproval(t testing.TB, name string, timeout time.D
 // containing each of contains.
 func (aw *approvalsWorld) wantRejected(t testing.TB, name string, contains ...string) {
 	t.Helper()
-	apr := aw.waitApproval(t, name, 20*time.Second)
+	apr := aw.waitApproval(t, name, 15*time.Second)
 	ok := apr.Status.Result == v1alpha1.ResultRejected
 	for _, s := range contains {
 		ok = ok && strings.Contains(apr.Status.Message, s)
@@ -528,7 +528,7 @@ func (aw *approvalsWorld) wantRecord(t testing.TB, run, request, event, approver
 	t.Helper()
 	var rr v1alpha1.ReversiRun
 	var found v1alpha1.RunStep
-	err := podrun.Poll(aw.ctx, 10*time.Second, func() string {
+	err := podrun.Poll(aw.ctx, 6*time.Second, func() string {
 		if err := aw.k8s.Get(aw.ctx, types.NamespacedName{Namespace: ns, Name: run}, &rr); err != nil {
 			return err.Error()
 		}
