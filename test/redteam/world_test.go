@@ -146,6 +146,8 @@ type world struct {
 
 	controller *podrun.Process
 	ctrlTemp   string
+	// controllerFlags are added after controllerArgs (the approvals world serves webhooks).
+	controllerFlags []string
 
 	writerKey string             // the registry writer's Ed25519 private key (reversi keygen)
 	committer *sourcetest.SSHKey // signs commits and tags; trusted by Secret committers
@@ -323,7 +325,8 @@ func (w *world) publish(t testing.TB, r *gitRegistry, manifests, status string) 
 // startController runs `reversi controller` as its own process.
 func (w *world) startController(t testing.TB) {
 	t.Helper()
-	p, err := podrun.Start("controller", reversiBin, controllerArgs(w.admin, w.ctrlTemp), os.Environ(), filepath.Join(w.dir, "controller.log"))
+	args := append(controllerArgs(w.admin, w.ctrlTemp), w.controllerFlags...)
+	p, err := podrun.Start("controller", reversiBin, args, os.Environ(), filepath.Join(w.dir, "controller.log"))
 	must(t, err)
 	w.controller = p
 }
