@@ -539,12 +539,3 @@ func (m *Runs) RecordOutcome(ctx context.Context, run string, step int64, o stor
 	}
 	return seq, err
 }
-
-// Consume uses an approval (the run no longer waits for it).
-func (m *Runs) Consume(ctx context.Context, id, run, tool, argsDigest string) error {
-	err := m.Store.Consume(ctx, id, run, tool, argsDigest)
-	if err == nil {
-		m.touch(run, false)
-	}
-	return err
-}
