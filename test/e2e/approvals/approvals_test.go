@@ -281,7 +281,7 @@ func reversi(t *testing.T, args ...string) (string, int) {
 // then passes (once), and the time from bob's kubectl apply to the passing retry is logged.
 func TestApprovalThroughTheGateway(t *testing.T) {
 	ns := setupNamespace(t, "agents")
-	cs, _ := gateway(t, ns)
+	cs, st := gateway(t, ns)
 	if text, isErr := call(t, cs, "memory.create_entities", map[string]any{"entities": []any{
 		map[string]any{"name": "ledger", "entityType": "book", "observations": []any{"2026"}}}}); isErr {
 		t.Fatalf("create_entities: %s", text)
@@ -371,6 +371,41 @@ func TestApprovalThroughTheGateway(t *testing.T) {
 	if next := blocked(t, cs, "memory.delete_entities", del); next == id {
 		t.Errorf("a consumed approval let a second call through the same request %s", id)
 	}
+	// The decisions are records of the run (issue 16): who approved, with which groups, and
+	// the consumption; each Approval the controller rejected is a rejected record.
+	runs, err := st.ListRuns(t.Context(), store.RunFilter{})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs %+v %v", runs, err)
+	}
+	final := request(t, ns, id)
+	rejected := len(final.Status.Rejected)
+	want := "requested:::"
+	for _, c := range final.Status.Approvals { // the groups as the controller recorded them
+		want += fmt.Sprintf(",counted:%s:%s:%s", c.Username, strings.Join(c.Groups, "+"), c.Decision)
+	}
+	want += ",approved:::,consumed:::"
+	if len(final.Status.Approvals) != 2 {
+		t.Fatalf("counted approvals %+v", final.Status.Approvals)
+	}
+	waitFor(t, 10*time.Second, func() string {
+		recs, _ := st.Records(t.Context(), runs[0].ID, 0, 0)
+		var evs []string
+		n := 0
+		for _, r := range recs {
+			if r.Kind != store.KindApproval || r.Approval != id {
+				continue
+			}
+			if r.Event == store.EventRejected {
+				n++
+				continue
+			}
+			evs = append(evs, fmt.Sprintf("%s:%s:%s:%s", r.Event, r.Approver, strings.Join(r.Groups, "+"), r.Decision))
+		}
+		if got := strings.Join(evs, ","); got != want || n != rejected {
+			return fmt.Sprintf("decision records %s and %d rejected, want %s and %d", got, n, want, rejected)
+		}
+		return ""
+	})
 }
 
 // A Deny by a finance user (`reversi deny --apply`) denies; a request that expires with
