@@ -32,6 +32,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -89,7 +90,14 @@ type Store struct {
 
 	events workqueue.TypedDelayingInterface[string] // requests whose status changed
 	wg     sync.WaitGroup
+	// journaledTo is told the run of every decision record journaled (Runs: the ReversiRun's
+	// steps show it); nil until OnJournal.
+	journaledTo atomic.Pointer[func(run string)]
 }
+
+// OnJournal names a function told the run of each decision record this store journals by
+// itself (from the informer, or a request's creation), e.g. the run mirror's status write.
+func (s *Store) OnJournal(fn func(run string)) { s.journaledTo.Store(&fn) }
 
 // IgnoreGrace is how long an ApprovalRequest that this gateway's store does not record, but
 // that names one of its runs and was created by this gateway's identity, may stay unrecorded
@@ -482,6 +490,11 @@ func (s *Store) journal(ctx context.Context, r store.ApprovalRecord) {
 		return
 	}
 	_, err := s.Store.AppendApproval(context.WithoutCancel(ctx), r)
+	if err == nil {
+		if fn := s.journaledTo.Load(); fn != nil {
+			(*fn)(r.Run)
+		}
+	}
 	switch {
 	case err == nil, errors.Is(err, store.ErrExists):
 		s.mu.Lock()

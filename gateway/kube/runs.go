@@ -157,6 +157,9 @@ func NewRuns(ctx context.Context, inner store.Store, o RunsOptions) (*Runs, erro
 		stop()
 		return nil, fmt.Errorf("kube: the ReversiRun informer: %w", err)
 	}
+	if j, ok := inner.(interface{ OnJournal(func(string)) }); ok {
+		j.OnJournal(func(run string) { m.touch(run, false) }) // decisions journaled from the ApprovalRequest informer
+	}
 	enqueue := func(obj any) {
 		if r, ok := obj.(*v1alpha1.ReversiRun); ok && r.Spec.Rollback != nil {
 			m.rollbackQ.Add(r.Name)
@@ -610,6 +613,15 @@ func (m *Runs) RecordIntent(ctx context.Context, in store.Intent) (int64, error)
 		m.touch(in.Run, false)
 	}
 	return step, err
+}
+
+// AppendApproval journals a decision record (a step of the ReversiRun).
+func (m *Runs) AppendApproval(ctx context.Context, r store.ApprovalRecord) (int64, error) {
+	seq, err := m.Store.AppendApproval(ctx, r)
+	if err == nil {
+		m.touch(r.Run, false)
+	}
+	return seq, err
 }
 
 // RecordOutcome journals a step's outcome.
