@@ -199,6 +199,12 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 			if o.ActorClaim != "" {
 				oi["actor_claim"] = o.ActorClaim
 			}
+			// issue 16: the identity the API server gives the same token
+			for k, v := range map[string]string{"actor_prefix": o.ActorPrefix, "uid_claim": o.UIDClaim, "email_claim": o.EmailClaim} {
+				if v != "" {
+					oi[k] = v
+				}
+			}
 			if o.JWKSURI != "" {
 				oi["jwks_uri"] = o.JWKSURI
 			}

@@ -22,8 +22,16 @@ const (
 // Identity is an authenticated principal.
 type Identity struct {
 	// Principal is the actor of the session's runs and the approver of its decisions: the
-	// key's principal, or the token's actor_claim (default sub).
+	// key's principal, or auth.oidc.actor_prefix followed by the token's actor_claim (default
+	// sub), as the API server maps the same token to a username (issue 16).
 	Principal string
+	// UID is the principal's uid: the key's uid, or the token's uid_claim; "" when none.
+	// Email is the principal's e-mail: the key's email, or the token's email_claim (default
+	// email; a claim named email counts only when email_verified is not false); "" when none.
+	// Both go into the ApprovalRequests of the principal's runs (actorUID, actorEmail): an
+	// approver with that uid, or named that e-mail, is the actor and is Rejected.
+	UID   string
+	Email string
 	// Role is the highest Reversi role the credential maps to.
 	Role Role
 	// Groups are the principal's other roles or groups (a key's groups; the token's role

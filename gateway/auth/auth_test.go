@@ -253,3 +253,78 @@ func TestGuard(t *testing.T) {
 		}
 	}
 }
+
+// TestOIDCIdentityLikeTheAPIServer: the principal is actor_prefix followed by the actor claim,
+// as the API server maps the same token to a username; uid_claim and email_claim give the
+// identity the approver check compares; a principal named by the email claim needs
+// email_verified not false, and an unverified e-mail is not taken. Source: issue 16.
+func TestOIDCIdentityLikeTheAPIServer(t *testing.T) {
+	is, err := authtest.NewIssuer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = is.Close() })
+	const aud = "https://gateway.test"
+	newAuth := func(o config.OIDC) *auth.Authenticator {
+		o.Issuer, o.Audience, o.RoleMap = is.URL, aud, map[string]string{"bots": "agent"}
+		a, err := auth.New(context.Background(), config.Auth{OIDC: &o}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	tok := func(sub string, extra map[string]any) string {
+		extra["groups"] = []string{"bots"}
+		s, err := is.Token(authtest.Claims{Subject: sub, Audience: []string{aud}, Extra: extra})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ctx := context.Background()
+	a := newAuth(config.OIDC{ActorPrefix: "oidc:", UIDClaim: "oid"})
+	id, _, err := a.Authenticate(ctx, tok("agent-7", map[string]any{"oid": "u-7", "email": "agent-7@corp.example"}))
+	if err != nil || id.Principal != "oidc:agent-7" || id.UID != "u-7" || id.Email != "agent-7@corp.example" {
+		t.Fatalf("identity %+v %v", id, err)
+	}
+	if id, _, err := a.Authenticate(ctx, tok("agent-7", map[string]any{"email": "x@corp.example", "email_verified": false})); err != nil || id.Email != "" || id.UID != "" {
+		t.Fatalf("unverified e-mail taken: %+v %v", id, err)
+	}
+	if _, _, err := a.Authenticate(ctx, tok("agent-7", map[string]any{"oid": 7})); err == nil || !strings.Contains(err.Error(), "uid_claim") {
+		t.Fatalf("a uid that is not a string: %v", err)
+	}
+	b := newAuth(config.OIDC{ActorClaim: "email", EmailClaim: "mail"})
+	if _, _, err := b.Authenticate(ctx, tok("s", map[string]any{"email": "agent-7@corp.example", "email_verified": false})); err == nil ||
+		!strings.Contains(err.Error(), "email_verified is false") {
+		t.Fatalf("unverified email as the principal: %v", err)
+	}
+	id, _, err = b.Authenticate(ctx, tok("s", map[string]any{"email": "agent-7@corp.example", "email_verified": true, "mail": "seven@corp.example"}))
+	if err != nil || id.Principal != "agent-7@corp.example" || id.Email != "seven@corp.example" {
+		t.Fatalf("email claim: %+v %v", id, err)
+	}
+}
+
+// TestKeyIdentity: a key may carry the principal's uid and e-mail; bad ones are refused with
+// the entry named.
+func TestKeyIdentity(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "keys.json")
+	_, secret, err := auth.AddKey(p, "agent-7", auth.Agent, nil, nil, auth.KeyIdentity{UID: "u-7", Email: "agent-7@corp.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := auth.New(context.Background(), config.Auth{Keys: p}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := a.Authenticate(context.Background(), secret)
+	if err != nil || id.UID != "u-7" || id.Email != "agent-7@corp.example" {
+		t.Fatalf("identity %+v %v", id, err)
+	}
+	if _, _, err := auth.AddKey(p, "x", auth.Agent, nil, nil, auth.KeyIdentity{Email: "not-an-address"}); err == nil || !strings.Contains(err.Error(), "email") {
+		t.Fatalf("bad email: %v", err)
+	}
+	bad := `{"keys":[{"id":"0123456789ab","principal":"p","role":"agent","hash":"sha256:` + strings.Repeat("0", 64) + `","uid":"a b"}]}`
+	if _, err := auth.ParseKeyFile([]byte(bad)); err == nil || !strings.Contains(err.Error(), `keys[0]: uid "a b"`) {
+		t.Fatalf("bad uid: %v", err)
+	}
+}

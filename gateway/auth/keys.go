@@ -23,6 +23,7 @@ import (
 //	{"keys": [
 //	  {"id": "3f9c2a7d10be", "principal": "ci-bot", "role": "agent",
 //	   "max_permissions": ["fs:read"], "groups": ["platform"],
+//	   "uid": "8d1f...", "email": "ci-bot@corp.example",
 //	   "hash": "sha256:<64 hex>", "created": "2026-11-30T06:00:00Z"}
 //	]}
 //
@@ -33,7 +34,9 @@ import (
 //
 // max_permissions caps the session scope (absent: the gateway's `permissions`; [] : no
 // permission at all). groups are extra role names the principal holds for approvals (a
-// manifest's approval.roles), besides its Reversi role.
+// manifest's approval.roles), besides its Reversi role. uid and email (optional) are the
+// principal's identity for the actor check of approvals (issue 16): an approver whose uid is
+// the key's uid, or whose username is the key's email, is the actor under another name.
 
 // KeyPrefix starts every API key secret; a bearer token without it is not an API key.
 const KeyPrefix = "rvk_"
@@ -52,6 +55,9 @@ type KeyEntry struct {
 	// MaxPermissions caps the session scope; nil (absent) means no cap.
 	MaxPermissions *[]string `json:"max_permissions,omitempty"`
 	Groups         []string  `json:"groups,omitempty"`
+	// UID and Email are the principal's uid and e-mail (optional; see the file format).
+	UID   string `json:"uid,omitempty"`
+	Email string `json:"email,omitempty"`
 	// Hash is "sha256:<64 lowercase hex>" of the whole secret.
 	Hash    string    `json:"hash"`
 	Created time.Time `json:"created,omitzero"`
@@ -93,11 +99,29 @@ func ParseKeyFile(data []byte) (*KeyFile, error) {
 		if !keyHashRe.MatchString(k.Hash) {
 			bad("hash: expected sha256:<64 lowercase hex>")
 		}
+		if err := checkKeyIdentity(k.UID, k.Email); err != nil {
+			bad("%v", err)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return &f, nil
+}
+
+// checkKeyIdentity checks a key's optional uid and email: no spaces, at most 253 characters
+// (the ApprovalRequest fields they go into), and an email with one @ between non-empty parts.
+func checkKeyIdentity(uid, email string) error {
+	if uid != "" && (len(uid) > 253 || strings.TrimSpace(uid) != uid || strings.ContainsAny(uid, " \t\n")) {
+		return fmt.Errorf("uid %q: at most 253 characters, no spaces", uid)
+	}
+	if email != "" {
+		local, domain, ok := strings.Cut(email, "@")
+		if len(email) > 253 || !ok || local == "" || domain == "" || strings.Contains(domain, "@") || strings.ContainsAny(email, " \t\n") {
+			return fmt.Errorf("email %q: expected name@domain (at most 253 characters)", email)
+		}
+	}
+	return nil
 }
 
 // LoadKeyFile reads and parses the key file at path. Errors name the file.
@@ -119,10 +143,24 @@ func HashSecret(secret string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// NewKey makes a key entry and its secret. The secret is shown once and never stored.
-func NewKey(principal string, role Role, maxPermissions *[]string, groups []string) (KeyEntry, string, error) {
+// KeyIdentity is the optional identity of a new key's principal (KeyEntry.UID, Email).
+type KeyIdentity struct {
+	UID, Email string
+}
+
+// NewKey makes a key entry and its secret. The secret is shown once and never stored. ident
+// (optional, at most one) sets the entry's uid and email. Errors: no principal, an unknown
+// role, a bad uid or email (named).
+func NewKey(principal string, role Role, maxPermissions *[]string, groups []string, ident ...KeyIdentity) (KeyEntry, string, error) {
 	if strings.TrimSpace(principal) == "" {
 		return KeyEntry{}, "", errors.New("a key needs a principal")
+	}
+	var id0 KeyIdentity
+	if len(ident) > 0 {
+		id0 = ident[0]
+	}
+	if err := checkKeyIdentity(id0.UID, id0.Email); err != nil {
+		return KeyEntry{}, "", err
 	}
 	if _, err := ParseRole(string(role)); err != nil {
 		return KeyEntry{}, "", err
@@ -136,7 +174,7 @@ func NewKey(principal string, role Role, maxPermissions *[]string, groups []stri
 		return KeyEntry{}, "", err
 	}
 	e := KeyEntry{ID: hex.EncodeToString(id[:]), Principal: principal, Role: role, MaxPermissions: maxPermissions,
-		Groups: groups, Created: time.Now().UTC().Truncate(time.Second)}
+		Groups: groups, UID: id0.UID, Email: id0.Email, Created: time.Now().UTC().Truncate(time.Second)}
 	secret := KeyPrefix + e.ID + "_" + base64.RawURLEncoding.EncodeToString(sec[:])
 	e.Hash = HashSecret(secret)
 	return e, secret, nil
@@ -144,7 +182,7 @@ func NewKey(principal string, role Role, maxPermissions *[]string, groups []stri
 
 // AddKey appends a new key to the file at path (created, mode 0600, when missing) and returns
 // the entry and its secret. The file is replaced atomically.
-func AddKey(path, principal string, role Role, maxPermissions *[]string, groups []string) (KeyEntry, string, error) {
+func AddKey(path, principal string, role Role, maxPermissions *[]string, groups []string, ident ...KeyIdentity) (KeyEntry, string, error) {
 	f := &KeyFile{}
 	if data, err := os.ReadFile(path); err == nil {
 		if f, err = ParseKeyFile(data); err != nil {
@@ -153,7 +191,7 @@ func AddKey(path, principal string, role Role, maxPermissions *[]string, groups 
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return KeyEntry{}, "", err
 	}
-	e, secret, err := NewKey(principal, role, maxPermissions, groups)
+	e, secret, err := NewKey(principal, role, maxPermissions, groups, ident...)
 	if err != nil {
 		return KeyEntry{}, "", err
 	}
@@ -187,7 +225,7 @@ func (r *keyRing) check(secret string) (*Identity, error) {
 	if !ok || !ok2 || !found || subtle.ConstantTimeCompare([]byte(HashSecret(secret)), []byte(k.Hash)) != 1 {
 		return nil, errors.New("unknown API key")
 	}
-	ident := &Identity{Principal: k.Principal, Role: k.Role, Groups: k.Groups, Method: MethodKey, KeyID: k.ID}
+	ident := &Identity{Principal: k.Principal, Role: k.Role, Groups: k.Groups, Method: MethodKey, KeyID: k.ID, UID: k.UID, Email: k.Email}
 	if k.MaxPermissions != nil {
 		ident.MaxPermissions = append([]string{}, (*k.MaxPermissions)...)
 	}

@@ -16,6 +16,8 @@ import (
 // Defaults of auth.oidc (seed "MCP gateway", Config: "optional role_claim, actor_claim").
 const (
 	DefaultActorClaim = "sub"
+	// DefaultEmailClaim is the claim read as the principal's e-mail (issue 16).
+	DefaultEmailClaim = "email"
 )
 
 // DefaultRoleClaims are read, in order, when role_claim is not set.
@@ -33,13 +35,21 @@ type oidcVerifier struct {
 	roleMap    map[string]string
 	roleClaims []string
 	actorClaim string
+	// actorPrefix, uidClaim, emailClaim: see config.OIDC.
+	actorPrefix string
+	uidClaim    string
+	emailClaim  string
 }
 
 func newOIDC(ctx context.Context, c *config.OIDC) (*oidcVerifier, error) {
 	if c.Audience == "" {
 		return nil, errors.New("auth.oidc.audience: required: tokens must name this gateway as their audience")
 	}
-	v := &oidcVerifier{issuer: c.Issuer, roleMap: c.RoleMap, roleClaims: DefaultRoleClaims, actorClaim: DefaultActorClaim}
+	v := &oidcVerifier{issuer: c.Issuer, roleMap: c.RoleMap, roleClaims: DefaultRoleClaims, actorClaim: DefaultActorClaim,
+		actorPrefix: c.ActorPrefix, uidClaim: c.UIDClaim, emailClaim: DefaultEmailClaim}
+	if c.EmailClaim != "" {
+		v.emailClaim = c.EmailClaim
+	}
 	if c.RoleClaim != "" {
 		v.roleClaims = []string{c.RoleClaim}
 	}
@@ -73,15 +83,11 @@ func (v *oidcVerifier) verify(ctx context.Context, raw string) (*Identity, time.
 	if err := tok.Claims(&claims); err != nil {
 		return nil, time.Time{}, err
 	}
-	actor, _ := claims[v.actorClaim].(string)
-	if strings.TrimSpace(actor) == "" {
-		return nil, time.Time{}, fmt.Errorf("the token has no %q claim (auth.oidc.actor_claim) to name the principal", v.actorClaim)
+	id, err := v.identity(claims)
+	if err != nil {
+		return nil, time.Time{}, err
 	}
-	var values []string
-	for _, name := range v.roleClaims {
-		values = append(values, claimStrings(claims[name])...)
-	}
-	id := &Identity{Principal: actor, Groups: values, Method: MethodOIDC}
+	values := id.Groups
 	best := -1
 	for _, val := range values {
 		if r, ok := v.roleMap[val]; ok && Role(r).rank() > best {
@@ -93,6 +99,43 @@ func (v *oidcVerifier) verify(ctx context.Context, raw string) (*Identity, time.
 			strings.Join(v.roleClaims, "/"), strings.Join(values, ", "))
 	}
 	return id, tok.Expiry, nil
+}
+
+// identity maps the claims to the principal the way the API server maps the same token to a
+// username (issue 16; Kubernetes "Authenticating", OpenID Connect tokens): actor_prefix
+// followed by the actor_claim's value, where a claim named email counts only when
+// email_verified is absent or true; uid_claim's value is the uid; email_claim's value
+// (default email) is the e-mail, left out when email_verified is false. Groups are the role
+// claims' values.
+func (v *oidcVerifier) identity(claims map[string]any) (*Identity, error) {
+	actor, _ := claims[v.actorClaim].(string)
+	if strings.TrimSpace(actor) == "" {
+		return nil, fmt.Errorf("the token has no %q claim (auth.oidc.actor_claim) to name the principal", v.actorClaim)
+	}
+	verified, hasVerified := claims["email_verified"].(bool)
+	if v.actorClaim == "email" && hasVerified && !verified {
+		return nil, errors.New("the token's email claim names the principal (auth.oidc.actor_claim), but email_verified is false")
+	}
+	if _, present := claims["email_verified"]; present && !hasVerified {
+		return nil, errors.New("the token's email_verified claim is not a boolean")
+	}
+	id := &Identity{Principal: v.actorPrefix + actor, Method: MethodOIDC}
+	if v.uidClaim != "" {
+		switch u := claims[v.uidClaim].(type) {
+		case string:
+			id.UID = u
+		case nil:
+		default:
+			return nil, fmt.Errorf("the token's %q claim (auth.oidc.uid_claim) is not a string", v.uidClaim)
+		}
+	}
+	if e, ok := claims[v.emailClaim].(string); ok && (!hasVerified || verified) {
+		id.Email = e
+	}
+	for _, name := range v.roleClaims {
+		id.Groups = append(id.Groups, claimStrings(claims[name])...)
+	}
+	return id, nil
 }
 
 // claimStrings reads a claim that is a string (space separated) or a list of strings.

@@ -170,14 +170,20 @@ func (a Auth) Enabled() bool { return a.Keys != "" || a.OIDC != nil }
 
 // OIDC is `auth.oidc:`. Issuer and Audience are required; RoleMap maps a token's role claim
 // values to Reversi roles; RoleClaim, ActorClaim and JWKSURI are optional (empty means the
-// gateway's default).
+// gateway's default). ActorPrefix, UIDClaim and EmailClaim map the token to the identity the
+// API server gives it (issue 16): the principal is ActorPrefix followed by the ActorClaim's
+// value (the API server's username prefix and claim), UIDClaim names the uid claim (default
+// none) and EmailClaim the e-mail claim (default email).
 type OIDC struct {
-	Issuer     string
-	Audience   string
-	RoleMap    map[string]string
-	RoleClaim  string
-	ActorClaim string
-	JWKSURI    string
+	Issuer      string
+	Audience    string
+	RoleMap     map[string]string
+	RoleClaim   string
+	ActorClaim  string
+	ActorPrefix string
+	UIDClaim    string
+	EmailClaim  string
+	JWKSURI     string
 }
 
 // Resolve makes a path from the config relative to the config file's folder; absolute paths,

@@ -124,6 +124,9 @@ func TestEachRuleReportsFileLineAndPath(t *testing.T) {
 		{"oidc audience required", up + "auth:\n  oidc:\n    issuer: https://id\n", 3, "auth.oidc.audience", "required: the audience"},
 		{"oidc role_map", up + "auth:\n  oidc: {issuer: https://id, audience: a, role_map: {bot: root}}\n", 3, "auth.oidc.role_map.bot", `"root" is not a Reversi role`},
 		{"oidc jwks_uri", up + "auth:\n  oidc: {issuer: https://id, audience: a, jwks_uri: keys}\n", 3, "auth.oidc.jwks_uri", "is not an http or https URL"},
+		{"oidc actor_prefix empty", up + "auth:\n  oidc: {issuer: https://id, audience: a, actor_prefix: \"\"}\n", 3, "auth.oidc.actor_prefix", "must not be empty"},
+		{"oidc uid_claim spaces", up + "auth:\n  oidc: {issuer: https://id, audience: a, uid_claim: \"o id\"}\n", 3, "auth.oidc.uid_claim", "no spaces"},
+		{"oidc email_claim type", up + "auth:\n  oidc: {issuer: https://id, audience: a, email_claim: [mail]}\n", 3, "auth.oidc.email_claim", ""},
 		{"console mode", up + "console: {mode: public}\n", 2, "console.mode", `"public" is not one of off, open, login`},
 		{"console needs listen", up + "console: {mode: login}\nauth: {keys: k.json}\n", 2, "console.mode", "console login needs HTTP mode: set listen"},
 		{"console open beyond loopback", up + "listen: {host: 10.0.0.1, port: 80}\nauth: {keys: k.json}\nconsole: {mode: open}\n", 4, "console.mode", "console open needs a loopback listen.host"},
@@ -234,6 +237,17 @@ func TestJSONAndNullsAndAuthOpensListen(t *testing.T) {
 	_, errs = Parse("gw.json", []byte(`{"upstreams": [], "upstreams": []}`), nil)
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "gw.json:1: upstreams: duplicate key") {
 		t.Fatalf("JSON duplicate: %v", errs)
+	}
+}
+
+// TestOIDCIdentityFields: actor_prefix, uid_claim and email_claim are read (issue 16).
+func TestOIDCIdentityFields(t *testing.T) {
+	g, errs := Parse("gw.yaml", []byte("upstreams:\n  - name: fs\n    command: srv\nauth:\n  oidc: {issuer: https://id, audience: a, actor_claim: email, actor_prefix: \"oidc:\", uid_claim: oid, email_claim: mail}\n"), nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if o := g.Auth.OIDC; o.ActorClaim != "email" || o.ActorPrefix != "oidc:" || o.UIDClaim != "oid" || o.EmailClaim != "mail" {
+		t.Fatalf("%+v", o)
 	}
 }
 

@@ -519,7 +519,7 @@ func (d *decoder) auth(v any) Auth {
 		return a
 	}
 	const p = "auth.oidc"
-	o := d.object(ov, p, "issuer", "audience", "role_map", "role_claim", "actor_claim", "jwks_uri")
+	o := d.object(ov, p, "issuer", "audience", "role_map", "role_claim", "actor_claim", "actor_prefix", "uid_claim", "email_claim", "jwks_uri")
 	if o == nil {
 		return a
 	}
@@ -544,6 +544,14 @@ func (d *decoder) auth(v any) Auth {
 	})
 	oidc.RoleClaim, _ = d.nonEmpty(o, p, "role_claim")
 	oidc.ActorClaim, _ = d.nonEmpty(o, p, "actor_claim")
+	oidc.ActorPrefix, _ = d.nonEmpty(o, p, "actor_prefix")
+	oidc.UIDClaim, _ = d.nonEmpty(o, p, "uid_claim")
+	oidc.EmailClaim, _ = d.nonEmpty(o, p, "email_claim")
+	for _, f := range []struct{ name, v string }{{"actor_prefix", oidc.ActorPrefix}, {"uid_claim", oidc.UIDClaim}, {"email_claim", oidc.EmailClaim}} {
+		if len(f.v) > 253 || strings.ContainsAny(f.v, " \t\n") {
+			d.fail(join(p, f.name), "%q: at most 253 characters, no spaces", f.v)
+		}
+	}
 	if s, ok := d.nonEmpty(o, p, "jwks_uri"); ok && d.httpURL(join(p, "jwks_uri"), s) {
 		oidc.JWKSURI = s
 	}

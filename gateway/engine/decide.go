@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,8 +26,12 @@ const (
 type Call struct {
 	Run   string
 	Actor string
-	Tool  string
-	Args  map[string]any // nil is treated as {}
+	// ActorUID and ActorEmail are the actor's uid and e-mail (auth.Identity), "" when its
+	// credential has none; a request for approval carries them (issue 16: an approver with
+	// either is the actor under another name).
+	ActorUID, ActorEmail string
+	Tool                 string
+	Args                 map[string]any // nil is treated as {}
 	// Permissions overrides the engine's session scope for this session (e.g. capped by an
 	// API key's max_permissions); nil uses the engine's.
 	Permissions []string
@@ -64,8 +67,9 @@ type Decision struct {
 	// Notes are journaled with the call (deprecation, unclassified, unchecked schema).
 	Notes []string
 	// ApprovalRequired: the manifest requires approval; Approval holds its rules (nil for
-	// `always`). ApprovalID is the request the call waits for (NeedsApproval) or the one it
-	// consumed (Allow).
+	// `always`). ApprovalID is the request the call waits for (NeedsApproval) or, for Allow,
+	// the approved and unused request it is the retry of: the gateway passes it as
+	// store.Intent.Approval, which consumes it with the intent (the engine consumes nothing).
 	ApprovalRequired bool
 	Approval         *manifest.ApprovalRules
 	ApprovalID       string
@@ -122,7 +126,7 @@ func DuplicateText(tool string, h store.KeyHolder) string {
 }
 
 // decider accumulates one decision. preview (Engine.Preview) makes it read-only: it neither
-// claims the duplicate-call key nor consumes or queues an approval.
+// claims the duplicate-call key nor queues an approval.
 type decider struct {
 	e       *Engine
 	d       Decision
@@ -140,8 +144,10 @@ func (x *decider) violate(c Category, text string) (stop bool) {
 
 // Decide decides one call, in the seed's order: manifest, draft, deprecation note, scope,
 // requires, input schema, schema drift, allow/deny, approval, duplicate-call key. It writes to
-// the Store only for the approval (consume or queue a request, enforce mode) and to claim the
-// duplicate-call key (only when the call will run).
+// the Store only to queue an approval request (enforce mode) and to claim the duplicate-call
+// key (only when the call will run). It never consumes an approval: an Allow with ApprovalID
+// is consumed by the call's intent (store.Intent.Approval, issue 16), so a retry that loses
+// the race for it is refused there.
 func (e *Engine) Decide(ctx context.Context, c Call) Decision {
 	x := &decider{e: e, d: Decision{Mode: e.mode, Run: c.Run}}
 	x.decide(ctx, c)
@@ -267,9 +273,9 @@ func (x *decider) decide(ctx context.Context, c Call) {
 }
 
 // approval handles a call that needs approval in enforce mode: an approved, unused request
-// for the same run, tool and arguments lets it through (consumed); a pending one keeps it
-// waiting; a denied or expired one blocks it; otherwise a request is queued. It reports
-// whether checking continues.
+// for the same run, tool and arguments lets it through (ApprovalID: the intent consumes it);
+// a pending one keeps it waiting; a denied or expired one blocks it; otherwise a request is
+// queued. It reports whether checking continues.
 func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bool {
 	e, d := x.e, &x.d
 	list, err := e.store.ListApprovals(ctx, store.ApprovalFilter{Run: c.Run})
@@ -284,22 +290,10 @@ func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bo
 			continue
 		}
 		if a.State == store.ApprovalApproved && a.Consumed.IsZero() {
-			if x.preview {
-				d.ApprovalID = a.ID // would be consumed by the real call
-				return true
-			}
-			err := e.store.Consume(ctx, a.ID, c.Run, c.Tool, d.ArgsDigest)
-			if err == nil {
-				d.ApprovalID = a.ID
-				return true
-			}
-			if !errors.Is(err, store.ErrConsumed) {
-				x.violate(CategoryApproval, "the approval could not be used: "+err.Error())
-				return false
-			}
-			continue
+			d.ApprovalID = a.ID // consumed by the call's intent (store.Intent.Approval)
+			return true
 		}
-		latest = a
+		latest = a // a used approval, like a decision, is superseded by a later request
 	}
 	if latest != nil {
 		switch latest.State {
@@ -316,7 +310,7 @@ func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bo
 		d.Action, d.Reason = NeedsApproval, PreviewApprovalText(c.Tool)
 		return false
 	}
-	req := store.ApprovalRequest{Tool: c.Tool, ArgsDigest: d.ArgsDigest, Run: c.Run, Actor: c.Actor,
+	req := store.ApprovalRequest{Tool: c.Tool, ArgsDigest: d.ArgsDigest, Run: c.Run, Actor: c.Actor, ActorUID: c.ActorUID, ActorEmail: c.ActorEmail,
 		Reason: c.Tool + " requires approval (manifest)", ArgsPreview: ArgumentsPreview(m, c.Args)}
 	timeout := DefaultApprovalTimeout
 	if r := m.Approval.Rules; r != nil {

@@ -470,6 +470,21 @@ func TestApproval(t *testing.T) {
 	if ok.Action != Allow || ok.ApprovalID != id || ok.WouldBlock {
 		t.Fatalf("approved: %+v", ok)
 	}
+	// The engine consumes nothing (issue 16): until the call's intent names the approval, a
+	// decision still picks it; the intent consumes it, once.
+	if again := e.Decide(ctx, call("pay.charge", args)); again.Action != Allow || again.ApprovalID != id {
+		t.Fatalf("before the intent: %+v", again)
+	}
+	if _, err := st.CreateRun(ctx, store.Run{ID: "run-1", Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	in := store.Intent{Run: "run-1", Tool: "pay.charge", ArgsDigest: ok.ArgsDigest, Approval: ok.ApprovalID}
+	if _, err := st.RecordIntent(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RecordIntent(ctx, in); !errors.Is(err, store.ErrConsumed) {
+		t.Fatalf("a second intent with the approval: %v, want ErrConsumed", err)
+	}
 	next := e.Decide(ctx, call("pay.charge", args))
 	if next.Action != NeedsApproval || next.ApprovalID == id {
 		t.Fatalf("after use: %+v", next)
@@ -480,6 +495,19 @@ func TestApproval(t *testing.T) {
 	denied := e.Decide(ctx, call("pay.charge", args))
 	if denied.Action != Block || denied.Reason != "approval "+next.ApprovalID+" for this call was denied" {
 		t.Fatalf("denied: %+v", denied)
+	}
+}
+
+// TestApprovalCarriesActorIdentity: the request names the actor's uid and e-mail, so that the
+// approver check compares identities (issue 16).
+func TestApprovalCarriesActorIdentity(t *testing.T) {
+	f := newFixture(t, Enforce, "")
+	c := call("pay.charge", map[string]any{"amount": 1})
+	c.ActorUID, c.ActorEmail = "uid-alice", "alice@corp.example"
+	d := f.e.Decide(context.Background(), c)
+	a, err := f.st.GetApproval(context.Background(), d.ApprovalID)
+	if err != nil || a.ActorUID != "uid-alice" || a.ActorEmail != "alice@corp.example" {
+		t.Fatalf("request %+v, %v", a, err)
 	}
 }
 

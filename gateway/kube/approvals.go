@@ -3,28 +3,46 @@
 // while runs, the ledger and keys stay in the inner store. A call that needs approval creates
 // an ApprovalRequest named by the approval id; approvers answer with Approval objects
 // (`kubectl apply`, `reversi approve`); the controller decides and sets the phase; the gateway
-// reads the phase from an informer cache (a watch, no polling) and consumes an approval once,
-// by writing an annotation with optimistic concurrency.
+// reads the phase from an informer cache (a watch, no polling).
+//
+// What the gateway honours (issue 16, "A gateway honours only requests it created, exactly as
+// it created them"): when it creates a request it records, in the inner store, its name, UID
+// and the SHA-256 of its spec exactly as the API server returned it from the create
+// (specDigest); on the retry it reads the object and uses its phase only when the object still
+// has that UID and spec digest and names this gateway in spec.gateway. A copy, an edited or
+// replaced object, or another gateway's request for one of this gateway's runs is ignored and
+// journaled once as an `ignored` decision record of the run. Consumption is the inner store's
+// (store.Intent.Approval, in the intent's transaction); the reversi.dev/consumedAt annotation
+// is written after the intent as a mirror for people and decides nothing. The decisions the
+// controller records on the gateway's own requests (counted and rejected Approvals, phase
+// changes) are journaled as decision records of the run, each once.
 //
 // Source: DESIGN.md "ApprovalRequest" ("The controller decides; the gateway only reads the
-// phase"), issue 8 (gateway side). It does not import controllers.
+// phase"), issue 8 (gateway side), issue 16. It does not import controllers.
 package kube
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,6 +64,13 @@ type Options struct {
 	Gateway string
 	// Replica names this gateway process in the consumedBy annotation (e.g. the pod name).
 	Replica string
+	// Identity is the username this gateway authenticates as (the ReversiGateway's
+	// ServiceAccount, or the user of its kubeconfig); the admission webhook stamps it on the
+	// objects it creates (reversi.dev/created-by). Empty: New asks the API server
+	// (SelfSubjectReview) and fails when it cannot.
+	Identity string
+	// Stderr receives the problems of mirror writes and journaling (default: discarded).
+	Stderr io.Writer
 	// SyncTimeout bounds the wait for the first list of requests (default 30 s).
 	SyncTimeout time.Duration
 }
@@ -59,9 +84,25 @@ type Store struct {
 	cache  cache.Cache
 	stop   context.CancelFunc
 
-	mu   sync.Mutex
-	seen chan struct{} // closed and replaced whenever the informer sees a change
+	mu        sync.Mutex
+	seen      chan struct{}   // closed and replaced whenever the informer sees a change
+	journaled map[string]bool // decision records written (or found written) by this process
+
+	events workqueue.TypedDelayingInterface[string] // requests whose status changed
+	wg     sync.WaitGroup
+	// journaledTo is told the run of every decision record journaled (Runs: the ReversiRun's
+	// steps show it); nil until OnJournal.
+	journaledTo atomic.Pointer[func(run string)]
 }
+
+// OnJournal names a function told the run of each decision record this store journals by
+// itself (from the informer, or a request's creation), e.g. the run mirror's status write.
+func (s *Store) OnJournal(fn func(run string)) { s.journaledTo.Store(&fn) }
+
+// IgnoreGrace is how long an ApprovalRequest that this gateway's store does not record, but
+// that names one of its runs and was created by this gateway's identity, may stay unrecorded
+// before it is journaled as ignored: between the create and the record of a replica.
+const IgnoreGrace = 10 * time.Second
 
 // New starts an informer on the namespace's ApprovalRequests, waits until it has listed them,
 // and returns the decorator. Close stops the informer and closes inner. Errors: a missing
@@ -74,10 +115,18 @@ func New(ctx context.Context, inner store.Store, o Options) (*Store, error) {
 	if o.SyncTimeout <= 0 {
 		o.SyncTimeout = 30 * time.Second
 	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
 	scheme := v1alpha1.NewScheme()
 	c, err := client.New(o.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, fmt.Errorf("kube: a client for the API server: %w", err)
+	}
+	if o.Identity == "" {
+		if o.Identity, err = SelfUsername(ctx, o.Config); err != nil {
+			return nil, err
+		}
 	}
 	ca, err := cache.New(o.Config, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{o.Namespace: {}}})
 	if err != nil {
@@ -88,24 +137,58 @@ func New(ctx context.Context, inner store.Store, o Options) (*Store, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("kube: indexing ApprovalRequests by run: %w", err)
 	}
-	s := &Store{Store: inner, o: o, client: c, cache: ca, seen: make(chan struct{})}
+	s := &Store{Store: inner, o: o, client: c, cache: ca, seen: make(chan struct{}), journaled: map[string]bool{},
+		events: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "approvalrequests-decisions"})}
 	inf, err := ca.GetInformer(ctx, &v1alpha1.ApprovalRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("kube: the ApprovalRequest informer: %w", err)
 	}
-	notify := func(any) { s.changed() }
+	notify := func(obj any) {
+		s.changed()
+		if ar, ok := obj.(*v1alpha1.ApprovalRequest); ok {
+			s.events.Add(ar.Name)
+		}
+	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: notify, UpdateFunc: func(_, n any) { s.changed() }, DeleteFunc: notify,
+		AddFunc: notify, UpdateFunc: func(_, n any) { notify(n) }, DeleteFunc: func(any) { s.changed() },
 	}); err != nil {
 		return nil, err
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s.stop = stop
+	s.stop = func() { stop(); s.events.ShutDown() }
 	if err := startCache(ctx, runCtx, stop, ca, o.SyncTimeout, "ApprovalRequests", o.Namespace,
 		"get, list, watch, create, patch on approvalrequests.reversi.dev"); err != nil {
+		s.events.ShutDown()
 		return nil, err
 	}
+	s.wg.Add(1)
+	go s.journalWorker(runCtx)
 	return s, nil
+}
+
+// SelfUsername asks the API server who cfg authenticates as (authentication.k8s.io/v1
+// SelfSubjectReview). Errors: the review is refused or fails; the gateway then does not start
+// (it could not tell its own objects from another gateway's: issue 16, fail closed).
+func SelfUsername(ctx context.Context, cfg *rest.Config) (string, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", fmt.Errorf("kube: a client for the API server: %w", err)
+	}
+	r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("kube: who this gateway is (SelfSubjectReview, authentication.k8s.io/v1): %w; set the gateway's identity explicitly", err)
+	}
+	if r.Status.UserInfo.Username == "" {
+		return "", errors.New("kube: the API server's SelfSubjectReview names no username for this gateway")
+	}
+	return r.Status.UserInfo.Username, nil
+}
+
+// Identity is the username this gateway authenticates as (Options.Identity).
+func (s *Store) Identity() string { return s.o.Identity }
+
+func (s *Store) warn(format string, args ...any) {
+	fmt.Fprintf(s.o.Stderr, "reversi-gateway: "+format+"\n", args...)
 }
 
 // changed wakes the waiters of waitFor.
@@ -140,6 +223,7 @@ func (s *Store) waitFor(ctx context.Context, name, not string) {
 // Close stops the informer and closes the inner store.
 func (s *Store) Close() error {
 	s.stop()
+	s.wg.Wait()
 	return s.Store.Close()
 }
 
@@ -149,9 +233,12 @@ func newID() string {
 	return "apr-" + hex.EncodeToString(b[:])
 }
 
-// CreateApproval creates the ApprovalRequest named req.ID ("apr-<hex>" when empty) and
-// returns it once the informer has seen it. Errors: store.ErrInvalid (as the store's, plus
-// what the API server's schema refuses, e.g. a quorum above 1 without roles), store.ErrExists.
+// CreateApproval creates the ApprovalRequest named req.ID ("apr-<hex>" when empty), records
+// it in the inner store with the object's UID and spec digest as the API server returned them
+// (the only requests this gateway honours), journals a requested decision record, and returns
+// it once the informer has seen it. Errors: store.ErrInvalid (as the store's, plus what the API
+// server's schema refuses, e.g. a quorum above 1 without roles), store.ErrExists; a request the
+// inner store cannot record is deleted again and the error returned.
 func (s *Store) CreateApproval(ctx context.Context, req store.ApprovalRequest) (store.Approval, error) {
 	if req.ID == "" {
 		req.ID = newID()
@@ -176,8 +263,8 @@ func (s *Store) CreateApproval(ctx context.Context, req store.ApprovalRequest) (
 	ar := &v1alpha1.ApprovalRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.o.Namespace, Name: req.ID},
 		Spec: v1alpha1.ApprovalRequestSpec{Tool: req.Tool, ArgumentsDigest: req.ArgsDigest, ArgumentsPreview: req.ArgsPreview,
-			Run: req.Run, Actor: req.Actor, Gateway: s.o.Gateway, Reason: req.Reason, Roles: req.Roles,
-			Quorum: ptr.To(int32(req.Quorum)), OnTimeout: req.OnTimeout, EscalateTo: req.EscalateTo},
+			Run: req.Run, Actor: req.Actor, ActorUID: req.ActorUID, ActorEmail: req.ActorEmail, Gateway: s.o.Gateway,
+			Reason: req.Reason, Roles: req.Roles, Quorum: ptr.To(int32(req.Quorum)), OnTimeout: req.OnTimeout, EscalateTo: req.EscalateTo},
 	}
 	if !req.Expires.IsZero() {
 		ar.Spec.ExpiresAt = &metav1.Time{Time: req.Expires}
@@ -191,8 +278,37 @@ func (s *Store) CreateApproval(ctx context.Context, req store.ApprovalRequest) (
 		}
 		return store.Approval{}, fmt.Errorf("kube: creating ApprovalRequest %s/%s: %w", s.o.Namespace, req.ID, err)
 	}
+	// ar is now the object as the API server stored it (defaults applied, times in seconds).
+	rec := req
+	rec.UID, rec.SpecDigest = string(ar.UID), specDigest(&ar.Spec)
+	rec.Quorum, rec.OnTimeout = int(ptr.Deref(ar.Spec.Quorum, 1)), ar.Spec.OnTimeout
+	if ar.Spec.ExpiresAt != nil {
+		rec.Expires = ar.Spec.ExpiresAt.UTC()
+	}
+	stored, err := s.Store.CreateApproval(ctx, rec)
+	if err != nil {
+		// Unrecorded, the object would never be honoured: remove it rather than leave it waiting.
+		if derr := s.client.Delete(context.WithoutCancel(ctx), ar, client.Preconditions{UID: &ar.UID}); derr != nil && !apierrors.IsNotFound(derr) {
+			s.warn("ApprovalRequest %s/%s could not be recorded (%v) nor deleted: %v", s.o.Namespace, ar.Name, err, derr)
+		}
+		return store.Approval{}, fmt.Errorf("kube: recording ApprovalRequest %s/%s in the gateway's store: %w", s.o.Namespace, req.ID, err)
+	}
+	s.journal(ctx, store.ApprovalRecord{Run: req.Run, Request: ar.Name, Tool: req.Tool, Event: store.EventRequested,
+		Reason: req.Reason, Once: "requested"})
 	s.waitFor(ctx, ar.Name, "")
-	return toApproval(ar), nil
+	return s.view(ar, stored), nil
+}
+
+// specDigest is "sha256:<hex>" of the spec's JSON encoding (encoding/json of the Go type:
+// fields in declaration order, times in RFC 3339 seconds), so the spec the create returned and
+// the spec read back later digest alike when, and only when, they are equal.
+func specDigest(spec *v1alpha1.ApprovalRequestSpec) string {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return "" // never: the spec is plain data; "" matches no recorded digest
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // get reads a request from the informer cache, or from the API server when the cache has
@@ -206,38 +322,91 @@ func (s *Store) get(ctx context.Context, id string, ar *v1alpha1.ApprovalRequest
 	return err
 }
 
-// GetApproval reads one request from the informer cache. Errors: store.ErrNotFound.
-func (s *Store) GetApproval(ctx context.Context, id string) (store.Approval, error) {
-	var ar v1alpha1.ApprovalRequest
-	if err := s.get(ctx, id, &ar); err != nil {
-		if apierrors.IsNotFound(err) {
-			return store.Approval{}, fmt.Errorf("%w: approval %s", store.ErrNotFound, id)
-		}
-		return store.Approval{}, err
+// mismatch says why object ar is not the request rec this gateway recorded ("" when it is).
+func (s *Store) mismatch(ar *v1alpha1.ApprovalRequest, rec *store.Approval) string {
+	switch {
+	case string(ar.UID) != rec.UID:
+		return fmt.Sprintf("ApprovalRequest %s is not the object this gateway created (uid %s, recorded %s): it was replaced", ar.Name, ar.UID, rec.UID)
+	case ar.Spec.Gateway != s.o.Gateway:
+		return fmt.Sprintf("ApprovalRequest %s names the gateway %q, not %q", ar.Name, ar.Spec.Gateway, s.o.Gateway)
+	case specDigest(&ar.Spec) != rec.SpecDigest:
+		return fmt.Sprintf("the spec of ApprovalRequest %s is not the one this gateway created (digest %s, recorded %s): it was edited", ar.Name, specDigest(&ar.Spec), rec.SpecDigest)
 	}
-	return toApproval(&ar), nil
+	return ""
 }
 
-// ListApprovals lists requests from the informer cache, oldest first.
-func (s *Store) ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]store.Approval, error) {
-	var list v1alpha1.ApprovalRequestList
-	opts := []client.ListOption{client.InNamespace(s.o.Namespace)}
-	if f.Run != "" {
-		opts = append(opts, client.MatchingFields{runIndex: f.Run})
+// honoured returns request id as this gateway may use it: the inner store's record (which
+// says what was created, and whether it was consumed) with the phase of the object, when the
+// object is exactly as created. ok is false for a request that is not recorded, was kept by
+// the store itself (not Kubernetes), whose object is gone, or whose object is not as created
+// (journaled as ignored). Errors: the stores'.
+func (s *Store) honoured(ctx context.Context, rec store.Approval) (store.Approval, bool, error) {
+	if !rec.Kept() {
+		return store.Approval{}, false, nil
 	}
-	if err := s.cache.List(ctx, &list, opts...); err != nil {
+	var ar v1alpha1.ApprovalRequest
+	if err := s.get(ctx, rec.ID, &ar); err != nil {
+		if apierrors.IsNotFound(err) {
+			return store.Approval{}, false, nil
+		}
+		return store.Approval{}, false, err
+	}
+	if why := s.mismatch(&ar, &rec); why != "" {
+		s.journal(ctx, store.ApprovalRecord{Run: rec.Run, Request: rec.ID, Tool: rec.Tool, Event: store.EventIgnored, Note: why,
+			Once: "ignored/" + string(ar.UID) + "/" + specDigest(&ar.Spec)})
+		return store.Approval{}, false, nil
+	}
+	return s.view(&ar, rec), true, nil
+}
+
+// view is the object's state over the inner store's record: consumption and identity from the
+// record, phase, decisions and expiry from the object.
+func (s *Store) view(ar *v1alpha1.ApprovalRequest, rec store.Approval) store.Approval {
+	a := toApproval(ar)
+	a.Consumed, a.UID, a.SpecDigest = rec.Consumed, rec.UID, rec.SpecDigest
+	a.ActorUID, a.ActorEmail = ar.Spec.ActorUID, ar.Spec.ActorEmail
+	return a
+}
+
+// GetApproval returns one request this gateway honours (see honoured). Errors:
+// store.ErrNotFound, also for an object this gateway did not create exactly so.
+func (s *Store) GetApproval(ctx context.Context, id string) (store.Approval, error) {
+	rec, err := s.Store.GetApproval(ctx, id)
+	if err != nil {
+		return store.Approval{}, err
+	}
+	a, ok, err := s.honoured(ctx, rec)
+	if err != nil {
+		return store.Approval{}, err
+	}
+	if !ok {
+		return store.Approval{}, fmt.Errorf("%w: approval %s (no ApprovalRequest exactly as this gateway created it)", store.ErrNotFound, id)
+	}
+	return a, nil
+}
+
+// ListApprovals lists the requests this gateway honours (see honoured), oldest first. With
+// f.Run, the objects of the run it did not create are journaled as ignored (inspect).
+func (s *Store) ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]store.Approval, error) {
+	recs, err := s.Store.ListApprovals(ctx, store.ApprovalFilter{Run: f.Run})
+	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(list.Items, func(a, b v1alpha1.ApprovalRequest) int {
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
+	if f.Run != "" {
+		var list v1alpha1.ApprovalRequestList
+		if err := s.cache.List(ctx, &list, client.InNamespace(s.o.Namespace), client.MatchingFields{runIndex: f.Run}); err == nil {
+			for i := range list.Items {
+				s.inspect(ctx, &list.Items[i])
+			}
 		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	}
 	var out []store.Approval
-	for i := range list.Items {
-		a := toApproval(&list.Items[i])
-		if (f.Run != "" && a.Run != f.Run) || (f.State != "" && a.State != f.State) {
+	for _, rec := range recs {
+		a, ok, err := s.honoured(ctx, rec)
+		if err != nil {
+			return nil, err
+		}
+		if !ok || (f.State != "" && a.State != f.State) {
 			continue
 		}
 		if f.Limit > 0 && len(out) == f.Limit {
@@ -255,53 +424,160 @@ func (s *Store) Decide(_ context.Context, id string, _ store.Decision) (store.Ap
 		store.ErrNotAllowed, id, s.o.Namespace, id, s.o.Namespace)
 }
 
-// Consume lets the approved call's retry through once: it sets the reversi.dev/consumedAt
-// annotation with the resourceVersion it read (optimistic concurrency), so of two gateways
-// racing exactly one succeeds; on a conflict it reads the request again from the API server.
-// Errors: store.ErrNotFound, store.ErrMismatch, store.ErrNotApproved, store.ErrConsumed.
-func (s *Store) Consume(ctx context.Context, id, run, tool, argsDigest string) error {
-	ar := &v1alpha1.ApprovalRequest{}
-	fresh := false
-	for attempt := 0; ; attempt++ {
-		var err error
-		if fresh {
-			err = s.client.Get(ctx, client.ObjectKey{Namespace: s.o.Namespace, Name: id}, ar)
-		} else {
-			err = s.get(ctx, id, ar)
+// RecordIntent journals the intent in the inner store. With in.Approval, the request must be
+// one this gateway honours and Approved (else store.ErrNotApproved), and the inner store
+// consumes it in the intent's transaction (store.ErrConsumed for a replay); then the
+// reversi.dev/consumedAt annotation is written, as a mirror only.
+func (s *Store) RecordIntent(ctx context.Context, in store.Intent) (int64, error) {
+	if in.Approval != "" {
+		if err := s.approved(ctx, in.Approval); err != nil {
+			return 0, err
 		}
-		if err != nil {
-			if apierrors.IsNotFound(err) {
-				return fmt.Errorf("%w: approval %s", store.ErrNotFound, id)
-			}
-			return err
-		}
-		a := toApproval(ar)
-		switch {
-		case a.Run != run || a.Tool != tool || a.ArgsDigest != argsDigest:
-			return fmt.Errorf("%w: %s is for %s in run %s", store.ErrMismatch, id, a.Tool, a.Run)
-		case a.State != store.ApprovalApproved:
-			return fmt.Errorf("%w: %s is %s", store.ErrNotApproved, id, a.State)
-		case !a.Consumed.IsZero():
-			return fmt.Errorf("%w: %s at %s", store.ErrConsumed, id, a.Consumed.Format(time.RFC3339))
-		}
-		base := ar.DeepCopy()
-		if ar.Annotations == nil {
-			ar.Annotations = map[string]string{}
-		}
-		ar.Annotations[v1alpha1.AnnotationConsumedAt] = time.Now().UTC().Format(time.RFC3339Nano)
-		if s.o.Replica != "" {
-			ar.Annotations[v1alpha1.AnnotationConsumedBy] = s.o.Replica
-		}
-		err = s.client.Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-		if err == nil {
-			s.waitFor(ctx, id, base.ResourceVersion)
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt >= 4 {
-			return fmt.Errorf("kube: consuming approval %s: %w", id, err)
-		}
-		fresh = true // the cache was behind: read the latest from the API server
 	}
+	step, err := s.Store.RecordIntent(ctx, in)
+	if err == nil && in.Approval != "" {
+		s.mirrorConsumed(ctx, in.Approval)
+	}
+	return step, err
+}
+
+// AppendRollback appends a rollback record; with e.Approval, the compensation's request must
+// be honoured and Approved, as for RecordIntent.
+func (s *Store) AppendRollback(ctx context.Context, e store.RollbackEntry) (int64, error) {
+	if e.Approval != "" {
+		if err := s.approved(ctx, e.Approval); err != nil {
+			return 0, err
+		}
+	}
+	return s.Store.AppendRollback(ctx, e)
+}
+
+// approved checks that request id is honoured and its object Approved.
+func (s *Store) approved(ctx context.Context, id string) error {
+	a, err := s.GetApproval(ctx, id)
+	if err != nil {
+		return err
+	}
+	if a.State != store.ApprovalApproved {
+		return fmt.Errorf("%w: %s is %s", store.ErrNotApproved, id, a.State)
+	}
+	return nil
+}
+
+// mirrorConsumed writes the consumedAt (and consumedBy) annotation of a consumed request, for
+// people reading the object. It decides nothing (issue 16: "annotations are at most a
+// mirror"), so a failure is only reported.
+func (s *Store) mirrorConsumed(ctx context.Context, id string) {
+	ann := map[string]any{v1alpha1.AnnotationConsumedAt: time.Now().UTC().Format(time.RFC3339Nano)}
+	if s.o.Replica != "" {
+		ann[v1alpha1.AnnotationConsumedBy] = s.o.Replica
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	ar := &v1alpha1.ApprovalRequest{ObjectMeta: metav1.ObjectMeta{Namespace: s.o.Namespace, Name: id}}
+	if err := s.client.Patch(context.WithoutCancel(ctx), ar, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		s.warn("mirroring the consumption of ApprovalRequest %s/%s: %v", s.o.Namespace, id, err)
+	}
+}
+
+// journal appends a decision record once per process and, through its Once key, once per
+// run whatever the process (a restart, another replica).
+func (s *Store) journal(ctx context.Context, r store.ApprovalRecord) {
+	key := r.Run + "\x00" + r.Request + "\x00" + string(r.Event) + "\x00" + r.Once
+	s.mu.Lock()
+	done := r.Once != "" && s.journaled[key]
+	s.mu.Unlock()
+	if done {
+		return
+	}
+	_, err := s.Store.AppendApproval(context.WithoutCancel(ctx), r)
+	if err == nil {
+		if fn := s.journaledTo.Load(); fn != nil {
+			(*fn)(r.Run)
+		}
+	}
+	switch {
+	case err == nil, errors.Is(err, store.ErrExists):
+		s.mu.Lock()
+		s.journaled[key] = true
+		s.mu.Unlock()
+	case errors.Is(err, store.ErrNotFound): // not a run of this gateway's store
+	default:
+		s.warn("journal the %s record of ApprovalRequest %s/%s: %v", r.Event, s.o.Namespace, r.Request, err)
+	}
+}
+
+// journalWorker turns the informer's events into decision records (inspect).
+func (s *Store) journalWorker(ctx context.Context) {
+	defer s.wg.Done()
+	for {
+		name, shutdown := s.events.Get()
+		if shutdown {
+			return
+		}
+		var ar v1alpha1.ApprovalRequest
+		if err := s.cache.Get(ctx, client.ObjectKey{Namespace: s.o.Namespace, Name: name}, &ar); err == nil {
+			if again := s.inspect(ctx, &ar); again > 0 {
+				s.events.AddAfter(name, again)
+			}
+		}
+		s.events.Done(name)
+	}
+}
+
+// inspect journals what object ar says to the run it names, once each: for a request this
+// gateway recorded and that is exactly as created, its counted and rejected Approvals and its
+// phase changes; for an object that is not (a copy, an edit, another gateway's request for a
+// run of this gateway), an ignored record. An unrecorded object created by this gateway's own
+// identity gets IgnoreGrace to be recorded first (a replica between its create and its
+// record): inspect then returns how long to wait before looking again.
+func (s *Store) inspect(ctx context.Context, ar *v1alpha1.ApprovalRequest) (again time.Duration) {
+	run := ar.Spec.Run
+	rec, err := s.Store.GetApproval(ctx, ar.Name)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !rec.Kept()) {
+		if _, err := s.Store.GetRun(ctx, run); err != nil {
+			return 0 // not a run of this gateway: none of its business
+		}
+		by := ar.Annotations[v1alpha1.AnnotationCreatedBy]
+		if by == "" || by == s.o.Identity {
+			if wait := IgnoreGrace - time.Since(ar.CreationTimestamp.Time); wait > 0 {
+				return wait
+			}
+		}
+		why := fmt.Sprintf("ApprovalRequest %s names run %s but this gateway did not create it", ar.Name, run)
+		if by != "" {
+			why += " (created by " + by + ")"
+		}
+		s.journal(ctx, store.ApprovalRecord{Run: run, Request: ar.Name, Tool: ar.Spec.Tool, Event: store.EventIgnored, Note: why,
+			Once: "ignored/" + string(ar.UID) + "/" + specDigest(&ar.Spec)})
+		return 0
+	}
+	if err != nil {
+		return 0
+	}
+	if why := s.mismatch(ar, &rec); why != "" {
+		s.journal(ctx, store.ApprovalRecord{Run: rec.Run, Request: rec.ID, Tool: rec.Tool, Event: store.EventIgnored, Note: why,
+			Once: "ignored/" + string(ar.UID) + "/" + specDigest(&ar.Spec)})
+		return 0
+	}
+	for _, c := range ar.Status.Approvals {
+		s.journal(ctx, store.ApprovalRecord{Run: rec.Run, Request: rec.ID, Tool: rec.Tool, Event: store.EventCounted, Approver: c.Username,
+			Groups: c.Groups, Decision: c.Decision, Reason: truncate(c.Reason, 512), Once: "counted/" + c.Name})
+	}
+	for _, r := range ar.Status.Rejected {
+		s.journal(ctx, store.ApprovalRecord{Run: rec.Run, Request: rec.ID, Tool: rec.Tool, Event: store.EventRejected, Approver: r.Username,
+			Groups: r.Groups, Decision: r.Decision, Reason: truncate(r.Reason, 512), Note: r.Message, Once: "rejected/" + r.Name})
+	}
+	if ar.Status.EscalatedAt != nil {
+		s.journal(ctx, store.ApprovalRecord{Run: rec.Run, Request: rec.ID, Tool: rec.Tool, Event: store.EventEscalated,
+			Note: ar.Status.Message, Once: "phase/escalated"})
+	}
+	ev := map[string]store.ApprovalEvent{v1alpha1.ApprovalApproved: store.EventApproved, v1alpha1.ApprovalDenied: store.EventDenied,
+		v1alpha1.ApprovalExpired: store.EventExpired}[ar.Status.Phase]
+	if ev != "" {
+		s.journal(ctx, store.ApprovalRecord{Run: rec.Run, Request: rec.ID, Tool: rec.Tool, Event: ev, Note: ar.Status.Message,
+			Once: "phase/" + string(ev)})
+	}
+	return 0
 }
 
 // toApproval is an ApprovalRequest as the store's Approval.
@@ -331,12 +607,8 @@ func toApproval(ar *v1alpha1.ApprovalRequest) store.Approval {
 		a.Decided = ar.Status.DecidedAt.UTC()
 	}
 	for _, c := range ar.Status.Approvals {
-		a.Decisions = append(a.Decisions, store.Decision{By: c.Username, Approve: c.Decision == v1alpha1.DecisionApprove, At: c.CountedAt.UTC()})
+		a.Decisions = append(a.Decisions, store.Decision{By: c.Username, Roles: slices.Clone(c.Groups), Approve: c.Decision == v1alpha1.DecisionApprove,
+			Comment: c.Reason, At: c.CountedAt.UTC()})
 	}
-	if t, err := time.Parse(time.RFC3339Nano, ar.Annotations[v1alpha1.AnnotationConsumedAt]); err == nil {
-		a.Consumed = t
-	} else if ar.Annotations[v1alpha1.AnnotationConsumedAt] != "" {
-		a.Consumed = ar.CreationTimestamp.UTC() // unreadable but present: used, fail closed
-	}
-	return a
+	return a // Consumed: the inner store's (view), never the annotation
 }

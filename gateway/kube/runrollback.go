@@ -50,8 +50,8 @@ func (m *Runs) rollbackRun(name string) error {
 		return client.IgnoreNotFound(err)
 	}
 	spec, st := obj.Spec.Rollback, obj.Status.Rollback
-	if spec == nil {
-		return nil
+	if spec == nil || !m.ours(obj) {
+		return nil // never another gateway's rollback (issue 16)
 	}
 	gen := obj.Generation
 	if st != nil && st.ObservedGeneration == gen {
@@ -82,6 +82,9 @@ func (m *Runs) rollbackRun(name string) error {
 	// Read the latest from the API server: a claim decided on a stale cache would only conflict.
 	if err := m.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		return client.IgnoreNotFound(err)
+	}
+	if !m.ours(obj) {
+		return nil
 	}
 	if obj.Generation != gen {
 		m.rollbackQ.Add(name)
@@ -130,6 +133,9 @@ func (m *Runs) rollbackRun(name string) error {
 		cur := &v1alpha1.ReversiRun{}
 		if err := m.client.Get(ctx, client.ObjectKey{Namespace: m.o.Namespace, Name: name}, cur); err != nil {
 			return err
+		}
+		if !m.ours(cur) {
+			return nil
 		}
 		next := cur.DeepCopy()
 		f := *final

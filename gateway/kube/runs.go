@@ -34,7 +34,14 @@ import (
 // coalescing every change in between, with a final write when the run goes idle or closed and
 // on Close. The status is folded from the inner store's ledger (read incrementally), which
 // keeps the full ledger. Writes are updates with the resourceVersion read (optimistic
-// concurrency), retried on conflict.
+// concurrency), retried on conflict. Decision records (store.KindApproval) are steps too, with
+// outcome "approval" and RunStep.Approval (issue 16).
+//
+// Run ids belong to one gateway (issue 16, "Runs belong to a gateway"): a run opened with a
+// client-chosen id claims its name by creating the ReversiRun before the run opens (CreateRun),
+// and a ReversiRun of another gateway (spec.gateway, or a reversi.dev/created-by annotation
+// that is not this gateway's identity) is refused with store.OtherGatewayError. The mirror never
+// writes the status of, and never executes the rollback of, a ReversiRun that is not its own.
 
 // DefaultStatusInterval is the least time between two status writes of one run.
 const DefaultStatusInterval = time.Second
@@ -56,6 +63,9 @@ type RunsOptions struct {
 	SyncTimeout time.Duration
 	// Stderr receives the problems of writes that are retried later (default: discarded).
 	Stderr io.Writer
+	// Identity is the username this gateway authenticates as (see Options.Identity); empty:
+	// NewRuns asks the API server (SelfSubjectReview) and fails when it cannot.
+	Identity string
 }
 
 // Rollbacker executes a run's rollback; *proxy.Gateway is one (ExecuteRollback).
@@ -83,6 +93,7 @@ type Runs struct {
 	mu        sync.Mutex
 	runs      map[string]*runState
 	executing map[string]bool // rollbacks running in this process
+	foreign   map[string]bool // runs whose ReversiRun is another gateway's (warned once)
 	closed    bool
 }
 
@@ -127,6 +138,11 @@ func NewRuns(ctx context.Context, inner store.Store, o RunsOptions) (*Runs, erro
 	if err != nil {
 		return nil, fmt.Errorf("kube: a client for the API server: %w", err)
 	}
+	if o.Identity == "" {
+		if o.Identity, err = SelfUsername(ctx, o.Config); err != nil {
+			return nil, err
+		}
+	}
 	ca, err := cache.New(o.Config, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{o.Namespace: {}}})
 	if err != nil {
 		return nil, fmt.Errorf("kube: the informer cache: %w", err)
@@ -135,11 +151,14 @@ func NewRuns(ctx context.Context, inner store.Store, o RunsOptions) (*Runs, erro
 	m := &Runs{Store: inner, o: o, client: c, cache: ca, ctx: runCtx, stop: stop,
 		flushQ:    workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "reversiruns-status"}),
 		rollbackQ: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "reversiruns-rollback"}),
-		runs:      map[string]*runState{}, executing: map[string]bool{}}
+		runs:      map[string]*runState{}, executing: map[string]bool{}, foreign: map[string]bool{}}
 	inf, err := ca.GetInformer(ctx, &v1alpha1.ReversiRun{})
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("kube: the ReversiRun informer: %w", err)
+	}
+	if j, ok := inner.(interface{ OnJournal(func(string)) }); ok {
+		j.OnJournal(func(run string) { m.touch(run, false) }) // decisions journaled from the ApprovalRequest informer
 	}
 	enqueue := func(obj any) {
 		if r, ok := obj.(*v1alpha1.ReversiRun); ok && r.Spec.Rollback != nil {
@@ -313,12 +332,32 @@ func (m *Runs) fold(ctx context.Context, id string, st *runState) error {
 				count(&st.counts, step.Outcome)
 				st.steps = insertStep(st.steps, step)
 				st.last = r.Time
+			case store.KindApproval:
+				st.steps = insertStep(st.steps, decisionStep(r))
+				st.last = r.Time
 			}
 		}
 		if len(recs) < 1000 {
 			return nil
 		}
 	}
+}
+
+// decisionStep is a decision record as a step of the ReversiRun (outcome "approval"): Seq is
+// the record's own, Message what the record says (why it was rejected or ignored).
+func decisionStep(r store.Record) v1alpha1.RunStep {
+	tool := r.Tool
+	if tool == "" {
+		tool = "-"
+	}
+	step := v1alpha1.RunStep{Seq: r.Seq, Tool: truncate(tool, 128), Outcome: "approval", At: metav1.NewTime(r.Time.Truncate(time.Second)),
+		ApprovalRequest: truncate(r.Approval, 253), Message: truncate(r.Note, 512),
+		Approval: &v1alpha1.StepApproval{Event: string(r.Event), Approver: truncate(r.Approver, 253), Decision: r.Decision,
+			Reason: truncate(r.Reason, 512)}}
+	if len(r.Groups) > 0 {
+		step.Approval.Groups = slices.Clone(r.Groups[:min(len(r.Groups), 64)])
+	}
+	return step
 }
 
 // approvalRef finds the request named by a pending approval's text (engine.PendingApprovalText).
@@ -391,6 +430,16 @@ func (m *Runs) write(ctx context.Context, id string, stopping bool) error {
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		obj, err := m.object(ctx, run, fresh)
 		fresh = true
+		if errors.Is(err, store.ErrOtherGateway) {
+			m.mu.Lock()
+			warned := m.foreign[run.ID]
+			m.foreign[run.ID] = true
+			m.mu.Unlock()
+			if !warned {
+				m.warn("not writing the status of ReversiRun %s/%s: %v", m.o.Namespace, run.ID, err)
+			}
+			return nil // never another gateway's status
+		}
 		if err != nil {
 			return err
 		}
@@ -425,7 +474,8 @@ func ptrTime(t time.Time) *metav1.Time {
 }
 
 // object reads run's ReversiRun (from the cache, or the API server when fresh or when the
-// cache has not seen it), creating it when it does not exist.
+// cache has not seen it), creating it when it does not exist. Errors: store.OtherGatewayError
+// when the object is another gateway's (ours).
 func (m *Runs) object(ctx context.Context, run store.Run, fresh bool) (*v1alpha1.ReversiRun, error) {
 	key := client.ObjectKey{Namespace: m.o.Namespace, Name: run.ID}
 	obj := &v1alpha1.ReversiRun{}
@@ -436,19 +486,45 @@ func (m *Runs) object(ctx context.Context, run store.Run, fresh bool) (*v1alpha1
 	if fresh || apierrors.IsNotFound(err) {
 		err = m.client.Get(ctx, key, obj)
 	}
+	if err == nil && !m.ours(obj) {
+		return nil, store.OtherGatewayError(run.ID)
+	}
 	if !apierrors.IsNotFound(err) {
 		return obj, err
 	}
-	obj = &v1alpha1.ReversiRun{ObjectMeta: metav1.ObjectMeta{Namespace: m.o.Namespace, Name: run.ID,
+	return m.claim(ctx, run.ID, run.Actor)
+}
+
+// claim creates the ReversiRun of run id now, or finds it; it returns store.OtherGatewayError
+// when a ReversiRun of that name is another gateway's (see ours).
+func (m *Runs) claim(ctx context.Context, id, actor string) (*v1alpha1.ReversiRun, error) {
+	obj := &v1alpha1.ReversiRun{ObjectMeta: metav1.ObjectMeta{Namespace: m.o.Namespace, Name: id,
 		Labels: map[string]string{"reversi.dev/gateway": m.o.Gateway}},
-		Spec: v1alpha1.ReversiRunSpec{Actor: run.Actor, Gateway: m.o.Gateway}}
-	if err := m.client.Create(ctx, obj); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return obj, m.client.Get(ctx, key, obj)
+		Spec: v1alpha1.ReversiRunSpec{Actor: actor, Gateway: m.o.Gateway}}
+	err := m.client.Create(ctx, obj)
+	if apierrors.IsAlreadyExists(err) {
+		if err := m.client.Get(ctx, client.ObjectKey{Namespace: m.o.Namespace, Name: id}, obj); err != nil {
+			return nil, fmt.Errorf("reading ReversiRun %s/%s: %w", m.o.Namespace, id, err)
 		}
-		return nil, fmt.Errorf("creating ReversiRun %s/%s: %w", m.o.Namespace, run.ID, err)
+		if !m.ours(obj) {
+			return nil, store.OtherGatewayError(id)
+		}
+		return obj, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating ReversiRun %s/%s: %w", m.o.Namespace, id, err)
 	}
 	return obj, nil
+}
+
+// ours reports whether ReversiRun r is this gateway's: spec.gateway names it and, when the
+// admission webhook stamped reversi.dev/created-by, this gateway's identity created it.
+func (m *Runs) ours(r *v1alpha1.ReversiRun) bool {
+	if r.Spec.Gateway != m.o.Gateway {
+		return false
+	}
+	by, stamped := r.Annotations[v1alpha1.AnnotationCreatedBy]
+	return !stamped || by == m.o.Identity
 }
 
 // runPhase sets status.phase and the kstatus conditions: a rollback's phase wins over the
@@ -495,8 +571,16 @@ func runPhase(r *v1alpha1.ReversiRun, status store.RunStatus) {
 
 // The store methods that change a run mark it for the next status write.
 
-// CreateRun opens the run in the inner store and has its ReversiRun created at once.
+// CreateRun opens the run in the inner store and has its ReversiRun created at once. A run
+// with a chosen id (r.ID) first claims the name: the ReversiRun is created (or found to be
+// this gateway's) before the run opens. Errors: store.OtherGatewayError (the ReversiRun is
+// another gateway's: nothing is opened), the API server's, the inner store's.
 func (m *Runs) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
+	if r.ID != "" {
+		if _, err := m.claim(ctx, r.ID, r.Actor); err != nil {
+			return store.Run{}, err
+		}
+	}
 	run, err := m.Store.CreateRun(ctx, r)
 	if err == nil {
 		m.touch(run.ID, false)
@@ -531,6 +615,15 @@ func (m *Runs) RecordIntent(ctx context.Context, in store.Intent) (int64, error)
 	return step, err
 }
 
+// AppendApproval journals a decision record (a step of the ReversiRun).
+func (m *Runs) AppendApproval(ctx context.Context, r store.ApprovalRecord) (int64, error) {
+	seq, err := m.Store.AppendApproval(ctx, r)
+	if err == nil {
+		m.touch(r.Run, false)
+	}
+	return seq, err
+}
+
 // RecordOutcome journals a step's outcome.
 func (m *Runs) RecordOutcome(ctx context.Context, run string, step int64, o store.StepOutcome) (int64, error) {
 	seq, err := m.Store.RecordOutcome(ctx, run, step, o)
@@ -538,13 +631,4 @@ func (m *Runs) RecordOutcome(ctx context.Context, run string, step int64, o stor
 		m.touch(run, false)
 	}
 	return seq, err
-}
-
-// Consume uses an approval (the run no longer waits for it).
-func (m *Runs) Consume(ctx context.Context, id, run, tool, argsDigest string) error {
-	err := m.Store.Consume(ctx, id, run, tool, argsDigest)
-	if err == nil {
-		m.touch(run, false)
-	}
-	return err
 }

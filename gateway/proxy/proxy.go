@@ -305,10 +305,7 @@ func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string,
 	var run store.Run
 	var err error
 	if id != "" {
-		run, err = g.store.ContinueRun(ctx, id, actor)
-		if errors.Is(err, store.ErrNotFound) {
-			run, err = g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: g.name})
-		}
+		run, err = g.openNamed(ctx, id, actor)
 	} else {
 		run, err = g.store.CreateRun(ctx, store.Run{Actor: actor, Gateway: g.name})
 	}
@@ -326,6 +323,36 @@ func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string,
 		}()
 	}
 	return run.ID, nil
+}
+
+// openNamed continues run id, or opens it with that id when this gateway's store does not have
+// it. Run ids belong to one gateway (issue 16): a run of this store opened by another gateway
+// (a store shared by name), or, with runs kept in Kubernetes, a ReversiRun of that name that
+// another gateway owns (kube.Runs.CreateRun claims the name before the run opens), is refused
+// with store.OtherGatewayError, the same text in both cases, and journaled in the gateway
+// journal. Errors: that refusal, store.ErrNotOwner (another principal's run of this gateway),
+// or the store's.
+func (g *Gateway) openNamed(ctx context.Context, id, actor string) (store.Run, error) {
+	run, err := g.store.GetRun(ctx, id)
+	switch {
+	case err == nil && run.Gateway != g.name:
+		err = store.OtherGatewayError(id)
+	case err == nil:
+		return g.store.ContinueRun(ctx, id, actor)
+	case errors.Is(err, store.ErrNotFound):
+		run, err = g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: g.name})
+		if errors.Is(err, store.ErrExists) { // opened by a concurrent session
+			return g.store.ContinueRun(ctx, id, actor)
+		}
+	}
+	if errors.Is(err, store.ErrOtherGateway) {
+		err = store.OtherGatewayError(id) // one text, wherever the refusal came from
+		if _, jerr := g.store.AppendEvent(context.WithoutCancel(ctx), store.Event{Run: store.GatewayJournal, Kind: store.KindNote,
+			Note: fmt.Sprintf("refused the run id %s of %s: %v", id, actor, err)}); jerr != nil {
+			g.warn("journal the refused run id %s: %v", id, jerr)
+		}
+	}
+	return run, err
 }
 
 // ensureRun opens a shadow run (`<run>-reads`) of actor the first time it is used.
@@ -391,7 +418,11 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		}
 	}
 	e := g.engine.Load()
-	d = e.Decide(ctx, engine.Call{Run: run, Actor: g.principal(req), Tool: name, Args: args, Permissions: scopeOf(req, e)})
+	call := engine.Call{Run: run, Actor: g.principal(req), Tool: name, Args: args, Permissions: scopeOf(req, e)}
+	if id := identity(req); id != nil {
+		call.ActorUID, call.ActorEmail = id.UID, id.Email
+	}
+	d = e.Decide(ctx, call)
 	if d.Shadow {
 		if err := g.ensureRun(ctx, d.Run, g.principal(req)); err != nil {
 			g.releaseKey(ctx, d)
@@ -408,10 +439,19 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		g.journalBlocked(ctx, in, d.Reason)
 		return textResult(d.BlockedText()), nil
 	}
+	if d.ApprovalID != "" && d.Mode == engine.Enforce {
+		in.Approval = d.ApprovalID // consumed with the intent, once (issue 16)
+	}
 	// Write-ahead: the intent is durable before the upstream sees the call.
 	step, err := g.store.RecordIntent(ctx, in)
 	if err != nil {
 		g.releaseKey(ctx, d)
+		if in.Approval != "" && (errors.Is(err, store.ErrConsumed) || errors.Is(err, store.ErrMismatch) ||
+			errors.Is(err, store.ErrNotApproved) || errors.Is(err, store.ErrNotFound)) {
+			res := g.refuseApproval(ctx, in, err)
+			d.Action, d.Category, d.Reason = engine.Block, engine.CategoryApproval, res.Content[0].(*mcp.TextContent).Text
+			return res, nil
+		}
 		return textResult(engine.BlockedPrefix + "the call could not be journaled, so it was not forwarded: " + err.Error()), nil
 	}
 	if r == nil { // the upstream dropped the tool since the server dispatched the call
@@ -568,6 +608,30 @@ func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d 
 		}
 	}
 	return res, resRaw, err
+}
+
+// ReplayText is the reason of a retry refused because its approval was already used (issue
+// 16, "Replaying is refused and journaled"): "approval <id> was already used: <why>".
+func ReplayText(id string, err error) string {
+	return fmt.Sprintf("approval %s was already used: %v; a new call needs a new approval (retry to queue a request)", id, err)
+}
+
+// refuseApproval blocks a call whose intent could not consume its approval: it journals the
+// call blocked (without the approval) and a replay_refused decision record of the request.
+func (g *Gateway) refuseApproval(ctx context.Context, in store.Intent, err error) *mcp.CallToolResult {
+	id := in.Approval
+	text := ReplayText(id, err)
+	if !errors.Is(err, store.ErrConsumed) {
+		text = fmt.Sprintf("approval %s could not be used: %v", id, err)
+	}
+	in.Approval = ""
+	in.Decision = string(engine.Block)
+	g.journalBlocked(ctx, in, text)
+	if _, jerr := g.store.AppendApproval(context.WithoutCancel(ctx), store.ApprovalRecord{Run: in.Run, Request: id, Tool: in.Tool,
+		Event: store.EventReplayRefused, Note: text}); jerr != nil {
+		g.warn("journal the refused replay of approval %s in run %s: %v", id, in.Run, jerr)
+	}
+	return textResult(engine.BlockedPrefix + text)
 }
 
 // journalBlocked writes the intent of a call the gateway refused and its blocked outcome.

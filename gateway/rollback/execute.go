@@ -339,6 +339,25 @@ func (x *executor) record(ctx context.Context, sr *StepResult, status store.Stat
 	return nil
 }
 
+// recordStarted appends the started record of sr's compensation (write-ahead). With approval,
+// the record consumes that approval in its transaction (store.RollbackEntry.Approval): the
+// compensation runs under it.
+func (x *executor) recordStarted(ctx context.Context, sr *StepResult, note string, args map[string]any, approval string) error {
+	e := store.RollbackEntry{Run: x.run.ID, Step: sr.Step, Status: store.RollbackStarted, Note: note, IdempotencyKey: sr.IdempotencyKey,
+		Arguments: args, Approval: approval}
+	if sr.Compensation != nil {
+		e.Tool = sr.Compensation.Tool
+	}
+	if approval != "" {
+		e.ArgsDigest = argsDigest(args)
+	}
+	if _, err := x.env.Store.AppendRollback(context.WithoutCancel(ctx), e); err != nil {
+		return fmt.Errorf("rollback of run %s: journal step %d (%s): %w", x.run.ID, sr.Step, store.RollbackStarted, err)
+	}
+	sr.Status = store.RollbackStarted
+	return nil
+}
+
 // once records a verdict that does not change between rollbacks only the first time.
 func (x *executor) once(ctx context.Context, sr *StepResult, status store.Status, note string) error {
 	if l, ok := x.last[sr.Step]; ok && l.Status == status {
@@ -389,7 +408,7 @@ func (x *executor) compensate(ctx context.Context, sr *StepResult, s Step) error
 			return x.once(ctx, sr, store.RollbackHeld, sr.Error)
 		}
 	}
-	var approvalNote string
+	var approvalNote, approvalID string
 	if c.RequiresApproval {
 		if x.o.ApproveCompensations {
 			approvalNote = "; approved by " + x.o.Operator + " (approve_compensations)"
@@ -398,7 +417,7 @@ func (x *executor) compensate(ctx context.Context, sr *StepResult, s Step) error
 			if err != nil || !ok {
 				return err
 			}
-			approvalNote = "; " + note
+			approvalNote, approvalID = "; "+note, sr.Approval
 		}
 	}
 	if !x.env.Tools.Exposed(c.Tool) {
@@ -409,7 +428,7 @@ func (x *executor) compensate(ctx context.Context, sr *StepResult, s Step) error
 	if resumed && last.Status == store.RollbackStarted {
 		note = "resumed: an earlier attempt did not finish; same idempotency key; " + note
 	}
-	if err := x.record(ctx, sr, store.RollbackStarted, note, c.Arguments); err != nil {
+	if err := x.recordStarted(ctx, sr, note, c.Arguments, approvalID); err != nil {
 		return err
 	}
 	var timeout time.Duration
@@ -496,10 +515,10 @@ func (x *executor) approval(ctx context.Context, sr *StepResult, s Step) (ok boo
 	}
 	switch a.State {
 	case store.ApprovalApproved:
-		if err := x.env.Store.Consume(ctx, id, x.run.ID, c.Tool, digest); err != nil && !errors.Is(err, store.ErrConsumed) {
-			return false, "", fmt.Errorf("rollback of run %s: approval %s: %w", x.run.ID, id, err)
+		if a.Tool != c.Tool || a.ArgsDigest != digest {
+			return false, "", fmt.Errorf("rollback of run %s: approval %s: %w", x.run.ID, id, store.ErrMismatch)
 		}
-		return true, "approved in request " + id, nil
+		return true, "approved in request " + id, nil // consumed by the started record (recordStarted)
 	case store.ApprovalPending:
 		sr.Error = fmt.Sprintf("the compensation %s requires approval: request %s is waiting for an approver (reversi approvals approve %s), then run the rollback again; or pass --approve-compensations", c.Tool, id, id)
 		return false, "", x.once(ctx, sr, store.RollbackWaitingApproval, sr.Error)

@@ -9,6 +9,17 @@ import (
 	"time"
 )
 
+// consume is the approved call's retry: an intent naming the approval (Intent.Approval), in a
+// run it opens when missing.
+func consume(t *testing.T, s Store, id, run, tool, digest string) error {
+	t.Helper()
+	if _, err := s.CreateRun(context.Background(), Run{ID: run, Actor: "agent-alice"}); err != nil && !errors.Is(err, ErrExists) {
+		t.Fatal(err)
+	}
+	_, err := s.RecordIntent(context.Background(), Intent{Run: run, Tool: tool, ArgsDigest: digest, Approval: id, Decision: "allow"})
+	return err
+}
+
 func newRequest(id string) ApprovalRequest {
 	return ApprovalRequest{ID: id, Tool: "stripe.charge", ArgsDigest: "sha256:d", Run: "r1", Actor: "agent-alice",
 		Roles: []string{"finance"}, Quorum: 2, Expires: time.Date(2026, 3, 1, 12, 15, 0, 0, time.UTC),
@@ -46,7 +57,7 @@ func TestApprovalValidation(t *testing.T) {
 		wantErr(t, err, ErrNotFound)
 		_, err = s.Decide(ctx, "nope", Decision{By: "x", Approve: true})
 		wantErr(t, err, ErrNotFound)
-		wantErr(t, s.Consume(ctx, "nope", "r", "t", "d"), ErrNotFound)
+		wantErr(t, consume(t, s, "nope", "r", "t", "d"), ErrNotFound)
 	})
 }
 
@@ -69,7 +80,7 @@ func TestApprovalQuorum(t *testing.T) {
 		_, err = s.Decide(ctx, "apr-1", Decision{Roles: []string{"finance"}, Approve: true})
 		wantErr(t, err, ErrInvalid)
 		// retry before approval is refused
-		wantErr(t, s.Consume(ctx, "apr-1", "r1", "stripe.charge", "sha256:d"), ErrNotApproved)
+		wantErr(t, consume(t, s, "apr-1", "r1", "stripe.charge", "sha256:d"), ErrNotApproved)
 
 		a := must[Approval](t)(s.Decide(ctx, "apr-1", Decision{By: "carol", Roles: []string{"ops", "finance"}, Approve: true, Comment: "ok"}))
 		if a.State != ApprovalPending || len(a.Decisions) != 1 || a.Decisions[0].At.IsZero() {
@@ -89,13 +100,13 @@ func TestApprovalQuorum(t *testing.T) {
 		wantErr(t, err, ErrNotPending)
 
 		// the retry: a different call does not match, the same one passes once
-		wantErr(t, s.Consume(ctx, "apr-1", "r1", "stripe.charge", "sha256:other"), ErrMismatch)
-		wantErr(t, s.Consume(ctx, "apr-1", "r2", "stripe.charge", "sha256:d"), ErrMismatch)
-		wantErr(t, s.Consume(ctx, "apr-1", "r1", "stripe.refund", "sha256:d"), ErrMismatch)
-		if err := s.Consume(ctx, "apr-1", "r1", "stripe.charge", "sha256:d"); err != nil {
+		wantErr(t, consume(t, s, "apr-1", "r1", "stripe.charge", "sha256:other"), ErrMismatch)
+		wantErr(t, consume(t, s, "apr-1", "r2", "stripe.charge", "sha256:d"), ErrMismatch)
+		wantErr(t, consume(t, s, "apr-1", "r1", "stripe.refund", "sha256:d"), ErrMismatch)
+		if err := consume(t, s, "apr-1", "r1", "stripe.charge", "sha256:d"); err != nil {
 			t.Fatal(err)
 		}
-		wantErr(t, s.Consume(ctx, "apr-1", "r1", "stripe.charge", "sha256:d"), ErrConsumed)
+		wantErr(t, consume(t, s, "apr-1", "r1", "stripe.charge", "sha256:d"), ErrConsumed)
 		if a := must[Approval](t)(s.GetApproval(ctx, "apr-1")); a.Consumed.IsZero() {
 			t.Fatalf("consumed not recorded: %+v", a)
 		}
@@ -115,7 +126,7 @@ func TestApprovalDenyAndList(t *testing.T) {
 		if a.State != ApprovalDenied || len(a.Decisions) != 2 {
 			t.Fatalf("one deny denies: %+v", a)
 		}
-		wantErr(t, s.Consume(ctx, "apr-1", "r1", "stripe.charge", "sha256:d"), ErrNotApproved)
+		wantErr(t, consume(t, s, "apr-1", "r1", "stripe.charge", "sha256:d"), ErrNotApproved)
 
 		// no roles: any principal but the actor
 		_, err := s.Decide(ctx, "apr-2", Decision{By: "agent-alice", Approve: true})
@@ -159,7 +170,7 @@ func TestApprovalExpiry(t *testing.T) {
 		}
 		_, err := s.Decide(ctx, "apr-deny", Decision{By: "dave", Roles: []string{"finance"}, Approve: true})
 		wantErr(t, err, ErrNotPending)
-		wantErr(t, s.Consume(ctx, "apr-deny", "r1", "stripe.charge", "sha256:d"), ErrNotApproved)
+		wantErr(t, consume(t, s, "apr-deny", "r1", "stripe.charge", "sha256:d"), ErrNotApproved)
 
 		a := must[Approval](t)(s.GetApproval(ctx, "apr-esc"))
 		if a.State != ApprovalPending || !a.Escalated || len(a.Roles) != 1 || a.Roles[0] != "cfo" {
@@ -190,11 +201,12 @@ func TestConsumeRace(t *testing.T) {
 		req.Quorum = 1
 		must[Approval](t)(s.CreateApproval(ctx, req))
 		must[Approval](t)(s.Decide(ctx, "apr-1", Decision{By: "carol", Roles: []string{"finance"}, Approve: true}))
+		must[Run](t)(s.CreateRun(ctx, Run{ID: "r1", Actor: "agent-alice"}))
 		var passed atomic.Int32
 		var wg sync.WaitGroup
 		for range 16 {
 			wg.Go(func() {
-				err := s.Consume(ctx, "apr-1", "r1", "stripe.charge", "sha256:d")
+				_, err := s.RecordIntent(ctx, Intent{Run: "r1", Tool: "stripe.charge", ArgsDigest: "sha256:d", Approval: "apr-1"})
 				if err == nil {
 					passed.Add(1)
 				} else if !errors.Is(err, ErrConsumed) {
@@ -205,6 +217,11 @@ func TestConsumeRace(t *testing.T) {
 		wg.Wait()
 		if passed.Load() != 1 {
 			t.Fatalf("%d retries passed", passed.Load())
+		}
+		// only the winner's intent and its consumption were written
+		recs := must[[]Record](t)(s.Records(ctx, "r1", 0, 0))
+		if len(recs) != 2 || recs[0].Kind != KindIntent || recs[0].Approval != "apr-1" || recs[1].Event != EventConsumed {
+			t.Fatalf("records %+v", recs)
 		}
 	})
 }

@@ -193,14 +193,61 @@ func (m *Memory) RecordIntent(_ context.Context, in Intent) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rec := m.appendLocked(r, Record{Run: in.Run, Kind: KindIntent, Tool: in.Tool, ArgsDigest: in.ArgsDigest,
-		Reason: in.Reason, IdempotencyKey: in.IdempotencyKey, ManifestVersion: in.ManifestVersion,
-		ManifestChecksum: in.ManifestChecksum, Mode: in.Mode, Decision: in.Decision})
+	var a *Approval
+	if in.Approval != "" {
+		var ok bool
+		if a, ok = m.approvals[in.Approval]; !ok {
+			return 0, fmt.Errorf("%w: approval %s", ErrNotFound, in.Approval)
+		}
+		if err := a.consume(in.Run, in.Tool, in.ArgsDigest, m.now()); err != nil {
+			return 0, err
+		}
+	}
+	rec := m.appendLocked(r, intentRecord(in))
 	if h, ok := m.keys[in.IdempotencyKey]; ok && in.HoldsKey && h.Run == in.Run && h.Step == 0 {
 		h.Step = rec.Seq
 		m.keys[in.IdempotencyKey] = h
 	}
+	if a != nil {
+		c, _, _ := approvalRecord(consumedRecord(a, rec.Seq))
+		m.appendLocked(r, c)
+	}
 	return rec.Seq, nil
+}
+
+// intentRecord is the record of in (Seq and Time are set when appended).
+func intentRecord(in Intent) Record {
+	return Record{Run: in.Run, Kind: KindIntent, Tool: in.Tool, ArgsDigest: in.ArgsDigest,
+		Reason: in.Reason, IdempotencyKey: in.IdempotencyKey, ManifestVersion: in.ManifestVersion,
+		ManifestChecksum: in.ManifestChecksum, Mode: in.Mode, Decision: in.Decision, Approval: in.Approval}
+}
+
+// AppendApproval implements Store.
+func (m *Memory) AppendApproval(_ context.Context, ar ApprovalRecord) (int64, error) {
+	rec, _, err := approvalRecord(ar)
+	if err != nil {
+		return 0, err
+	}
+	if err := m.lock(); err != nil {
+		return 0, err
+	}
+	defer m.mu.Unlock()
+	return m.appendApprovalLocked(rec)
+}
+
+func (m *Memory) appendApprovalLocked(rec Record) (int64, error) {
+	r, ok := m.runs[rec.Run]
+	if !ok {
+		return 0, fmt.Errorf("%w: run %q", ErrNotFound, rec.Run)
+	}
+	if rec.IdempotencyKey != "" {
+		for _, o := range r.records {
+			if o.Kind == KindApproval && o.Approval == rec.Approval && o.IdempotencyKey == rec.IdempotencyKey {
+				return 0, fmt.Errorf("%w: the record %s of %s is already in run %q", ErrExists, rec.IdempotencyKey, rec.Approval, rec.Run)
+			}
+		}
+	}
+	return m.appendLocked(r, rec).Seq, nil
 }
 
 func validIntent(in Intent) error {
@@ -287,6 +334,7 @@ func (m *Memory) AppendEvent(_ context.Context, e Event) (int64, error) {
 
 func copyRecord(rec Record) Record {
 	rec.Handle = maps.Clone(rec.Handle)
+	rec.Groups = slices.Clone(rec.Groups)
 	return rec
 }
 
@@ -446,25 +494,21 @@ func (m *Memory) Decide(_ context.Context, id string, d Decision) (Approval, err
 		return Approval{}, fmt.Errorf("%w: approval %s", ErrNotFound, id)
 	}
 	work := cloneApproval(a)
-	if err := work.decide(d, m.now()); err != nil {
+	recs, err := work.decide(d, m.now())
+	if err == nil {
+		*a = work
+	} else {
 		a.settle(m.now())
+	}
+	for _, r := range recs {
+		if rec, _, e := approvalRecord(r); e == nil {
+			_, _ = m.appendApprovalLocked(rec) // a run not in this store: nothing to journal it in
+		}
+	}
+	if err != nil {
 		return Approval{}, err
 	}
-	*a = work
 	return cloneApproval(a), nil
-}
-
-// Consume implements Store.
-func (m *Memory) Consume(_ context.Context, id, run, tool, argsDigest string) error {
-	if err := m.lock(); err != nil {
-		return err
-	}
-	defer m.mu.Unlock()
-	a, ok := m.approvals[id]
-	if !ok {
-		return fmt.Errorf("%w: approval %s", ErrNotFound, id)
-	}
-	return a.consume(run, tool, argsDigest, m.now())
 }
 
 // Close implements Store.

@@ -105,6 +105,14 @@ CREATE TABLE IF NOT EXISTS records (
 	note              TEXT COLLATE "C" NOT NULL DEFAULT '',
 	PRIMARY KEY (run, seq)
 );
+-- issue 16: decision records (added to the tables of an older schema)
+ALTER TABLE records ADD COLUMN IF NOT EXISTS approval TEXT COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN IF NOT EXISTS event TEXT COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN IF NOT EXISTS approver TEXT COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN IF NOT EXISTS groups TEXT NOT NULL DEFAULT '';
+-- a decision record with a Once key is in its run at most once (ApprovalRecord.Once)
+CREATE UNIQUE INDEX IF NOT EXISTS records_approval_once ON records (run, approval, idempotency_key)
+	WHERE kind = 'approval' AND idempotency_key <> '';
 CREATE UNIQUE INDEX IF NOT EXISTS records_one_outcome ON records (run, step) WHERE kind = 'outcome';
 CREATE INDEX IF NOT EXISTS records_time ON records (time DESC, run, seq DESC);
 CREATE TABLE IF NOT EXISTS pending (
@@ -140,6 +148,11 @@ CREATE TABLE IF NOT EXISTS approvals (
 	decided     BIGINT NOT NULL,
 	consumed    BIGINT NOT NULL
 );
+-- issue 16: the actor's identity and requests kept in Kubernetes
+ALTER TABLE approvals ADD COLUMN IF NOT EXISTS actor_uid TEXT COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE approvals ADD COLUMN IF NOT EXISTS actor_email TEXT COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE approvals ADD COLUMN IF NOT EXISTS uid TEXT COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE approvals ADD COLUMN IF NOT EXISTS spec_digest TEXT COLLATE "C" NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS approvals_run ON approvals (run, created);
 CREATE INDEX IF NOT EXISTS approvals_created ON approvals (created, id);
 CREATE TABLE IF NOT EXISTS high_water (
@@ -499,8 +512,9 @@ const pgNextSeq = `UPDATE runs SET next_seq = next_seq + 1,
 	last_activity = CASE WHEN id = '' THEN last_activity ELSE $1 END WHERE id = $2 RETURNING next_seq`
 
 const pgInsertRecord = `INSERT INTO records (run, seq, kind, time, step, tool, args_digest, reason,
-	idempotency_key, manifest_version, manifest_checksum, mode, decision, status, compensation_tool, handle, note)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
+	idempotency_key, manifest_version, manifest_checksum, mode, decision, status, compensation_tool, handle, note,
+	approval, event, approver, groups)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
 
 // appendTx numbers rec in its run (locking the run's row) and inserts it.
 func (s *Postgres) appendTx(ctx context.Context, tx pgx.Tx, rec *Record, handle string) error {
@@ -516,8 +530,9 @@ func (s *Postgres) appendTx(ctx context.Context, tx pgx.Tx, rec *Record, handle 
 		rec.Step = rec.Seq
 	}
 	_, err = tx.Exec(ctx, pgInsertRecord, rec.Run, rec.Seq, string(rec.Kind), tn(rec.Time), rec.Step, rec.Tool,
-		rec.ArgsDigest, rec.Reason, rec.IdempotencyKey, rec.ManifestVersion, rec.ManifestChecksum, rec.Mode,
-		rec.Decision, string(rec.Status), rec.CompensationTool, handle, rec.Note)
+		rec.ArgsDigest, rec.Reason, []byte(rec.IdempotencyKey), rec.ManifestVersion, rec.ManifestChecksum, rec.Mode,
+		rec.Decision, string(rec.Status), rec.CompensationTool, handle, rec.Note, rec.Approval, string(rec.Event),
+		rec.Approver, encodeGroups(rec.Groups))
 	if err != nil {
 		return fmt.Errorf("store: append: %w", err)
 	}
@@ -531,6 +546,15 @@ const pgIntent = `WITH s AS (` + pgNextSeq + `),
 r AS (INSERT INTO records (run, seq, kind, time, step, tool, args_digest, reason,
 	idempotency_key, manifest_version, manifest_checksum, mode, decision)
 	SELECT $2, s.next_seq, 'intent', $1, s.next_seq, $3, $4, $5, $6, $7, $8, $9, $10 FROM s RETURNING seq),
+p AS (INSERT INTO pending (run, step, tool, instance) SELECT $2, seq, $3, $11 FROM r),
+k AS (UPDATE dup_keys SET step = (SELECT seq FROM r) WHERE $12 AND key = $6 AND run = $2 AND step = 0)
+SELECT seq FROM r`
+
+// pgIntentApproval is pgIntent for an intent that consumes approval $13: the record carries it.
+const pgIntentApproval = `WITH s AS (` + pgNextSeq + `),
+r AS (INSERT INTO records (run, seq, kind, time, step, tool, args_digest, reason,
+	idempotency_key, manifest_version, manifest_checksum, mode, decision, approval)
+	SELECT $2, s.next_seq, 'intent', $1, s.next_seq, $3, $4, $5, $6, $7, $8, $9, $10, $13 FROM s RETURNING seq),
 p AS (INSERT INTO pending (run, step, tool, instance) SELECT $2, seq, $3, $11 FROM r),
 k AS (UPDATE dup_keys SET step = (SELECT seq FROM r) WHERE $12 AND key = $6 AND run = $2 AND step = 0)
 SELECT seq FROM r`
@@ -550,6 +574,9 @@ func (s *Postgres) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	if in.Approval != "" {
+		return s.recordIntentApproval(ctx, in)
+	}
 	wctx, cancel := writeCtx(ctx)
 	defer cancel()
 	var step int64
@@ -562,6 +589,96 @@ func (s *Postgres) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 		return 0, fmt.Errorf("store: record intent: %w", err)
 	}
 	return step, nil
+}
+
+// recordIntentApproval is RecordIntent with in.Approval: one transaction consumes the
+// approval (the request's row first, then the run's: every writer of both takes them in that
+// order), appends the intent and the consumed record. The consumption is a conditional UPDATE
+// (consumed = 0) whose rows affected decide, so of concurrent intents of any number of
+// replicas exactly one commits.
+func (s *Postgres) recordIntentApproval(ctx context.Context, in Intent) (int64, error) {
+	var step int64
+	err := s.tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		a, err := s.consumeTx(ctx, tx, in.Approval, in.Run, in.Tool, in.ArgsDigest, false)
+		if err != nil {
+			return err
+		}
+		err = tx.QueryRow(ctx, pgIntentApproval, tn(s.stamp()), in.Run, in.Tool, in.ArgsDigest, in.Reason, []byte(in.IdempotencyKey),
+			in.ManifestVersion, in.ManifestChecksum, in.Mode, in.Decision, s.instance, in.HoldsKey && in.IdempotencyKey != "", in.Approval).Scan(&step)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: run %q", ErrNotFound, in.Run)
+		}
+		if err != nil {
+			return fmt.Errorf("store: record intent: %w", err)
+		}
+		c, _, _ := approvalRecord(consumedRecord(a, step))
+		return s.appendTx(ctx, tx, &c, "")
+	})
+	if err != nil {
+		return 0, err
+	}
+	return step, nil
+}
+
+// consumeTx is consumeRow in tx: the request's row is read FOR UPDATE and consumed with a
+// conditional UPDATE.
+func (s *Postgres) consumeTx(ctx context.Context, tx pgx.Tx, id, run, tool, argsDigest string, rollback bool) (*Approval, error) {
+	return consumeRow(id, run, tool, argsDigest, s.stamp(), rollback,
+		func() (Approval, error) { return s.readApprovalTx(ctx, tx, id) },
+		func(at int64) (int64, error) {
+			tag, err := tx.Exec(ctx, `UPDATE approvals SET consumed = $1 WHERE id = $2 AND consumed = 0`, at, id)
+			return tag.RowsAffected(), err
+		})
+}
+
+// readApprovalTx reads request id FOR UPDATE in tx. Errors: ErrNotFound.
+func (s *Postgres) readApprovalTx(ctx context.Context, tx pgx.Tx, id string) (Approval, error) {
+	a, err := scanApproval(tx.QueryRow(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = $1 FOR UPDATE`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Approval{}, fmt.Errorf("%w: approval %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Approval{}, fmt.Errorf("store: approval %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// AppendApproval implements Store.
+func (s *Postgres) AppendApproval(ctx context.Context, ar ApprovalRecord) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	rec, _, err := approvalRecord(ar)
+	if err != nil {
+		return 0, err
+	}
+	err = s.txLazy(ctx, func(ctx context.Context, tx pgx.Tx) error { return s.appendApprovalTx(ctx, tx, &rec) })
+	return rec.Seq, err
+}
+
+// appendApprovalTx appends a decision record unless its Once key is already in the run: the
+// run's row is locked first (as pgNextSeq would), so two replicas checking at once are
+// serialised and the second finds the first's record; the unique index records_approval_once
+// is the backstop.
+func (s *Postgres) appendApprovalTx(ctx context.Context, tx pgx.Tx, rec *Record) error {
+	if rec.IdempotencyKey != "" {
+		var exists bool
+		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1 FOR UPDATE)`, rec.Run).Scan(&exists)
+		if err != nil {
+			return fmt.Errorf("store: decision record: %w", err)
+		}
+		if !exists {
+			return fmt.Errorf("%w: run %q", ErrNotFound, rec.Run)
+		}
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM records WHERE run = $1 AND approval = $2 AND idempotency_key = $3 AND kind = 'approval')`,
+			rec.Run, rec.Approval, []byte(rec.IdempotencyKey)).Scan(&exists); err != nil {
+			return fmt.Errorf("store: decision record: %w", err)
+		}
+		if exists {
+			return onceExists(rec)
+		}
+	}
+	return s.appendTx(ctx, tx, rec, "")
 }
 
 // outcomeTx completes step: it numbers the outcome (locking the run first, as every writer
@@ -629,15 +746,19 @@ func (s *Postgres) queryRecords(ctx context.Context, what, q string, args ...any
 	var out []Record
 	for rows.Next() {
 		var r Record
-		var kind, status, handle string
+		var kind, status, handle, event, groups string
 		var key []byte
 		var t int64
 		if err := rows.Scan(&r.Run, &r.Seq, &kind, &t, &r.Step, &r.Tool, &r.ArgsDigest, &r.Reason, &key,
-			&r.ManifestVersion, &r.ManifestChecksum, &r.Mode, &r.Decision, &status, &r.CompensationTool, &handle, &r.Note); err != nil {
+			&r.ManifestVersion, &r.ManifestChecksum, &r.Mode, &r.Decision, &status, &r.CompensationTool, &handle, &r.Note,
+			&r.Approval, &event, &r.Approver, &groups); err != nil {
 			return nil, fmt.Errorf("store: %s: %w", what, err)
 		}
-		r.Kind, r.Status, r.Time, r.IdempotencyKey = Kind(kind), Status(status), nt(t), string(key)
+		r.Kind, r.Status, r.Time, r.IdempotencyKey, r.Event = Kind(kind), Status(status), nt(t), string(key), ApprovalEvent(event)
 		if r.Handle, err = decodeHandle(handle); err != nil {
+			return nil, err
+		}
+		if r.Groups, err = decodeGroups(groups); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
@@ -788,7 +909,7 @@ func (s *Postgres) CreateApproval(ctx context.Context, req ApprovalRequest) (App
 	if err != nil {
 		return Approval{}, err
 	}
-	tag, err := s.exec(ctx, `INSERT INTO approvals (`+approvalCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+	tag, err := s.exec(ctx, `INSERT INTO approvals (`+approvalCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
 		ON CONFLICT DO NOTHING`, approvalArgs(&a)...)
 	if err != nil {
 		return Approval{}, fmt.Errorf("store: create approval: %w", err)
@@ -848,42 +969,29 @@ func (s *Postgres) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Appro
 	return out, nil
 }
 
-// updateApproval reads id FOR UPDATE, applies fn and writes the request back if fn succeeded,
-// in one transaction: decisions from several replicas at once are applied one after another.
-func (s *Postgres) updateApproval(ctx context.Context, id string, fn func(a *Approval) error) (Approval, error) {
-	var out Approval
-	err := s.tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		a, err := scanApproval(tx.QueryRow(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = $1 FOR UPDATE`, id))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: approval %s", ErrNotFound, id)
-		}
-		if err != nil {
-			return fmt.Errorf("store: approval %s: %w", id, err)
-		}
-		if err := fn(&a); err != nil {
-			return err
-		}
-		args := approvalArgs(&a)
-		if _, err := tx.Exec(ctx, `UPDATE approvals SET roles = $1, expires = $2, state = $3, decisions = $4,
-			escalated = $5, decided = $6, consumed = $7 WHERE id = $8`,
-			args[5], args[8], args[12], args[13], args[14], args[15], args[16], id); err != nil {
-			return fmt.Errorf("store: approval %s: %w", id, err)
-		}
-		out = a
-		return nil
-	})
-	return out, err
-}
-
-// Decide implements Store.
+// Decide implements Store: the request is read FOR UPDATE, decided and written back, and the
+// decision records appended, in one transaction (decideRow), so decisions from several
+// replicas at once are applied one after another.
 func (s *Postgres) Decide(ctx context.Context, id string, d Decision) (Approval, error) {
-	return s.updateApproval(ctx, id, func(a *Approval) error { return a.decide(d, s.stamp()) })
-}
-
-// Consume implements Store.
-func (s *Postgres) Consume(ctx context.Context, id, run, tool, argsDigest string) error {
-	_, err := s.updateApproval(ctx, id, func(a *Approval) error { return a.consume(run, tool, argsDigest, s.stamp()) })
-	return err
+	var out Approval
+	var ruleErr error
+	err := s.tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		out, ruleErr, err = decideRow(id, d, s.stamp(),
+			func() (Approval, error) { return s.readApprovalTx(ctx, tx, id) },
+			func(a *Approval) error {
+				args := approvalArgs(a)
+				_, err := tx.Exec(ctx, `UPDATE approvals SET roles = $1, expires = $2, state = $3, decisions = $4,
+					escalated = $5, decided = $6 WHERE id = $7`, args[5], args[8], args[12], args[13], args[14], args[15], id)
+				return err
+			},
+			func(rec *Record) error { return s.appendApprovalTx(ctx, tx, rec) })
+		return err
+	})
+	if err != nil {
+		return Approval{}, err
+	}
+	return out, ruleErr
 }
 
 // PostgresExists reports whether databaseURL's schema (see OpenPostgres) holds a store,

@@ -27,6 +27,11 @@ func (s *Postgres) AppendRollback(ctx context.Context, e RollbackEntry) (int64, 
 		if err != nil {
 			return fmt.Errorf("store: rollback record: %w", err)
 		}
+		if e.Approval != "" {
+			if _, err := s.consumeTx(ctx, tx, e.Approval, e.Run, e.Tool, e.ArgsDigest, true); err != nil {
+				return err
+			}
+		}
 		return s.appendTx(ctx, tx, &rec, enc)
 	})
 	return rec.Seq, err

@@ -448,3 +448,56 @@ func benchCalls(b *testing.B, s Store, sessions int) {
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 }
+
+// TestPostgresConsumeAcrossReplicas: two replicas (two pools on one schema) send the retry of
+// one approved call at the same moment, 8 each: exactly one intent is written, and every other
+// one is told ErrConsumed and leaves nothing in the ledger. Source: issue 16 ("Consumption is
+// durable and private ... shared by replicas through Postgres").
+func TestPostgresConsumeAcrossReplicas(t *testing.T) {
+	url := pgURL("")
+	a, b := openPG(t, url, nil), openPG(t, url, nil)
+	ctx := context.Background()
+	for round := range 10 {
+		run, id := fmt.Sprintf("r%d", round), fmt.Sprintf("apr-%d", round)
+		must[Run](t)(a.CreateRun(ctx, Run{ID: run, Actor: "agent-alice"}))
+		kept := ApprovalRequest{ID: id, Tool: "stripe.charge", ArgsDigest: "sha256:d", Run: run, Actor: "agent-alice", UID: "u", SpecDigest: "sha256:s"}
+		if round%2 == 0 { // store-decided and kept requests alike
+			kept.UID, kept.SpecDigest, kept.Expires = "", "", time.Now().Add(time.Hour)
+		}
+		must[Approval](t)(a.CreateApproval(ctx, kept))
+		if !kept.Kept() {
+			must[Approval](t)(b.Decide(ctx, id, Decision{By: "carol", Approve: true}))
+		}
+		var wins atomic.Int32
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 16 {
+			s := a
+			if i%2 == 1 {
+				s = b
+			}
+			wg.Go(func() {
+				<-start
+				_, err := s.RecordIntent(ctx, Intent{Run: run, Tool: "stripe.charge", ArgsDigest: "sha256:d", Approval: id})
+				switch {
+				case err == nil:
+					wins.Add(1)
+				case !errors.Is(err, ErrConsumed):
+					t.Errorf("round %d: %v, want ErrConsumed", round, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("round %d: %d intents consumed the approval, want exactly 1", round, wins.Load())
+		}
+		want := 2 // the intent and its consumption
+		if !kept.Kept() {
+			want += 2 // carol's decision and the approval
+		}
+		if recs := must[[]Record](t)(b.Records(ctx, run, 0, 0)); len(recs) != want {
+			t.Fatalf("round %d: %d records, want %d", round, len(recs), want)
+		}
+	}
+}

@@ -62,6 +62,14 @@ type RollbackEntry struct {
 	Note           string
 	// Arguments are the compensation's arguments (the step's journaled handle); JSON-encodable.
 	Arguments map[string]any
+	// Approval is the id of the approved request the compensation runs under ("" when it
+	// needs none). AppendRollback marks it consumed in the same transaction when it is not
+	// yet; a compensation's request is bound to its step (its id comes from the run and the
+	// step), so a resumed rollback of the step may name it again. Errors as Intent.Approval
+	// (ErrNotFound, ErrMismatch, ErrNotApproved), but never ErrConsumed. ArgsDigest is the
+	// compensation arguments' digest, checked against the request's.
+	Approval   string
+	ArgsDigest string
 }
 
 // encodeRollback checks e and returns its arguments as JSON ("" for none).
@@ -85,5 +93,5 @@ func encodeRollback(e RollbackEntry) (string, error) {
 // rollbackRecord is the record of e (Seq and Time are set when appended).
 func rollbackRecord(e RollbackEntry) Record {
 	return Record{Run: e.Run, Kind: KindRollback, Step: e.Step, Tool: e.Tool, CompensationTool: e.Tool,
-		IdempotencyKey: e.IdempotencyKey, Status: e.Status, Note: e.Note}
+		IdempotencyKey: e.IdempotencyKey, Status: e.Status, Note: e.Note, Approval: e.Approval}
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -112,6 +111,10 @@ CREATE TABLE IF NOT EXISTS records (
 	compensation_tool TEXT NOT NULL DEFAULT '',
 	handle            TEXT NOT NULL DEFAULT '',
 	note              TEXT NOT NULL DEFAULT '',
+	approval          TEXT NOT NULL DEFAULT '',
+	event             TEXT NOT NULL DEFAULT '',
+	approver          TEXT NOT NULL DEFAULT '',
+	groups            TEXT NOT NULL DEFAULT '',
 	PRIMARY KEY (run, seq)
 ) WITHOUT ROWID;
 -- a step is completed at most once, whatever the code above does
@@ -148,7 +151,11 @@ CREATE TABLE IF NOT EXISTS approvals (
 	decisions   TEXT NOT NULL,
 	escalated   INTEGER NOT NULL,
 	decided     INTEGER NOT NULL,
-	consumed    INTEGER NOT NULL
+	consumed    INTEGER NOT NULL,
+	actor_uid   TEXT NOT NULL DEFAULT '',
+	actor_email TEXT NOT NULL DEFAULT '',
+	uid         TEXT NOT NULL DEFAULT '',
+	spec_digest TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS approvals_run ON approvals (run, created);
 CREATE INDEX IF NOT EXISTS approvals_created ON approvals (created, id);
@@ -161,8 +168,33 @@ CREATE TABLE IF NOT EXISTS high_water (
 	updated  INTEGER NOT NULL
 ) WITHOUT ROWID;
 INSERT OR IGNORE INTO runs (id, actor, gateway, started, last_activity, status) VALUES ('', '', '', 0, 0, 'active');
+`
+
+// sqliteMigrations add the columns of later versions to the tables of an older file (CREATE
+// TABLE IF NOT EXISTS leaves an existing table as it is); "duplicate column" means done.
+var sqliteMigrations = []string{
+	// instances
+	`ALTER TABLE pending ADD COLUMN instance TEXT NOT NULL DEFAULT ''`,
+	// 3: decision records and requests kept in Kubernetes (issue 16)
+	`ALTER TABLE records ADD COLUMN approval TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE records ADD COLUMN event TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE records ADD COLUMN approver TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE records ADD COLUMN groups TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE approvals ADD COLUMN actor_uid TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE approvals ADD COLUMN actor_email TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE approvals ADD COLUMN uid TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE approvals ADD COLUMN spec_digest TEXT NOT NULL DEFAULT ''`,
+}
+
+// sqliteSchemaLast runs after the migrations: what needs the migrated columns.
+const sqliteSchemaLast = `
+-- a decision record with a Once key is in its run at most once (ApprovalRecord.Once)
+CREATE UNIQUE INDEX IF NOT EXISTS records_approval_once ON records (run, approval, idempotency_key)
+	WHERE kind = 'approval' AND idempotency_key != '';
 -- 2: high_water (created by CREATE TABLE IF NOT EXISTS in files of version 1)
-PRAGMA user_version = 2;
+-- 3: decision records (records.approval, event, approver, groups), approvals.actor_uid,
+--    actor_email, uid, spec_digest
+PRAGMA user_version = 3;
 `
 
 // OpenSQLite opens (creating if needed) the store in dir/SQLiteFile. dir is created with mode
@@ -194,8 +226,15 @@ func OpenSQLite(dir string, clock Clock) (*SQLite, error) {
 		w.Close()
 		return nil, fmt.Errorf("store: %s: schema: %w", path, err)
 	}
-	// A file from before instances existed: add the column (its intents recover as before).
-	if _, err := w.Exec(`ALTER TABLE pending ADD COLUMN instance TEXT NOT NULL DEFAULT ''`); err != nil && !strings.Contains(err.Error(), "duplicate column") {
+	// A file of an older version: add the columns (its intents recover as before; its
+	// records and requests read back with the new fields empty).
+	for _, m := range sqliteMigrations {
+		if _, err := w.Exec(m); err != nil && !strings.Contains(err.Error(), "duplicate column") {
+			w.Close()
+			return nil, fmt.Errorf("store: %s: schema: %w", path, err)
+		}
+	}
+	if _, err := w.Exec(sqliteSchemaLast); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("store: %s: schema: %w", path, err)
 	}
@@ -407,7 +446,7 @@ const (
 	sqlSavepoint     = `SAVEPOINT req`
 	sqlRelease       = `RELEASE req`
 	sqlNextSeq       = `UPDATE runs SET next_seq = next_seq + 1, last_activity = CASE WHEN id = '' THEN last_activity ELSE ? END WHERE id = ? RETURNING next_seq`
-	sqlInsertRecord  = `INSERT INTO records (run, seq, kind, time, step, tool, args_digest, reason, idempotency_key, manifest_version, manifest_checksum, mode, decision, status, compensation_tool, handle, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertRecord  = `INSERT INTO records (run, seq, kind, time, step, tool, args_digest, reason, idempotency_key, manifest_version, manifest_checksum, mode, decision, status, compensation_tool, handle, note, approval, event, approver, groups) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlInsertPending = `INSERT INTO pending (run, step, tool, instance) VALUES (?, ?, ?, ?)`
 	sqlDeletePending = `DELETE FROM pending WHERE run = ? AND step = ? RETURNING tool`
 )
@@ -724,22 +763,30 @@ func (s *SQLite) appendTx(ctx context.Context, tx *sql.Tx, rec *Record, handle s
 	_, err = s.execPrep(ctx, tx, sqlInsertRecord,
 		rec.Run, rec.Seq, string(rec.Kind), tn(rec.Time), rec.Step, rec.Tool, rec.ArgsDigest, rec.Reason,
 		rec.IdempotencyKey, rec.ManifestVersion, rec.ManifestChecksum, rec.Mode, rec.Decision,
-		string(rec.Status), rec.CompensationTool, handle, rec.Note)
+		string(rec.Status), rec.CompensationTool, handle, rec.Note, rec.Approval, string(rec.Event), rec.Approver, encodeGroups(rec.Groups))
 	if err != nil {
 		return fmt.Errorf("store: append: %w", err)
 	}
 	return nil
 }
 
-// RecordIntent implements Store.
+// RecordIntent implements Store. With in.Approval, the approval is consumed in the intent's
+// transaction (consumeTx).
 func (s *SQLite) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 	if err := validIntent(in); err != nil {
 		return 0, err
 	}
-	rec := Record{Run: in.Run, Kind: KindIntent, Tool: in.Tool, ArgsDigest: in.ArgsDigest,
-		Reason: in.Reason, IdempotencyKey: in.IdempotencyKey, ManifestVersion: in.ManifestVersion,
-		ManifestChecksum: in.ManifestChecksum, Mode: in.Mode, Decision: in.Decision}
+	var step int64
+	rec := intentRecord(in)
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		rec := rec
+		var a *Approval
+		if in.Approval != "" {
+			var err error
+			if a, err = s.consumeTx(ctx, tx, in.Approval, in.Run, in.Tool, in.ArgsDigest, false); err != nil {
+				return err
+			}
+		}
 		if err := s.appendTx(ctx, tx, &rec, ""); err != nil {
 			return err
 		}
@@ -747,15 +794,74 @@ func (s *SQLite) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 			return err
 		}
 		if in.HoldsKey && in.IdempotencyKey != "" {
-			_, err := tx.ExecContext(ctx, `UPDATE dup_keys SET step = ? WHERE key = ? AND run = ? AND step = 0`, rec.Step, in.IdempotencyKey, in.Run)
-			return err
+			if _, err := tx.ExecContext(ctx, `UPDATE dup_keys SET step = ? WHERE key = ? AND run = ? AND step = 0`, rec.Step, in.IdempotencyKey, in.Run); err != nil {
+				return err
+			}
+		}
+		step = rec.Step
+		if a != nil {
+			c, _, _ := approvalRecord(consumedRecord(a, rec.Step))
+			return s.appendTx(ctx, tx, &c, "")
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	return rec.Step, nil
+	return step, nil
+}
+
+// consumeTx marks approval id consumed by an intent (or a rollback record: rollback) of run,
+// tool and argsDigest, in tx: the checks are Approval.consume's, and the mark is a
+// conditional UPDATE (consumed = 0) whose rows affected decide (consumeRow).
+func (s *SQLite) consumeTx(ctx context.Context, tx *sql.Tx, id, run, tool, argsDigest string, rollback bool) (*Approval, error) {
+	return consumeRow(id, run, tool, argsDigest, s.stamp(), rollback,
+		func() (Approval, error) { return s.readApprovalTx(ctx, tx, id) },
+		func(at int64) (int64, error) {
+			res, err := tx.ExecContext(ctx, `UPDATE approvals SET consumed = ? WHERE id = ? AND consumed = 0`, at, id)
+			if err != nil {
+				return 0, err
+			}
+			return res.RowsAffected()
+		})
+}
+
+// readApprovalTx reads request id in tx. Errors: ErrNotFound.
+func (s *SQLite) readApprovalTx(ctx context.Context, tx *sql.Tx, id string) (Approval, error) {
+	a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Approval{}, fmt.Errorf("%w: approval %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Approval{}, fmt.Errorf("store: approval %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// AppendApproval implements Store.
+func (s *SQLite) AppendApproval(ctx context.Context, ar ApprovalRecord) (int64, error) {
+	rec, _, err := approvalRecord(ar)
+	if err != nil {
+		return 0, err
+	}
+	err = s.writeLazy(ctx, func(ctx context.Context, tx *sql.Tx) error { return s.appendApprovalTx(ctx, tx, &rec) })
+	return rec.Seq, err
+}
+
+// appendApprovalTx appends a decision record unless its Once key is already in the run (the
+// writer is the only one: the check and the insert cannot interleave with another's).
+func (s *SQLite) appendApprovalTx(ctx context.Context, tx *sql.Tx, rec *Record) error {
+	if rec.IdempotencyKey != "" {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM records WHERE run = ? AND approval = ? AND idempotency_key = ? AND kind = 'approval'`,
+			rec.Run, rec.Approval, rec.IdempotencyKey).Scan(&n); err != nil {
+			return fmt.Errorf("store: decision record: %w", err)
+		}
+		if n > 0 {
+			return onceExists(rec)
+		}
+	}
+	return s.appendTx(ctx, tx, rec, "")
 }
 
 // outcomeTx completes step: it removes the pending row and appends the outcome record.
@@ -806,25 +912,29 @@ func (s *SQLite) AppendEvent(ctx context.Context, e Event) (int64, error) {
 }
 
 const recordCols = `run, seq, kind, time, step, tool, args_digest, reason, idempotency_key, manifest_version,
-	manifest_checksum, mode, decision, status, compensation_tool, handle, note`
+	manifest_checksum, mode, decision, status, compensation_tool, handle, note, approval, event, approver, groups`
 
 func scanRecords(rows *sql.Rows) ([]Record, error) {
 	defer rows.Close()
 	var out []Record
 	for rows.Next() {
 		var r Record
-		var kind, status, handle string
+		var kind, status, handle, event, groups string
 		var t int64
 		if err := rows.Scan(&r.Run, &r.Seq, &kind, &t, &r.Step, &r.Tool, &r.ArgsDigest, &r.Reason, &r.IdempotencyKey,
-			&r.ManifestVersion, &r.ManifestChecksum, &r.Mode, &r.Decision, &status, &r.CompensationTool, &handle, &r.Note); err != nil {
+			&r.ManifestVersion, &r.ManifestChecksum, &r.Mode, &r.Decision, &status, &r.CompensationTool, &handle, &r.Note,
+			&r.Approval, &event, &r.Approver, &groups); err != nil {
 			return nil, fmt.Errorf("store: read records: %w", err)
 		}
-		r.Kind, r.Status, r.Time = Kind(kind), Status(status), nt(t)
+		r.Kind, r.Status, r.Time, r.Event = Kind(kind), Status(status), nt(t), ApprovalEvent(event)
 		h, err := decodeHandle(handle)
 		if err != nil {
 			return nil, err
 		}
 		r.Handle = h
+		if r.Groups, err = decodeGroups(groups); err != nil {
+			return nil, err
+		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -980,39 +1090,6 @@ func (s *SQLite) ReleaseKey(ctx context.Context, key string) error {
 	})
 }
 
-const approvalCols = `id, run, tool, args_digest, actor, roles, quorum, created, expires, on_timeout, escalate_to,
-	reason, state, decisions, escalated, decided, consumed`
-
-func scanApproval(sc interface{ Scan(...any) error }) (Approval, error) {
-	var a Approval
-	var roles, escalate, decisions, state string
-	var created, expires, decided, consumed int64
-	if err := sc.Scan(&a.ID, &a.Run, &a.Tool, &a.ArgsDigest, &a.Actor, &roles, &a.Quorum, &created, &expires,
-		&a.OnTimeout, &escalate, &a.Reason, &state, &decisions, &a.Escalated, &decided, &consumed); err != nil {
-		return Approval{}, err
-	}
-	a.State = ApprovalState(state)
-	a.Created, a.Expires, a.Decided, a.Consumed = nt(created), nt(expires), nt(decided), nt(consumed)
-	for _, f := range []struct {
-		s string
-		v any
-	}{{roles, &a.Roles}, {escalate, &a.EscalateTo}, {decisions, &a.Decisions}} {
-		if err := json.Unmarshal([]byte(f.s), f.v); err != nil {
-			return Approval{}, fmt.Errorf("store: approval %s: %w", a.ID, err)
-		}
-	}
-	return a, nil
-}
-
-func approvalArgs(a *Approval) []any {
-	j := func(v any) string {
-		b, _ := json.Marshal(v) // slices of strings and Decisions always encode
-		return string(b)
-	}
-	return []any{a.ID, a.Run, a.Tool, a.ArgsDigest, a.Actor, j(a.Roles), a.Quorum, tn(a.Created), tn(a.Expires),
-		a.OnTimeout, j(a.EscalateTo), a.Reason, string(a.State), j(a.Decisions), a.Escalated, tn(a.Decided), tn(a.Consumed)}
-}
-
 // CreateApproval implements Store.
 func (s *SQLite) CreateApproval(ctx context.Context, req ApprovalRequest) (Approval, error) {
 	a, err := prepareApproval(req, s.stamp())
@@ -1020,7 +1097,7 @@ func (s *SQLite) CreateApproval(ctx context.Context, req ApprovalRequest) (Appro
 		return Approval{}, err
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO approvals (`+approvalCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		res, err := tx.ExecContext(ctx, `INSERT INTO approvals (`+approvalCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`, approvalArgs(&a)...)
 		if err != nil {
 			return fmt.Errorf("store: create approval: %w", err)
@@ -1082,39 +1159,26 @@ func (s *SQLite) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approva
 	return out, rows.Err()
 }
 
-// updateApproval loads id in tx, applies fn and writes the request back if fn succeeded.
-func (s *SQLite) updateApproval(ctx context.Context, id string, fn func(a *Approval) error) (Approval, error) {
-	var out Approval
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w: approval %s", ErrNotFound, id)
-		}
-		if err != nil {
-			return fmt.Errorf("store: approval %s: %w", id, err)
-		}
-		if err := fn(&a); err != nil {
-			return err
-		}
-		args := approvalArgs(&a)
-		if _, err := tx.ExecContext(ctx, `UPDATE approvals SET roles = ?, expires = ?, state = ?, decisions = ?,
-			escalated = ?, decided = ?, consumed = ? WHERE id = ?`,
-			args[5], args[8], args[12], args[13], args[14], args[15], args[16], id); err != nil {
-			return fmt.Errorf("store: approval %s: %w", id, err)
-		}
-		out = a
-		return nil
-	})
-	return out, err
-}
-
-// Decide implements Store.
+// Decide implements Store: the request is read, decided and written back, and the decision
+// records appended, in one transaction (decideRow).
 func (s *SQLite) Decide(ctx context.Context, id string, d Decision) (Approval, error) {
-	return s.updateApproval(ctx, id, func(a *Approval) error { return a.decide(d, s.stamp()) })
-}
-
-// Consume implements Store.
-func (s *SQLite) Consume(ctx context.Context, id, run, tool, argsDigest string) error {
-	_, err := s.updateApproval(ctx, id, func(a *Approval) error { return a.consume(run, tool, argsDigest, s.stamp()) })
-	return err
+	var out Approval
+	var ruleErr error
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		out, ruleErr, err = decideRow(id, d, s.stamp(),
+			func() (Approval, error) { return s.readApprovalTx(ctx, tx, id) },
+			func(a *Approval) error {
+				args := approvalArgs(a)
+				_, err := tx.ExecContext(ctx, `UPDATE approvals SET roles = ?, expires = ?, state = ?, decisions = ?,
+					escalated = ?, decided = ? WHERE id = ?`, args[5], args[8], args[12], args[13], args[14], args[15], id)
+				return err
+			},
+			func(rec *Record) error { return s.appendApprovalTx(ctx, tx, rec) })
+		return err
+	})
+	if err != nil {
+		return Approval{}, err
+	}
+	return out, ruleErr
 }

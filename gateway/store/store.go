@@ -22,6 +22,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -42,12 +43,17 @@ var (
 	// ErrNotAllowed: the principal may not decide this request (the run's own actor approving,
 	// missing role, or a second decision by the same principal).
 	ErrNotAllowed = errors.New("store: not allowed to decide this request")
-	// ErrNotApproved: Consume on a request that is pending, denied or expired.
+	// ErrNotApproved: an intent (Intent.Approval) or rollback record (RollbackEntry.Approval)
+	// names a store-decided request that is pending, denied or expired.
 	ErrNotApproved = errors.New("store: the approval request is not approved")
-	// ErrConsumed: Consume on an approval that already let its one retry through.
+	// ErrConsumed: an intent names an approval that already let its one retry through (a
+	// replay). Nothing of the intent is written.
 	ErrConsumed = errors.New("store: the approval was already used")
-	// ErrMismatch: Consume for a different run, tool or arguments digest than the request's.
+	// ErrMismatch: an intent names an approval of a different run, tool or arguments digest.
 	ErrMismatch = errors.New("store: the call does not match the approval request")
+	// ErrOtherGateway: a run id that belongs to another gateway (issue 16, "Runs belong to a
+	// gateway"). Its text is OtherGatewayText.
+	ErrOtherGateway = errors.New("belongs to another gateway")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
 )
@@ -56,6 +62,13 @@ var (
 // session (reloaded, reload_failed, gateway notes) are appended under it. It always exists and
 // is not listed by ListRuns.
 const GatewayJournal = ""
+
+// OtherGatewayError is the refusal of a run id that belongs to another gateway: its text is
+// "the run <id> belongs to another gateway: ...", the same whether or not the run is in this
+// gateway's store (issue 16), and it wraps ErrOtherGateway.
+func OtherGatewayError(id string) error {
+	return fmt.Errorf("the run %s %w: open a new run (no run id), or continue it on the gateway that opened it", id, ErrOtherGateway)
+}
 
 // RunStatus is a run's coarse state as the gateway sees it.
 type RunStatus string
@@ -93,6 +106,9 @@ const (
 	KindReloaded     Kind = "reloaded"      // a configuration change was loaded
 	KindReloadFailed Kind = "reload_failed" // a configuration failed to load; Note holds the reason
 	KindNote         Kind = "note"          // free text
+	// KindApproval is a decision record of an approval request (AppendApproval, and the
+	// consumption written by RecordIntent): see ApprovalRecord. Source: issue 16.
+	KindApproval Kind = "approval"
 )
 
 // Status is the outcome of a step.
@@ -133,6 +149,15 @@ type Intent struct {
 	ManifestChecksum string
 	Mode             string // enforce | advise | observe
 	Decision         string // the engine's decision, e.g. "allow", "block", "would_block"
+	// Approval is the id of the approved request this call is the one retry of, "" when
+	// none. RecordIntent consumes it in the same transaction as the intent (issue 16:
+	// "Consumption is durable and private"): the request must be of Run, Tool and ArgsDigest
+	// (ErrMismatch), approved when the store decides it (ErrNotApproved; a request kept in
+	// Kubernetes, UID set, has its phase checked by gateway/kube before), and not consumed yet
+	// (ErrConsumed: of concurrent intents naming one approval exactly one is written, also
+	// across replicas sharing Postgres). The intent record carries the id, and a KindApproval
+	// record with event "consumed" follows it in the same transaction.
+	Approval string
 }
 
 // StepOutcome completes a step.
@@ -177,6 +202,15 @@ type Record struct {
 	CompensationTool string
 	Handle           map[string]any
 	Note             string
+
+	// Approval is the request id: on an intent, the approval it consumed; on a KindApproval
+	// record, the request the decision is about. Event, Approver, Groups are set on
+	// KindApproval records only (see ApprovalRecord); their Decision is Approve or Deny, Reason
+	// the approver's reason and IdempotencyKey the record's Once key.
+	Approval string
+	Event    ApprovalEvent
+	Approver string
+	Groups   []string
 }
 
 // KeyHolder says which step holds a duplicate-call key. Step is 0 when the key was claimed
@@ -228,6 +262,11 @@ type Store interface {
 	// Errors: ErrInvalid (no run or step, a status not in RollbackStatuses, arguments that are
 	// not JSON), ErrNotFound (no run, or Step is not an intent of the run).
 	AppendRollback(ctx context.Context, e RollbackEntry) (seq int64, err error)
+	// AppendApproval appends a KindApproval decision record (see ApprovalRecord) and returns
+	// its Seq. A record whose Once key is already in the run is not written again: ErrExists
+	// (the check and the write are one atomic step, also across replicas on Postgres).
+	// Errors: ErrInvalid (no request, an unknown event), ErrNotFound (no run), ErrExists.
+	AppendApproval(ctx context.Context, r ApprovalRecord) (seq int64, err error)
 	// Records returns a run's records with Seq > after, in Seq order, at most limit
 	// (limit <= 0: all).
 	Records(ctx context.Context, run string, after int64, limit int) ([]Record, error)
@@ -256,12 +295,12 @@ type Store interface {
 	// ListApprovals returns requests, oldest first, with expiry applied.
 	ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval, error)
 	// Decide records one principal's decision and returns the request's new state. See
-	// Approval for the rules. Errors: ErrNotFound, ErrNotPending, ErrNotAllowed, ErrInvalid.
+	// Approval for the rules. The decision is also a KindApproval record of the request's run
+	// (event counted, or rejected when the rules refuse it, then approved, denied, expired or
+	// escalated when the phase changes), in the same transaction. A request kept in
+	// Kubernetes (UID set) is decided there: ErrNotAllowed. Errors: ErrNotFound,
+	// ErrNotPending, ErrNotAllowed, ErrInvalid.
 	Decide(ctx context.Context, id string, d Decision) (Approval, error)
-	// Consume lets the one retry of an approved call through: it succeeds once for an
-	// approved request whose Run, Tool and ArgsDigest match. Errors: ErrNotFound,
-	// ErrMismatch, ErrNotApproved, ErrConsumed.
-	Consume(ctx context.Context, id, run, tool, argsDigest string) error
 
 	// SearchRuns returns the runs f selects, newest Started first (see RunSearch).
 	SearchRuns(ctx context.Context, f RunSearch) ([]Run, error)

@@ -75,11 +75,12 @@ func newApprovalsCmd() *cobra.Command {
 			"decide. Protect the folder, or run the gateway in Kubernetes, where approvers are the\n" +
 			"API server's users.\n\n" +
 			"  reversi approvals list --data .reversi\n" +
+			"  reversi approvals show apr-7f3a... --data .reversi      # the request and its decision records\n" +
 			"  reversi approvals approve apr-7f3a... --by bob --role finance --reason FIN-12\n" +
 			"  reversi approvals deny apr-7f3a... --by bob --role finance --reason \"wrong customer\"",
 	}
 	sf.add(cmd)
-	cmd.AddCommand(newApprovalsListCmd(&sf), newDecideCmd(&sf, true), newDecideCmd(&sf, false))
+	cmd.AddCommand(newApprovalsListCmd(&sf), newApprovalsShowCmd(&sf), newDecideCmd(&sf, true), newDecideCmd(&sf, false))
 	return cmd
 }
 
@@ -232,8 +233,134 @@ func writeApprovalsJSON(out io.Writer, list []store.Approval) error {
 	return enc.Encode(js)
 }
 
+// decisionRecordJSON is one decision record of `approvals show --json` (store.KindApproval).
+type decisionRecordJSON struct {
+	Seq      int64     `json:"seq"`
+	Time     time.Time `json:"time"`
+	Event    string    `json:"event"`
+	Step     int64     `json:"step,omitempty"`
+	Approver string    `json:"approver,omitempty"`
+	Groups   []string  `json:"groups,omitempty"`
+	Decision string    `json:"decision,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Note     string    `json:"note,omitempty"`
+}
+
+// showJSON is `approvals show --json`: the request and its decision records.
+type showJSON struct {
+	Request approvalJSON         `json:"request"`
+	Records []decisionRecordJSON `json:"records"`
+}
+
+// decisionRecords returns the decision records of request a in its run, in ledger order.
+func decisionRecords(ctx context.Context, st store.Store, a store.Approval) ([]store.Record, error) {
+	var out []store.Record
+	for after := int64(0); ; {
+		recs, err := st.Records(ctx, a.Run, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			if r.Kind == store.KindApproval && r.Approval == a.ID {
+				out = append(out, r)
+			}
+			after = r.Seq
+		}
+		if len(recs) < 1000 {
+			return out, nil
+		}
+	}
+}
+
+// newApprovalsShowCmd is `reversi approvals show ID`: one request and the decision records of
+// its run that concern it (requested, counted, rejected, the phase reached, consumed,
+// replay_refused, ignored), from the gateway's store. Source: issue 16 ("`reversi approvals`
+// ... show the decisions as ledger records").
+func newApprovalsShowCmd(sf *storeFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show ID [--json]",
+		Short: "Show one approval request and its decision records (who decided what, with which groups, and its use)",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("show takes one approval request id (apr-...), got %d arguments: see `reversi approvals list --state all`", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := sf.open()
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			id := args[0]
+			a, err := st.GetApproval(cmd.Context(), id)
+			if errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("no approval request %s in %s: check the id and --data with `reversi approvals list --state all`", id, storeWhere(st))
+			}
+			if err != nil {
+				return err
+			}
+			recs, err := decisionRecords(cmd.Context(), st, a)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				j := showJSON{Request: toApprovalJSON(a), Records: []decisionRecordJSON{}}
+				for _, r := range recs {
+					j.Records = append(j.Records, decisionRecordJSON{Seq: r.Seq, Time: r.Time, Event: string(r.Event), Step: r.Step,
+						Approver: r.Approver, Groups: r.Groups, Decision: r.Decision, Reason: r.Reason, Note: r.Note})
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(j)
+			}
+			return writeShow(cmd.OutOrStdout(), a, recs)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the request and its records as JSON")
+	return cmd
+}
+
+// writeShow prints a request and its decision records as text.
+func writeShow(out io.Writer, a store.Approval, recs []store.Record) error {
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return oneLine(s)
+	}
+	actor := a.Actor
+	if a.ActorUID != "" || a.ActorEmail != "" {
+		actor += fmt.Sprintf(" (uid %s, e-mail %s)", dash(a.ActorUID), dash(a.ActorEmail))
+	}
+	fmt.Fprintf(out, "Request:   %s\nTool:      %s\nArguments: %s\nRun:       %s\nActor:     %s\nState:     %s (%d/%d approvals)\nRoles:     %s\nReason:    %s\n",
+		a.ID, a.Tool, a.ArgsDigest, a.Run, actor, a.State, approvingCount(a), a.Quorum, dash(strings.Join(a.Roles, ", ")), dash(a.Reason))
+	if !a.Expires.IsZero() {
+		fmt.Fprintf(out, "Expires:   %s\n", a.Expires.Format(time.RFC3339))
+	}
+	if !a.Consumed.IsZero() {
+		fmt.Fprintf(out, "Consumed:  %s\n", a.Consumed.Format(time.RFC3339))
+	}
+	if a.Kept() {
+		fmt.Fprintf(out, "Object:    ApprovalRequest uid %s, spec %s\n", a.UID, a.SpecDigest)
+	}
+	if len(recs) == 0 {
+		fmt.Fprintln(out, "\nNo decision records.")
+		return nil
+	}
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tEVENT\tAPPROVER\tGROUPS\tDECISION\tREASON\tNOTE")
+	for _, r := range recs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.Format(time.RFC3339), r.Event, dash(r.Approver),
+			dash(strings.Join(r.Groups, ",")), dash(r.Decision), dash(r.Reason), dash(r.Note))
+	}
+	return tw.Flush()
+}
+
 func newDecideCmd(sf *storeFlags, approve bool) *cobra.Command {
-	var by, reason string
+	var by, reason, uid string
 	var roles []string
 	verb, short := "deny", "Deny a pending request: one deny denies, and the agent's retry stays blocked"
 	if approve {
@@ -260,7 +387,7 @@ func newDecideCmd(sf *storeFlags, approve bool) *cobra.Command {
 			}
 			defer st.Close()
 			id := args[0]
-			a, err := st.Decide(cmd.Context(), id, store.Decision{By: by, Roles: roles, Approve: approve, Comment: reason})
+			a, err := st.Decide(cmd.Context(), id, store.Decision{By: by, UID: uid, Roles: roles, Approve: approve, Comment: reason})
 			if err != nil {
 				return decideError(cmd.Context(), st, verb, id, by, roles, err)
 			}
@@ -271,6 +398,7 @@ func newDecideCmd(sf *storeFlags, approve bool) *cobra.Command {
 	cmd.Flags().StringVar(&by, "by", "", "the principal deciding (required)")
 	cmd.Flags().StringSliceVar(&roles, "role", nil, "a role or group the principal holds (repeatable); the request names the roles it accepts")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, kept with the decision (e.g. a ticket)")
+	cmd.Flags().StringVar(&uid, "uid", "", "the principal's uid, compared with the run's actor's (an approver with the actor's uid is the actor)")
 	return cmd
 }
 
@@ -305,6 +433,8 @@ func decideError(ctx context.Context, st store.Store, verb, id, by string, roles
 		a, gerr := st.GetApproval(ctx, id)
 		switch {
 		case gerr != nil:
+		case a.Kept(), strings.Contains(err.Error(), "(same uid)"), strings.Contains(err.Error(), "(same e-mail)"):
+			return fmt.Errorf("cannot %s %s: %s", verb, id, strings.TrimPrefix(err.Error(), store.ErrNotAllowed.Error()+": "))
 		case verb == "approve" && by == a.Actor:
 			return fmt.Errorf("cannot approve %s: %s opened run %s and may not approve its own call; another principal must approve", id, by, a.Run)
 		case slices.ContainsFunc(a.Decisions, func(d store.Decision) bool { return d.By == by }):

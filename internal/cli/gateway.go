@@ -123,7 +123,7 @@ func newGatewayCmd() *cobra.Command {
 				return fmt.Errorf("--store %q: use sqlite, postgres or memory", storeKind)
 			}
 			if kubeconfig != "" || namespace != "" {
-				kst, err := kubeApprovals(cmd.Context(), st, kubeconfig, namespace, gatewayName)
+				kst, err := kubeApprovals(cmd.Context(), st, kubeconfig, namespace, gatewayName, cmd.ErrOrStderr())
 				if err != nil {
 					_ = st.Close()
 					return err

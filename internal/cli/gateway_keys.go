@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +20,7 @@ func newGatewayKeysCmd() *cobra.Command {
 	}
 	var (
 		file, principal, role string
+		uid, email            string
 		perms, groups         []string
 	)
 	add := &cobra.Command{
@@ -29,7 +31,9 @@ func newGatewayKeysCmd() *cobra.Command {
 			"  reversi gateway keys add --principal ci-bot --role agent --max-permission fs:read -f keys.json\n\n" +
 			"Roles: agent < auditor < approver < operator < admin. --max-permission caps the\n" +
 			"session scope (repeatable; without it the gateway's permissions apply); --group adds\n" +
-			"a role name for manifest approval rules (approval.roles).",
+			"a role name for manifest approval rules (approval.roles). --uid and --email name the\n" +
+			"principal's identity for the approvals of its runs: an approver with that uid, or whose\n" +
+			"username is that e-mail, is the actor under another name and is Rejected.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r, err := auth.ParseRole(role)
@@ -41,8 +45,11 @@ func newGatewayKeysCmd() *cobra.Command {
 				p := append([]string{}, perms...)
 				maxp = &p
 			}
-			e, secret, err := auth.AddKey(file, principal, r, maxp, groups)
+			e, secret, err := auth.AddKey(file, principal, r, maxp, groups, auth.KeyIdentity{UID: uid, Email: email})
 			if err != nil {
+				if strings.HasPrefix(err.Error(), "uid ") || strings.HasPrefix(err.Error(), "email ") {
+					return fmt.Errorf("--%w", err)
+				}
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "added key %s for %s (%s) to %s; the secret is shown once:\n", e.ID, e.Principal, e.Role, file)
@@ -56,6 +63,8 @@ func newGatewayKeysCmd() *cobra.Command {
 	f.StringVar(&role, "role", "", "agent, auditor, approver, operator or admin")
 	f.StringSliceVar(&perms, "max-permission", nil, "cap the session scope to these permissions (repeatable)")
 	f.StringSliceVar(&groups, "group", nil, "an extra role name for manifest approval rules (repeatable)")
+	f.StringVar(&uid, "uid", "", "the principal's uid (optional; compared with approvers' uids)")
+	f.StringVar(&email, "email", "", "the principal's e-mail (optional; an approver named this address is the actor)")
 	for _, n := range []string{"file", "principal", "role"} {
 		_ = add.MarkFlagRequired(n)
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"k8s.io/client-go/rest"
@@ -33,15 +34,16 @@ func kubeClientConfig(kubeconfig, namespace string) (*rest.Config, string, error
 }
 
 // kubeApprovals wraps st so its approval queue is ApprovalRequests in the namespace (gateway
-// --kubeconfig/--namespace). On error it closes st.
-func kubeApprovals(ctx context.Context, st store.Store, kubeconfig, namespace, gateway string) (store.Store, error) {
+// --kubeconfig/--namespace). The gateway's own username comes from a SelfSubjectReview (the
+// gateway does not start without it: issue 16). On error it closes st.
+func kubeApprovals(ctx context.Context, st store.Store, kubeconfig, namespace, gateway string, stderr io.Writer) (store.Store, error) {
 	cfg, ns, err := kubeClientConfig(kubeconfig, namespace)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
 	replica, _ := os.Hostname()
-	ks, err := kube.New(ctx, st, kube.Options{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replica})
+	ks, err := kube.New(ctx, st, kube.Options{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replica, Stderr: stderr})
 	if err != nil {
 		_ = st.Close()
 		return nil, err

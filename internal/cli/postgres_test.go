@@ -109,7 +109,8 @@ func TestGatewayPostgresStore(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("gateway: %v\n%s", err, stderr.String())
 	}
-	// the ledger is in Postgres: intent and outcome of each call, the approved delete succeeded
+	// the ledger is in Postgres: intent and outcome of each call, the decision records of the
+	// approval (counted, approved, consumed by the retry's intent), the approved delete succeeded
 	st, err := store.OpenPostgres(context.Background(), url, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -121,10 +122,11 @@ func TestGatewayPostgresStore(t *testing.T) {
 	}
 	var got []string
 	for _, r := range recs {
-		got = append(got, string(r.Kind)+":"+r.Tool+":"+string(r.Status))
+		got = append(got, string(r.Kind)+":"+r.Tool+":"+string(r.Status)+string(r.Event))
 	}
 	want := "intent:mem.create_entities: outcome:mem.create_entities:succeeded intent:mem.delete_entities: outcome:mem.delete_entities:blocked " +
-		"intent:mem.delete_entities: outcome:mem.delete_entities:succeeded"
+		"approval:mem.delete_entities:counted approval:mem.delete_entities:approved " +
+		"intent:mem.delete_entities: approval:mem.delete_entities:consumed outcome:mem.delete_entities:succeeded"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("ledger in postgres:\n%s\nwant\n%s", strings.Join(got, " "), want)
 	}

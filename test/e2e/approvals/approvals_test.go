@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -281,7 +283,7 @@ func reversi(t *testing.T, args ...string) (string, int) {
 // then passes (once), and the time from bob's kubectl apply to the passing retry is logged.
 func TestApprovalThroughTheGateway(t *testing.T) {
 	ns := setupNamespace(t, "agents")
-	cs, _ := gateway(t, ns)
+	cs, st := gateway(t, ns)
 	if text, isErr := call(t, cs, "memory.create_entities", map[string]any{"entities": []any{
 		map[string]any{"name": "ledger", "entityType": "book", "observations": []any{"2026"}}}}); isErr {
 		t.Fatalf("create_entities: %s", text)
@@ -371,6 +373,41 @@ func TestApprovalThroughTheGateway(t *testing.T) {
 	if next := blocked(t, cs, "memory.delete_entities", del); next == id {
 		t.Errorf("a consumed approval let a second call through the same request %s", id)
 	}
+	// The decisions are records of the run (issue 16): who approved, with which groups, and
+	// the consumption; each Approval the controller rejected is a rejected record.
+	runs, err := st.ListRuns(t.Context(), store.RunFilter{})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs %+v %v", runs, err)
+	}
+	final := request(t, ns, id)
+	rejected := len(final.Status.Rejected)
+	want := "requested:::"
+	for _, c := range final.Status.Approvals { // the groups as the controller recorded them
+		want += fmt.Sprintf(",counted:%s:%s:%s", c.Username, strings.Join(c.Groups, "+"), c.Decision)
+	}
+	want += ",approved:::,consumed:::"
+	if len(final.Status.Approvals) != 2 {
+		t.Fatalf("counted approvals %+v", final.Status.Approvals)
+	}
+	waitFor(t, 10*time.Second, func() string {
+		recs, _ := st.Records(t.Context(), runs[0].ID, 0, 0)
+		var evs []string
+		n := 0
+		for _, r := range recs {
+			if r.Kind != store.KindApproval || r.Approval != id {
+				continue
+			}
+			if r.Event == store.EventRejected {
+				n++
+				continue
+			}
+			evs = append(evs, fmt.Sprintf("%s:%s:%s:%s", r.Event, r.Approver, strings.Join(r.Groups, "+"), r.Decision))
+		}
+		if got := strings.Join(evs, ","); got != want || n != rejected {
+			return fmt.Sprintf("decision records %s and %d rejected, want %s and %d", got, n, want, rejected)
+		}
+		return ""
+	})
 }
 
 // A Deny by a finance user (`reversi deny --apply`) denies; a request that expires with
@@ -418,17 +455,24 @@ func TestDenyAndExpiryThroughTheGateway(t *testing.T) {
 	})
 }
 
-// Two gateway replicas on the same namespace race to consume one approval: exactly one wins
-// (the annotation is written with the resourceVersion read), the other gets ErrConsumed.
+// Two gateway replicas on the same namespace and the same store (as replicas sharing
+// Postgres) race to consume one approval: exactly one intent wins, the other gets ErrConsumed;
+// the reversi.dev/consumedAt annotation is only a mirror, so removing it lets nothing run
+// again; a copy of the request that another identity made is ignored and journaled. Source:
+// issue 16 ("Consumption is durable and private", "A gateway honours only requests it created").
 func TestConsumeOnceAcrossReplicas(t *testing.T) {
 	ns := setupNamespace(t, "replicas")
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigOf(t, actor))
 	if err != nil {
 		t.Fatal(err)
 	}
+	shared := store.NewMemory(nil)
+	if _, err := shared.CreateRun(t.Context(), store.Run{ID: "run-1", Actor: actor, Gateway: "agents"}); err != nil {
+		t.Fatal(err)
+	}
 	var replicas []*kube.Store
 	for _, name := range []string{"a", "b"} {
-		s, err := kube.New(t.Context(), store.NewMemory(nil), kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: name})
+		s, err := kube.New(t.Context(), shared, kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -441,10 +485,17 @@ func TestConsumeOnceAcrossReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if a.UID == "" || a.SpecDigest == "" {
+		t.Fatalf("the request is not recorded with its uid and spec digest: %+v", a)
+	}
 	if _, err := replicas[0].Decide(t.Context(), a.ID, store.Decision{By: "alice", Approve: true}); !errors.Is(err, store.ErrNotAllowed) {
 		t.Errorf("Decide through the gateway: %v, want ErrNotAllowed", err)
 	}
-	if err := replicas[1].Consume(t.Context(), a.ID, "run-1", "memory.delete_entities", digest); !errors.Is(err, store.ErrNotApproved) {
+	intent := func(r *kube.Store, run string) error {
+		_, err := r.RecordIntent(context.Background(), store.Intent{Run: run, Tool: "memory.delete_entities", ArgsDigest: digest, Approval: a.ID})
+		return err
+	}
+	if err := intent(replicas[1], "run-1"); !errors.Is(err, store.ErrNotApproved) {
 		t.Errorf("consuming a pending request: %v", err)
 	}
 	for _, who := range []string{"alice", "bob"} {
@@ -460,15 +511,152 @@ func TestConsumeOnceAcrossReplicas(t *testing.T) {
 		}
 		return ""
 	})
-	if err := replicas[0].Consume(t.Context(), a.ID, "run-2", "memory.delete_entities", digest); !errors.Is(err, store.ErrMismatch) {
+	if _, err := shared.CreateRun(t.Context(), store.Run{ID: "run-2", Actor: actor, Gateway: "agents"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := intent(replicas[0], "run-2"); !errors.Is(err, store.ErrMismatch) {
 		t.Errorf("consuming for another run: %v", err)
 	}
 	errs := make(chan error, 2)
 	for _, r := range replicas {
-		go func() { errs <- r.Consume(context.Background(), a.ID, "run-1", "memory.delete_entities", digest) }()
+		go func() { errs <- intent(r, "run-1") }()
 	}
 	e1, e2 := <-errs, <-errs
 	if (e1 == nil) == (e2 == nil) || !errors.Is(errors.Join(e1, e2), store.ErrConsumed) {
 		t.Fatalf("two replicas consuming: %v and %v, want exactly one success and one ErrConsumed", e1, e2)
 	}
+	// The annotation mirrors the consumption; removing it changes nothing.
+	waitFor(t, 10*time.Second, func() string {
+		if request(t, ns, a.ID).Annotations[v1alpha1.AnnotationConsumedAt] == "" {
+			return "no consumedAt mirror"
+		}
+		return ""
+	})
+	if out, err := kubectl(t, actor, "", "annotate", "-n", ns, "approvalrequest", a.ID, v1alpha1.AnnotationConsumedAt+"-"); err != nil {
+		t.Fatalf("kubectl annotate: %v\n%s", err, out)
+	}
+	waitFor(t, 10*time.Second, func() string {
+		if request(t, ns, a.ID).Annotations[v1alpha1.AnnotationConsumedAt] != "" {
+			return "annotation still there"
+		}
+		return ""
+	})
+	for _, r := range replicas {
+		if err := intent(r, "run-1"); !errors.Is(err, store.ErrConsumed) {
+			t.Errorf("a replay after the annotation was removed: %v, want ErrConsumed", err)
+		}
+	}
+	// The decisions are records of the run, each once although both replicas watched them.
+	waitFor(t, 10*time.Second, func() string {
+		recs, _ := shared.Records(t.Context(), "run-1", 0, 0)
+		var evs []string
+		for _, r := range recs {
+			if r.Kind == store.KindApproval {
+				evs = append(evs, string(r.Event)+":"+r.Approver)
+			}
+		}
+		slices.Sort(evs)
+		if got := strings.Join(evs, ","); got != "approved:,consumed:,counted:alice,counted:bob,requested:" {
+			return "decision records " + got
+		}
+		return ""
+	})
+}
+
+// A copy of a held request with loosened rules (no roles, quorum 1), made by another identity
+// and approved by someone outside finance, is ignored: the gateway honours only the request it
+// created (its UID and spec digest), lists only that one, refuses an intent naming the copy,
+// and journals the copy once as ignored. The same holds for a request deleted and created again
+// under the same name. Source: issue 16 ("A forged request is honoured").
+func TestCopiedRequestIgnored(t *testing.T) {
+	ns := setupNamespace(t, "copies")
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigOf(t, actor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := store.NewMemory(nil)
+	if _, err := inner.CreateRun(t.Context(), store.Run{ID: "run-1", Actor: actor, Gateway: "agents"}); err != nil {
+		t.Fatal(err)
+	}
+	gw, err := kube.New(t.Context(), inner, kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	if gw.Identity() != actor {
+		t.Fatalf("SelfSubjectReview: identity %q, want %q", gw.Identity(), actor)
+	}
+	digest := "sha256:" + strings.Repeat("0f", 32)
+	real, err := gw.CreateApproval(t.Context(), store.ApprovalRequest{Tool: "memory.delete_entities", ArgsDigest: digest,
+		Run: "run-1", Actor: actor, ActorEmail: "agent-7@corp.example", Roles: []string{"finance"}, Quorum: 2, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ar := request(t, ns, real.ID); ar.Spec.ActorEmail != "agent-7@corp.example" {
+		t.Errorf("actorEmail %q", ar.Spec.ActorEmail)
+	}
+	cp := request(t, ns, real.ID).DeepCopy()
+	cp.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: real.ID + "-copy",
+		Annotations: map[string]string{v1alpha1.AnnotationCreatedBy: "system:serviceaccount:" + ns + ":other-gateway"}}
+	cp.Spec.Roles, cp.Spec.Quorum = nil, ptr.To(int32(1))
+	cp.Status = v1alpha1.ApprovalRequestStatus{}
+	if err := env.Client.Create(t.Context(), cp); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl(t, "mallory", approvalYAML(ns, cp.Name+"-mallory", cp.Name, "Approve"), "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply by mallory: %v\n%s", err, out)
+	}
+	waitFor(t, 20*time.Second, func() string {
+		if ar := request(t, ns, cp.Name); ar.Status.Phase != v1alpha1.ApprovalApproved {
+			return "the copy is " + ar.Status.Phase
+		}
+		return ""
+	})
+	list, err := gw.ListApprovals(t.Context(), store.ApprovalFilter{Run: "run-1"})
+	if err != nil || len(list) != 1 || list[0].ID != real.ID || list[0].State != store.ApprovalPending {
+		t.Fatalf("the gateway lists %+v %v, want only its own pending request", list, err)
+	}
+	if _, err := gw.GetApproval(t.Context(), cp.Name); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetApproval of the copy: %v, want ErrNotFound", err)
+	}
+	if _, err := gw.RecordIntent(t.Context(), store.Intent{Run: "run-1", Tool: "memory.delete_entities", ArgsDigest: digest, Approval: cp.Name}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("an intent naming the copy: %v, want ErrNotFound", err)
+	}
+	// The real request, deleted and created again with loosened rules under its own name.
+	if err := env.Client.Delete(t.Context(), request(t, ns, real.ID)); err != nil {
+		t.Fatal(err)
+	}
+	again := cp.DeepCopy()
+	again.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: real.ID}
+	if err := env.Client.Create(t.Context(), again); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl(t, "mallory", approvalYAML(ns, real.ID+"-mallory", real.ID, "Approve"), "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply by mallory: %v\n%s", err, out)
+	}
+	waitFor(t, 20*time.Second, func() string {
+		if ar := request(t, ns, real.ID); ar.Status.Phase != v1alpha1.ApprovalApproved {
+			return "the replacement is " + ar.Status.Phase
+		}
+		return ""
+	})
+	if _, err := gw.GetApproval(t.Context(), real.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetApproval of the replacement: %v, want ErrNotFound", err)
+	}
+	if _, err := gw.RecordIntent(t.Context(), store.Intent{Run: "run-1", Tool: "memory.delete_entities", ArgsDigest: digest, Approval: real.ID}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("an intent naming the replacement: %v, want ErrNotFound", err)
+	}
+	waitFor(t, 10*time.Second, func() string {
+		recs, _ := inner.Records(t.Context(), "run-1", 0, 0)
+		ignored := map[string]int{}
+		for _, r := range recs {
+			if r.Kind == store.KindApproval && r.Event == store.EventIgnored {
+				ignored[r.Approval]++
+			}
+		}
+		if ignored[cp.Name] != 1 || ignored[real.ID] != 1 {
+			return fmt.Sprintf("ignored records %v, want one for the copy and one for the replacement", ignored)
+		}
+		return ""
+	})
 }
