@@ -138,11 +138,11 @@ func prepareApproval(req ApprovalRequest, now time.Time) (Approval, error) {
 
 // rules is a as the shared approval rules see it (internal/approvalrules).
 func (a *Approval) rules() approvalrules.State {
-	st := approvalrules.State{Actor: a.Actor, Run: a.Run, Roles: a.Roles, Quorum: a.Quorum, Created: a.Created,
+	st := approvalrules.State{Actor: a.Actor, ActorUID: a.ActorUID, ActorEmail: a.ActorEmail, Run: a.Run, Roles: a.Roles, Quorum: a.Quorum, Created: a.Created,
 		Expires: a.Expires, OnTimeout: a.OnTimeout, EscalateTo: a.EscalateTo, Phase: approvalrules.Phase(a.State),
 		Escalated: a.Escalated, Decided: a.Decided}
 	for _, d := range a.Decisions {
-		st.Votes = append(st.Votes, approvalrules.Vote{By: d.By, Groups: d.Roles, Approve: d.Approve, At: d.At})
+		st.Votes = append(st.Votes, approvalrules.Vote{By: d.By, UID: d.UID, Groups: d.Roles, Approve: d.Approve, At: d.At})
 	}
 	return st
 }
@@ -166,19 +166,6 @@ func (a *Approval) settle(now time.Time) bool {
 	return true
 }
 
-// sameActor is the identity rule of issue 16 for the store's own decisions: a principal with
-// the actor's uid, or whose name is the actor's e-mail (case-insensitive), is the actor. The
-// username rule is approvalrules' (Cast); the controller applies the same rule to Approvals.
-func (a *Approval) sameActor(d Decision) string {
-	switch {
-	case a.ActorUID != "" && d.UID == a.ActorUID:
-		return fmt.Sprintf("%s has the uid of the run's actor %s (same uid) and cannot approve its own call", d.By, a.Actor)
-	case a.ActorEmail != "" && strings.EqualFold(d.By, a.ActorEmail):
-		return fmt.Sprintf("%s is the e-mail of the run's actor %s (same e-mail) and cannot approve its own call", d.By, a.Actor)
-	}
-	return ""
-}
-
 // decide applies d to a as of now (see Approval for the rules, approvalrules.State.Cast) and
 // returns the decision records to journal: counted, or rejected (with why) when the rules
 // refuse it, then the phase reached. ruleErr (ErrNotPending, ErrNotAllowed) is the refusal;
@@ -198,12 +185,8 @@ func (a *Approval) decide(d Decision, now time.Time) (recs []ApprovalRecord, rul
 	d.At = now.UTC()
 	rec := ApprovalRecord{Run: a.Run, Request: a.ID, Tool: a.Tool, Approver: d.By, Groups: slices.Clone(d.Roles),
 		Decision: decisionWord(d.Approve), Reason: d.Comment}
-	if why := a.sameActor(d); why != "" && d.Approve {
-		rec.Event, rec.Note = EventRejected, why
-		return append(recs, rec), fmt.Errorf("%w: %s", ErrNotAllowed, why)
-	}
 	st := a.rules()
-	if err := st.Cast(approvalrules.Vote{By: d.By, Groups: d.Roles, Approve: d.Approve, At: d.At}); err != nil {
+	if err := st.Cast(approvalrules.Vote{By: d.By, UID: d.UID, Groups: d.Roles, Approve: d.Approve, At: d.At}); err != nil {
 		rec.Event, rec.Note = EventRejected, approvalrules.Why(err)
 		if errors.Is(err, approvalrules.ErrNotPending) {
 			return append(recs, rec), fmt.Errorf("%w: %s is %s", ErrNotPending, a.ID, a.State)

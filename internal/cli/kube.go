@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -42,8 +41,7 @@ func kubeApprovals(ctx context.Context, st store.Store, kubeconfig, namespace, g
 		_ = st.Close()
 		return nil, err
 	}
-	replica, _ := os.Hostname()
-	ks, err := kube.New(ctx, st, kube.Options{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replica, Stderr: stderr})
+	ks, err := kube.New(ctx, st, kube.Options{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replicaName(), Stderr: stderr})
 	if err != nil {
 		_ = st.Close()
 		return nil, err

@@ -26,11 +26,7 @@ func kubeRuns(ctx context.Context, st store.Store, kubeconfig, namespace, gatewa
 		_ = st.Close()
 		return nil, err
 	}
-	replica, err := os.Hostname()
-	if err != nil || replica == "" {
-		replica = fmt.Sprintf("pid-%d", os.Getpid())
-	}
-	runs, err := kube.NewRuns(ctx, st, kube.RunsOptions{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replica, Stderr: stderr})
+	runs, err := kube.NewRuns(ctx, st, kube.RunsOptions{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replicaName(), Stderr: stderr})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -69,4 +65,17 @@ func kubeRollback(ctx context.Context, out io.Writer, run, kubeconfig, namespace
 	}
 	_, err = fmt.Fprintf(out, "reversirun.reversi.dev/%s: rollback %s. Follow it with: kubectl get reversirun %s -n %s -o jsonpath='{.status.rollback}'\n", run, what, run, ns)
 	return err
+}
+
+// replicaName names this gateway process in consumedBy and status.rollback.replica: the pod
+// ($POD_NAME, set by the rendered Deployment), else the host name, else the process id.
+// Replicas sharing a namespace must have distinct names.
+func replicaName() string {
+	if p := os.Getenv(PodNameEnv); p != "" {
+		return p
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return fmt.Sprintf("pid-%d", os.Getpid())
 }
