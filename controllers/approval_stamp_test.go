@@ -99,11 +99,11 @@ func TestApprovalBeforeRequestAndForAnotherUID(t *testing.T) {
 	}
 	newRequest(t, ns, "apr-early", func(s *v1alpha1.ApprovalRequestSpec) { s.Quorum = ptrInt32(1) })
 	apr := waitResult(t, ns, "early-alice", v1alpha1.ResultRejected)
-	if !strings.Contains(apr.Status.Message, "it was made before request apr-early existed") {
+	if !strings.Contains(apr.Status.Message, "it was made before its request apr-early existed") {
 		t.Errorf("pre-approval rejected with %q", apr.Status.Message)
 	}
 	ar := waitPhase(t, ns, "apr-early", v1alpha1.ApprovalPending, 0)
-	if r := rejectedOf(ar, "early-alice"); r == nil || r.Username != "alice" || r.Decision != v1alpha1.DecisionApprove || !strings.Contains(r.Message, "before request apr-early existed") || ar.Status.RejectedCount != 1 {
+	if r := rejectedOf(ar, "early-alice"); r == nil || r.Username != "alice" || r.Decision != v1alpha1.DecisionApprove || !strings.Contains(r.Message, "before its request apr-early existed") || ar.Status.RejectedCount != 1 {
 		t.Errorf("status.rejected %+v (count %d)", ar.Status.Rejected, ar.Status.RejectedCount)
 	}
 

@@ -195,11 +195,11 @@ func (r *ApprovalRequestReconciler) cast(st *approvalrules.State, ar *v1alpha1.A
 	case stampErr != nil:
 		return stampErr
 	case apr.Spec.RequestRef.UID == "":
-		return fmt.Errorf("it was made before request %s existed (spec.requestRef.uid is empty): approve the request as it is now with a new Approval", ar.Name)
+		return fmt.Errorf("it was made before its request %s existed (spec.requestRef.uid is empty): approve the request as it is now with a new Approval", ar.Name)
 	case apr.Spec.RequestRef.UID != string(ar.UID):
 		return fmt.Errorf("it was made for another request named %s (uid %s; this one is %s): approve this request with a new Approval", ar.Name, apr.Spec.RequestRef.UID, ar.UID)
 	case apr.CreationTimestamp.Before(&ar.CreationTimestamp):
-		return fmt.Errorf("it was created at %s, before request %s (created at %s): approve the request with a new Approval",
+		return fmt.Errorf("it was created at %s, before its request %s (created at %s): approve the request with a new Approval",
 			apr.CreationTimestamp.UTC().Format(time.RFC3339), ar.Name, ar.CreationTimestamp.UTC().Format(time.RFC3339))
 	}
 	return st.Cast(approvalrules.Vote{By: apr.Spec.Approver.Username, UID: apr.Spec.Approver.UID, Groups: apr.Spec.Approver.Groups,

@@ -102,7 +102,7 @@ func (s *Store) OnJournal(fn func(run string)) { s.journaledTo.Store(&fn) }
 // IgnoreGrace is how long an ApprovalRequest that this gateway's store does not record, but
 // that names one of its runs and was created by this gateway's identity, may stay unrecorded
 // before it is journaled as ignored: between the create and the record of a replica.
-const IgnoreGrace = 10 * time.Second
+const IgnoreGrace = 2 * time.Second
 
 // New starts an informer on the namespace's ApprovalRequests, waits until it has listed them,
 // and returns the decorator. Close stops the informer and closes inner. Errors: a missing
