@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/internal/testenv"
 )
 
 func getApproval(t *testing.T, ns, name string) *v1alpha1.Approval {
@@ -176,47 +176,6 @@ func TestApprovalActorAliases(t *testing.T) {
 	}
 }
 
-// withoutWebhooks deletes the control plane's webhook configurations while fn runs (as if an
-// attacker or a broken install removed them), then puts them back as they were. The tests of
-// this package run one at a time.
-func withoutWebhooks(t *testing.T, fn func()) {
-	t.Helper()
-	ctx := t.Context()
-	var muts admissionregistrationv1.MutatingWebhookConfigurationList
-	var vals admissionregistrationv1.ValidatingWebhookConfigurationList
-	if err := k8s.List(ctx, &muts); err != nil {
-		t.Fatal(err)
-	}
-	if err := k8s.List(ctx, &vals); err != nil {
-		t.Fatal(err)
-	}
-	var saved []client.Object
-	for i := range muts.Items {
-		saved = append(saved, &muts.Items[i])
-	}
-	for i := range vals.Items {
-		saved = append(saved, &vals.Items[i])
-	}
-	for _, o := range saved {
-		if err := k8s.Delete(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	restore := func() {
-		for _, o := range saved {
-			o.SetResourceVersion("")
-			o.SetUID("")
-			if err := k8s.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Errorf("restoring webhook configuration %s: %v", o.GetName(), err)
-			}
-		}
-		time.Sleep(time.Second) // the API server picks the configurations up
-	}
-	defer restore()
-	time.Sleep(time.Second) // the API server notices the deletion
-	fn()
-}
-
 // Issue 16, counting fails closed without the webhook: with the webhook configurations deleted,
 // an Approval with a hand-written approver of the right group, one with a stamp copied from
 // another Approval, and one with a made-up stamp are not counted; the request stays Pending and
@@ -230,7 +189,7 @@ func TestApprovalWithoutWebhooksNotCounted(t *testing.T) {
 	real := getApproval(t, ns, "apr-n-alice")
 
 	ref := v1alpha1.ApprovalRequestReference{Name: "apr-n", UID: string(ar.UID)}
-	withoutWebhooks(t, func() {
+	testenv.WithoutAdmission(t, k8s, ns, func() {
 		for _, a := range []*v1alpha1.Approval{
 			{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "apr-n-handwritten"}, Spec: v1alpha1.ApprovalSpec{RequestRef: ref, Decision: v1alpha1.DecisionApprove,
 				Approver: &v1alpha1.Approver{Username: "bob", Groups: []string{"finance", "system:authenticated"}}}},

@@ -101,23 +101,9 @@ type approvalsWorld struct {
 }
 
 func newApprovalsWorld(t *testing.T) *approvalsWorld {
-	w := &world{ctx: t.Context(), dir: t.TempDir()}
+	w := newControlPlane(t, testenv.Options{Webhooks: true})
 	aw := &approvalsWorld{world: w, users: map[string]string{}, clients: map[string]client.Client{}}
-	env, err := testenv.Start(testenv.Options{Webhooks: true})
-	if err != nil {
-		t.Fatalf("control plane: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	w.env, w.k8s = env, env.Client
-	if w.admin, err = env.AdminKubeconfig(w.dir); err != nil {
-		t.Fatal(err)
-	}
-	w.kubelet = &podrun.Kubelet{Client: w.k8s, Config: env.Config, Dir: filepath.Join(w.dir, "pods"),
-		BaseEnv: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + w.dir}}
-	must(t, os.MkdirAll(w.kubelet.Dir, 0o700))
-	for _, n := range []string{ns, systemNS} {
-		must(t, w.k8s.Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}))
-	}
+	env := w.env
 
 	// Approvers: every authenticated user may create Approvals and read requests and runs
 	// (config/rbac/approver_role.yaml's rules); the controller decides who counts.

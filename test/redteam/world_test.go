@@ -174,9 +174,11 @@ type gitRegistry struct {
 	v1   string // the commit of v1 (create_entities without approval)
 }
 
-func newWorld(t *testing.T) *world {
+// newControlPlane starts envtest with o, the admin kubeconfig, the kubelet and the
+// namespaces: the start of every world.
+func newControlPlane(t *testing.T, o testenv.Options) *world {
 	w := &world{ctx: t.Context(), dir: t.TempDir()}
-	env, err := testenv.Start()
+	env, err := testenv.Start(o)
 	if err != nil {
 		t.Fatalf("control plane: %v", err)
 	}
@@ -191,6 +193,12 @@ func newWorld(t *testing.T) *world {
 	for _, n := range []string{ns, systemNS} {
 		must(t, w.k8s.Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}))
 	}
+	return w
+}
+
+func newWorld(t *testing.T) *world {
+	w := newControlPlane(t, testenv.Options{})
+	var err error
 	w.mallory = w.configMapOnlyClient(t)
 
 	// Keys: the registry writer's (reversi keygen), the committer's SSH key, the API keys.
