@@ -33,6 +33,7 @@ func TestApprovalsAttack(t *testing.T) {
 	})
 	t.Run("OnePersonTwoUsernamesMakesQuorum", aw.attackSameUIDQuorum)
 	t.Run("ApprovalStatusIsNotAdmissionChecked", aw.attackApprovalStatusWritable)
+	t.Run("OtherGatewayFloodsTheRunMirror", aw.attackMirrorFlood)
 	// Last: it edits the webhook configurations (and restores them).
 	t.Run("ForgedPhaseWithStatusRuleRemoved", aw.attackForgedPhase)
 }
@@ -211,5 +212,44 @@ func (aw *approvalsWorld) attackForgedPhase(t *testing.T) {
 	if passed {
 		t.Errorf("ATTACK: pay let %s through on request %s whose phase %s was written by %s, with no Approval at all (status.approvals %d): %q",
 			toolCreate, id, ar.Status.Phase, mallory, len(ar.Status.Approvals), oneLine(text))
+	}
+}
+
+// attackMirrorFlood: ops's ServiceAccount may create ApprovalRequests for ops (admission
+// allows it) naming any spec.run. Each one naming a run of pay is journaled by pay as an
+// "ignored" decision record of that run, once per object, without limit. The ReversiRun's
+// status keeps the last 50 steps: 60 such objects push the run's real decision records (who
+// approved, the consumption) out of `kubectl get reversiruns -o yaml`, the audit view, and
+// fill pay's ledger with records ops chose.
+func (aw *approvalsWorld) attackMirrorFlood(t *testing.T) {
+	const run = "rt-atk-flood"
+	s := aw.open7(t, run)
+	args := createFor("flood")
+	id := s.held(t, toolCreate, args)
+	if !aw.honest(t, s, args, id) {
+		t.FailNow()
+	}
+	real := aw.request(t, id)
+	const n = v1alpha1.MaxRunSteps + 10
+	for i := range n {
+		spam := &v1alpha1.ApprovalRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("ops-noise-%02d", i)}, Spec: *real.Spec.DeepCopy()}
+		spam.Spec.Gateway = opsGW
+		spam.Spec.Reason = "audit noise"
+		if err := aw.opsSA.Create(aw.ctx, spam); err != nil {
+			t.Fatalf("ops's ServiceAccount cannot create its own request %s naming pay's run: %v (the flood is refused)", spam.Name, err)
+		}
+	}
+	var rr v1alpha1.ReversiRun
+	_ = podrun.Poll(aw.ctx, 20*time.Second, func() string {
+		must(t, aw.k8s.Get(aw.ctx, types.NamespacedName{Namespace: ns, Name: run}, &rr))
+		if len(records(&rr, "", eventIgnored)) < v1alpha1.MaxRunSteps-5 {
+			return "not flooded yet"
+		}
+		return ""
+	})
+	ignored := len(records(&rr, "", eventIgnored))
+	if left := records(&rr, id, eventConsumed); len(left) == 0 || ignored >= v1alpha1.MaxRunSteps-5 {
+		t.Errorf("ATTACK: ops's ServiceAccount wrote %d ignored records into pay's run %s (%d of its %d mirrored steps); the run's own records of %s (counted %d, consumed %d) are gone from the ReversiRun",
+			ignored, run, ignored, len(rr.Status.Steps), id, len(records(&rr, id, eventCounted)), len(left))
 	}
 }
