@@ -21,7 +21,7 @@ import (
 // config/webhook/manifests.yaml from these markers; `make manifests`). Both fail closed: an
 // Approval cannot be created while the webhook is unreachable.
 // +kubebuilder:webhook:path=/mutate-reversi-dev-v1alpha1-approval,mutating=true,failurePolicy=fail,sideEffects=None,groups=reversi.dev,resources=approvals,verbs=create,versions=v1alpha1,name=mapproval.reversi.dev,admissionReviewVersions=v1
-// +kubebuilder:webhook:path=/validate-reversi-dev-v1alpha1-approval,mutating=false,failurePolicy=fail,sideEffects=None,groups=reversi.dev,resources=approvals,verbs=create;update,versions=v1alpha1,name=vapproval.reversi.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-reversi-dev-v1alpha1-approval,mutating=false,failurePolicy=fail,sideEffects=None,groups=reversi.dev,resources=approvals;approvals/status,verbs=create;update,versions=v1alpha1,name=vapproval.reversi.dev,admissionReviewVersions=v1
 
 // ApprovalWebhook stamps spec.approver on Approval create from the API server's user info and
 // refuses a value the user wrote that differs from it (DESIGN.md "Approval": "An admission
@@ -46,6 +46,9 @@ type ApprovalWebhook struct {
 	Reader client.Reader
 	// Now is the clock of the stamps (time.Now when nil).
 	Now func() time.Time
+	// Controller is the controller's own username: the only identity that may write an
+	// Approval's status (required).
+	Controller string
 }
 
 // SetupWebhookWithManager registers the mutating and validating webhooks on the manager's
@@ -175,9 +178,22 @@ func (w *ApprovalWebhook) ValidateCreate(ctx context.Context, a *v1alpha1.Approv
 	return nil, nil
 }
 
-// ValidateUpdate refuses a changed approver (the CRD's CEL rule already keeps spec as it was;
+// ValidateUpdate refuses a status write by anyone but the controller, and a changed approver,
+// request reference or stamp (the CRD's CEL rule already keeps spec as it was;
 // this holds even if that rule is edited away).
-func (w *ApprovalWebhook) ValidateUpdate(_ context.Context, old, a *v1alpha1.Approval) (admission.Warnings, error) {
+func (w *ApprovalWebhook) ValidateUpdate(ctx context.Context, old, a *v1alpha1.Approval) (admission.Warnings, error) {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the admission request is not available: %w", err)
+	}
+	if req.SubResource == "status" {
+		// The verdict is the controller's alone (issue 16 review: a status written by someone
+		// else must not pass for one).
+		if w.Controller == "" || req.UserInfo.Username != w.Controller {
+			return nil, fmt.Errorf("Approval %s/%s: status: only the controller (%s) writes an Approval's result; you are %q", a.Namespace, a.Name, w.Controller, req.UserInfo.Username)
+		}
+		return nil, nil
+	}
 	if (old.Spec.Approver == nil) != (a.Spec.Approver == nil) ||
 		(old.Spec.Approver != nil && (old.Spec.Approver.Username != a.Spec.Approver.Username || old.Spec.Approver.UID != a.Spec.Approver.UID || !sameSet(old.Spec.Approver.Groups, a.Spec.Approver.Groups))) {
 		return nil, fmt.Errorf("spec.approver is immutable: create a new Approval instead")

@@ -29,7 +29,7 @@ const ApprovalRequestIndex = "spec.requestRef.name"
 // ApprovalRequestReconciler decides ApprovalRequests from the Approval objects that reference
 // them, with the rules of internal/approvalrules (the same as the gateway's standalone queue):
 // an approver must hold one of the request's roles (Kubernetes groups) when roles are set; the
-// run's actor cannot approve; the quorum counts distinct usernames; one Deny denies; past
+// run's actor cannot approve; the quorum counts distinct persons (usernames, and no uid twice); one Deny denies; past
 // expiresAt the request is Expired, or Escalated to escalateTo (once, for as long again).
 //
 // Counting is incremental and stable: an Approval is judged once, in creation order, against
@@ -126,10 +126,13 @@ func (r *ApprovalRequestReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			results = append(results, judged{apr: apr, result: v1alpha1.ResultCounted, message: countedMessage(apr)})
 			continue
 		}
-		if apr.Status.Result == v1alpha1.ResultRejected && apr.Status.ObservedGeneration == apr.Generation {
-			continue // judged before; one Counted but not in this request's list was counted for
-			// an earlier request of the same name, and is judged (Rejected) here
+		if slices.ContainsFunc(ar.Status.Rejected, func(r v1alpha1.RejectedApproval) bool { return r.Name == apr.Name }) {
+			continue // rejected before, as the request's status (which only the controller writes) says
 		}
+		// Anything else is judged now, whatever its own status says: an Approval's status is
+		// not proof of an earlier verdict (anyone allowed to write approvals/status could mark
+		// a Deny Rejected). Rejections beyond status.rejected's bound are judged again each
+		// time, to the same verdict; only a new verdict is reported (events, rejectedCount).
 		j := judged{apr: apr, fresh: true, result: v1alpha1.ResultRejected}
 		switch err := r.cast(&st, ar, apr, stampErr); {
 		case err == nil:
@@ -143,7 +146,11 @@ func (r *ApprovalRequestReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			j.message = "not counted: " + approvalrules.Why(err)
 		}
 		if j.result == v1alpha1.ResultRejected {
-			recordRejected(ar, apr, stampErr == nil, j.message, now)
+			if apr.Status.Result == v1alpha1.ResultRejected && apr.Status.Message == j.message && apr.Status.ObservedGeneration == apr.Generation {
+				j.fresh = false // the same verdict as before (an Approval beyond the listed ones)
+			} else {
+				recordRejected(ar, apr, stampErr == nil, j.message, now)
+			}
 		}
 		results = append(results, j)
 	}
@@ -380,9 +387,6 @@ func setupApprovals(mgr ctrl.Manager, o Options) error {
 	if !o.Webhooks {
 		return nil
 	}
-	if err := (&ApprovalWebhook{Key: o.StampKey, Reader: mgr.GetAPIReader()}).SetupWebhookWithManager(mgr); err != nil {
-		return err
-	}
 	if o.ControllerUsername == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -390,6 +394,9 @@ func setupApprovals(mgr ctrl.Manager, o Options) error {
 		if o.ControllerUsername, err = WhoAmI(ctx, mgr.GetConfig()); err != nil {
 			return err
 		}
+	}
+	if err := (&ApprovalWebhook{Key: o.StampKey, Reader: mgr.GetAPIReader(), Controller: o.ControllerUsername}).SetupWebhookWithManager(mgr); err != nil {
+		return err
 	}
 	return (&GatewayObjectsWebhook{Reader: mgr.GetClient(), Identities: o.GatewayIdentities, Controller: o.ControllerUsername}).
 		SetupWebhookWithManager(mgr.GetWebhookServer())

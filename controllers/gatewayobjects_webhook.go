@@ -189,6 +189,18 @@ func (w *GatewayObjectsWebhook) validate(ctx context.Context, req admission.Requ
 		if got := o.u.GetAnnotations()[v1alpha1.AnnotationCreatedBy]; got != user {
 			return o.refuse(createdByField, "is %q, not the creator %q: the mutating webhook m%s.reversi.dev must run before this one (check the MutatingWebhookConfiguration)", got, user, strings.ToLower(o.kind))
 		}
+		if o.kind == "ApprovalRequest" {
+			// A request belongs to a run of its own gateway (issue 16 review: another gateway's
+			// requests naming this gateway's runs flooded their audit view).
+			run, _, _ := unstructured.NestedString(o.u.Object, "spec", "run")
+			var rr v1alpha1.ReversiRun
+			switch err := w.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: run}, &rr); {
+			case err == nil && rr.Spec.Gateway != o.gateway:
+				return o.refuse("spec.run", "names run %s of gateway %s: a gateway asks for approvals in its own runs only", run, rr.Spec.Gateway)
+			case err != nil && !apierrors.IsNotFound(err):
+				return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading ReversiRun %s/%s: %w", ns, run, err))
+			}
+		}
 		return admission.Allowed("")
 	case admissionv1.Update:
 	default:

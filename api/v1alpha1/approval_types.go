@@ -148,9 +148,10 @@ type ApprovalStatus struct {
 // Approval is a human decision on an ApprovalRequest, made with `kubectl apply`. The rules:
 // the approver must hold one of the request's roles when roles are set; the run's own actor
 // cannot approve (same username, same uid, or a username equal to the actor's e-mail); the
-// quorum counts distinct usernames; one Deny denies; only Approvals stamped by the admission
-// webhook, created after their request and for its uid, count. The spec never
-// changes: to change your mind, create another Approval (a Deny still denies).
+// quorum counts distinct persons (usernames; two usernames with one uid are one person); one
+// Deny denies; only Approvals stamped by the admission webhook, created after their request
+// and for its uid, count. The spec never changes: to change your mind, create another
+// Approval (a Deny still denies).
 type Approval struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -88,7 +88,8 @@ type ApprovalRequestSpec struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	Roles []string `json:"roles,omitempty"`
 
-	// Quorum is how many distinct usernames must approve, 1 to 10. Default 1.
+	// Quorum is how many distinct persons must approve, 1 to 10 (distinct usernames, and no
+	// uid counted twice). Default 1.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
@@ -168,7 +169,7 @@ type ApprovalRequestStatus struct {
 	// +kubebuilder:validation:MaxItems=32
 	Approvals []CountedApproval `json:"approvals,omitempty"`
 
-	// ApprovedCount is the number of distinct usernames that approved.
+	// ApprovedCount is the number of distinct persons that approved.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	ApprovedCount int32 `json:"approvedCount,omitempty"`

@@ -87,6 +87,7 @@ type Store struct {
 	mu        sync.Mutex
 	seen      chan struct{}   // closed and replaced whenever the informer sees a change
 	journaled map[string]bool // decision records written (or found written) by this process
+	ignoredIn map[string]int  // ignored records of others' objects per run (MaxIgnoredPerRun)
 
 	events workqueue.TypedDelayingInterface[string] // requests whose status changed
 	wg     sync.WaitGroup
@@ -137,7 +138,7 @@ func New(ctx context.Context, inner store.Store, o Options) (*Store, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("kube: indexing ApprovalRequests by run: %w", err)
 	}
-	s := &Store{Store: inner, o: o, client: c, cache: ca, seen: make(chan struct{}), journaled: map[string]bool{},
+	s := &Store{Store: inner, o: o, client: c, cache: ca, seen: make(chan struct{}), journaled: map[string]bool{}, ignoredIn: map[string]int{},
 		events: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "approvalrequests-decisions"})}
 	inf, err := ca.GetInformer(ctx, &v1alpha1.ApprovalRequest{})
 	if err != nil {
@@ -506,6 +507,35 @@ func (s *Store) journal(ctx context.Context, r store.ApprovalRecord) {
 	}
 }
 
+// MaxIgnoredPerRun bounds, per run and process, the ignored records of requests this gateway
+// did not create: others' objects must not push the run's own records out of its audit view.
+// The first one over the bound is journaled as a note that says so; the rest are not.
+const MaxIgnoredPerRun = 16
+
+// overIgnoreLimit counts r (an ignored record of an object this gateway did not create) against
+// MaxIgnoredPerRun and reports whether it is over the bound (then it is not to be journaled).
+func (s *Store) overIgnoreLimit(r store.ApprovalRecord) bool {
+	key := r.Run + "\x00" + r.Request + "\x00" + string(r.Event) + "\x00" + r.Once
+	s.mu.Lock()
+	if s.journaled[key] {
+		s.mu.Unlock()
+		return false // journaled already: journal is a no-op
+	}
+	n := s.ignoredIn[r.Run]
+	if n <= MaxIgnoredPerRun {
+		s.ignoredIn[r.Run] = n + 1
+	}
+	s.mu.Unlock()
+	if n < MaxIgnoredPerRun {
+		return false
+	}
+	if n == MaxIgnoredPerRun {
+		s.journal(context.Background(), store.ApprovalRecord{Run: r.Run, Request: r.Request, Tool: r.Tool, Event: store.EventIgnored, Once: "ignored/limit",
+			Note: fmt.Sprintf("more than %d ApprovalRequests this gateway did not create name run %s: the rest are not journaled (kubectl get apreq lists them)", MaxIgnoredPerRun, r.Run)})
+	}
+	return true
+}
+
 // journalWorker turns the informer's events into decision records (inspect).
 func (s *Store) journalWorker(ctx context.Context) {
 	defer s.wg.Done()
@@ -547,8 +577,12 @@ func (s *Store) inspect(ctx context.Context, ar *v1alpha1.ApprovalRequest) (agai
 		if by != "" {
 			why += " (created by " + by + ")"
 		}
-		s.journal(ctx, store.ApprovalRecord{Run: run, Request: ar.Name, Tool: ar.Spec.Tool, Event: store.EventIgnored, Note: why,
-			Once: "ignored/" + string(ar.UID) + "/" + specDigest(&ar.Spec)})
+		r := store.ApprovalRecord{Run: run, Request: ar.Name, Tool: ar.Spec.Tool, Event: store.EventIgnored, Note: why,
+			Once: "ignored/" + string(ar.UID) + "/" + specDigest(&ar.Spec)}
+		if s.overIgnoreLimit(r) {
+			return 0
+		}
+		s.journal(ctx, r)
 		return 0
 	}
 	if err != nil {

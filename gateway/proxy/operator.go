@@ -361,7 +361,7 @@ func (g *Gateway) decider(approve bool) mcp.ToolHandlerFor[DecideIn, ApprovalOut
 		if id == nil {
 			return nil, ApprovalOut{}, errors.New("only an authenticated principal can decide")
 		}
-		a, err := g.store.Decide(ctx, in.ID, store.Decision{By: id.Principal, Roles: id.ApproverRoles(), Approve: approve, Comment: in.Comment})
+		a, err := g.store.Decide(ctx, in.ID, store.Decision{By: id.Principal, UID: id.UID, Email: id.Email, Roles: id.ApproverRoles(), Approve: approve, Comment: in.Comment})
 		if err != nil {
 			return nil, ApprovalOut{}, g.decideErr(ctx, verb, in.ID, id, err)
 		}

@@ -69,9 +69,11 @@ type Decision struct {
 	Approve bool     // false: deny
 	Comment string
 	At      time.Time // set by the store
-	// UID is the principal's uid ("" when unknown): one equal to the request's ActorUID is
-	// the actor under another name (issue 16). Not stored with the decision.
-	UID string `json:"-"`
+	// UID and Email are the principal's uid and e-mail ("" when unknown): a principal with
+	// the actor's uid or e-mail is the actor under another name, and two principals sharing
+	// one are one person for the quorum (issue 16, approvalrules.ActorAlias).
+	UID   string `json:",omitempty"`
+	Email string `json:",omitempty"`
 }
 
 // Approval is a request with its decisions and state. Rules (Decide):
@@ -142,7 +144,7 @@ func (a *Approval) rules() approvalrules.State {
 		Expires: a.Expires, OnTimeout: a.OnTimeout, EscalateTo: a.EscalateTo, Phase: approvalrules.Phase(a.State),
 		Escalated: a.Escalated, Decided: a.Decided}
 	for _, d := range a.Decisions {
-		st.Votes = append(st.Votes, approvalrules.Vote{By: d.By, UID: d.UID, Groups: d.Roles, Approve: d.Approve, At: d.At})
+		st.Votes = append(st.Votes, approvalrules.Vote{By: d.By, UID: d.UID, Email: d.Email, Groups: d.Roles, Approve: d.Approve, At: d.At})
 	}
 	return st
 }
@@ -186,7 +188,7 @@ func (a *Approval) decide(d Decision, now time.Time) (recs []ApprovalRecord, rul
 	rec := ApprovalRecord{Run: a.Run, Request: a.ID, Tool: a.Tool, Approver: d.By, Groups: slices.Clone(d.Roles),
 		Decision: decisionWord(d.Approve), Reason: d.Comment}
 	st := a.rules()
-	if err := st.Cast(approvalrules.Vote{By: d.By, UID: d.UID, Groups: d.Roles, Approve: d.Approve, At: d.At}); err != nil {
+	if err := st.Cast(approvalrules.Vote{By: d.By, UID: d.UID, Email: d.Email, Groups: d.Roles, Approve: d.Approve, At: d.At}); err != nil {
 		rec.Event, rec.Note = EventRejected, approvalrules.Why(err)
 		if errors.Is(err, approvalrules.ErrNotPending) {
 			return append(recs, rec), fmt.Errorf("%w: %s is %s", ErrNotPending, a.ID, a.State)

@@ -4,7 +4,7 @@
 // (gateway/store) and the ApprovalRequest reconciler (controllers), so both decide alike.
 //
 // Source: DESIGN.md "Approval" (the approver must hold one of the roles; the run's own actor
-// cannot approve; the quorum counts distinct usernames; one Deny denies; a request past
+// cannot approve; the quorum counts distinct persons (a uid or e-mail shared by two usernames is one person); one Deny denies; a request past
 // expiresAt is Expired or escalates), seed "Tool manifests", Approval (quorum, timeout,
 // on_timeout, escalate_to).
 package approvalrules
@@ -87,7 +87,7 @@ type State struct {
 
 	Phase     Phase
 	Escalated bool
-	Votes     []Vote    // counted votes, in order; By is unique among them
+	Votes     []Vote    // counted votes, in order; no two are one person (see Eligible)
 	Decided   time.Time // when Phase left Pending; zero while pending
 }
 
@@ -136,15 +136,21 @@ func (s *State) Eligible(v Vote) error {
 		return refuse(ErrNotEligible, "%s holds none of the roles %v", v.By, s.Roles)
 	}
 	for _, prev := range s.Votes {
-		if prev.By == v.By {
+		// One person, one vote: a second username with the same uid or e-mail is the same
+		// voter (issue 16 review: two authenticators give one person two usernames).
+		switch how := ActorAlias(Principal{Name: prev.By, UID: prev.UID, Email: prev.Email}, Principal{Name: v.By, UID: v.UID, Email: v.Email}); how {
+		case "":
+		case SameUsername:
 			return refuse(ErrNotEligible, "%s already decided", v.By)
+		default:
+			return refuse(ErrNotEligible, "%s already decided as %s (%s)", v.By, prev.By, how)
 		}
 	}
 	return nil
 }
 
 // Cast settles s as of v.At, checks v (Eligible) and counts it: a deny denies; the approval
-// that reaches Quorum distinct usernames approves. On error s is settled but v not counted.
+// that reaches Quorum distinct persons approves. On error s is settled but v not counted.
 func (s *State) Cast(v Vote) error {
 	s.Settle(v.At)
 	if err := s.Eligible(v); err != nil {
@@ -162,7 +168,8 @@ func (s *State) Cast(v Vote) error {
 	return nil
 }
 
-// Approvals is the number of distinct usernames whose approval was counted.
+// Approvals is the number of distinct persons whose approval was counted (Eligible counts no
+// person twice, under any username).
 func (s *State) Approvals() int {
 	n := 0
 	for _, v := range s.Votes {

@@ -126,3 +126,41 @@ func TestActorAliases(t *testing.T) {
 		t.Errorf("the actor denying: %v %s", err, s.Phase)
 	}
 }
+
+// One person, one vote (issue 16 review): a second username with an approver's uid or
+// e-mail does not count again towards the quorum; a different person does.
+func TestOnePersonOneVote(t *testing.T) {
+	at := t0.Add(time.Minute)
+	fin := []string{"finance"}
+	for _, c := range []struct {
+		name   string
+		second Vote
+		why    string
+	}{
+		{"same uid", Vote{By: "oidc:dana@corp.example", UID: "u-dana", Groups: fin, Approve: true, At: at}, "oidc:dana@corp.example already decided as dana (same uid)"},
+		{"same e-mail", Vote{By: "dana-cert", Email: "DANA@corp.example", Groups: fin, Approve: true, At: at}, "dana-cert already decided as dana (same e-mail)"},
+		{"username is the e-mail", Vote{By: "dana@corp.example", Groups: fin, Approve: true, At: at}, "dana@corp.example already decided as dana (same e-mail)"},
+	} {
+		s := finance()
+		if err := s.Cast(Vote{By: "dana", UID: "u-dana", Email: "dana@corp.example", Groups: fin, Approve: true, At: at}); err != nil {
+			t.Fatal(err)
+		}
+		err := s.Cast(c.second)
+		if !errors.Is(err, ErrNotEligible) || Why(err) != c.why {
+			t.Errorf("%s: %v, want %q", c.name, err, c.why)
+		}
+		if s.Phase != Pending || s.Approvals() != 1 {
+			t.Errorf("%s: one person reached the quorum: %s, %d approvals", c.name, s.Phase, s.Approvals())
+		}
+	}
+	s := finance()
+	for _, v := range []Vote{{By: "dana", UID: "u-dana", Groups: fin}, {By: "erin", UID: "u-erin", Groups: fin}} {
+		v.Approve, v.At = true, at
+		if err := s.Cast(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Phase != Approved {
+		t.Fatalf("two persons: %s", s.Phase)
+	}
+}

@@ -360,7 +360,7 @@ func writeShow(out io.Writer, a store.Approval, recs []store.Record) error {
 }
 
 func newDecideCmd(sf *storeFlags, approve bool) *cobra.Command {
-	var by, reason, uid string
+	var by, reason, uid, email string
 	var roles []string
 	verb, short := "deny", "Deny a pending request: one deny denies, and the agent's retry stays blocked"
 	if approve {
@@ -387,7 +387,7 @@ func newDecideCmd(sf *storeFlags, approve bool) *cobra.Command {
 			}
 			defer st.Close()
 			id := args[0]
-			a, err := st.Decide(cmd.Context(), id, store.Decision{By: by, UID: uid, Roles: roles, Approve: approve, Comment: reason})
+			a, err := st.Decide(cmd.Context(), id, store.Decision{By: by, UID: uid, Email: email, Roles: roles, Approve: approve, Comment: reason})
 			if err != nil {
 				return decideError(cmd.Context(), st, verb, id, by, roles, err)
 			}
@@ -398,7 +398,8 @@ func newDecideCmd(sf *storeFlags, approve bool) *cobra.Command {
 	cmd.Flags().StringVar(&by, "by", "", "the principal deciding (required)")
 	cmd.Flags().StringSliceVar(&roles, "role", nil, "a role or group the principal holds (repeatable); the request names the roles it accepts")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, kept with the decision (e.g. a ticket)")
-	cmd.Flags().StringVar(&uid, "uid", "", "the principal's uid, compared with the run's actor's (an approver with the actor's uid is the actor)")
+	cmd.Flags().StringVar(&uid, "uid", "", "the principal's uid, compared with the run's actor's (an approver with the actor's uid is the actor) and with the other approvers' (one person, one vote)")
+	cmd.Flags().StringVar(&email, "email", "", "the principal's e-mail, compared as --uid is")
 	return cmd
 }
 
