@@ -78,6 +78,12 @@ type Report struct {
 	Request       string
 	Approved      string
 	ApprovedAfter time.Duration
+	// ForgedApproval is kubectl's refusal of an Approval whose spec.approver (alice, finance)
+	// was written by another user; Again is the answer to the same call once more after the
+	// approved retry (held for a new request: one approval, one call).
+	ForgedApproval, Again string
+	// Decisions are the run's decision records (seq, event, request, approver, groups).
+	Decisions string
 	// Run is the ReversiRun of the agent's session; Runs is `kubectl get reversiruns`
 	// before the rollback and RolledBack after it; RollbackPhase its status.rollback.phase.
 	Run, Runs, RolledBack, RollbackPhase string
@@ -737,6 +743,18 @@ func (s *story) approve(ctx context.Context) error {
 	if err := s.write(filepath.Join(s.dir, "approval.yaml"), y); err != nil {
 		return err
 	}
+	// An approver cannot be written by hand: the webhook stamps who made the Approval.
+	f := strings.Replace(strings.Replace(y, s.report.Request+"-alice", s.report.Request+"-forged", 1),
+		"  decision: Approve\n", "  decision: Approve\n  approver: {username: alice, groups: [finance]}\n", 1)
+	if err := s.write(filepath.Join(s.dir, "forged-approval.yaml"), f); err != nil {
+		return err
+	}
+	s.say("forged-approval.yaml, written by admin, names alice as the approver:\n%s", indent(f))
+	out, err := s.try(ctx, s.dir, []string{"KUBECONFIG=" + s.admin}, "", s.kubectlB, "apply", "-f", filepath.Join(s.dir, "forged-approval.yaml"))
+	if err == nil {
+		return fmt.Errorf("an Approval with a hand-written approver was admitted: %s", out)
+	}
+	s.report.ForgedApproval = oneLine(out, 300)
 	s.say("approval.yaml:\n%s", indent(y))
 	began := time.Now()
 	if _, err := s.kubectlAs(ctx, s.alice, "", "apply", "-f", filepath.Join(s.dir, "approval.yaml")); err != nil {
@@ -759,7 +777,17 @@ func (s *story) approve(ctx context.Context) error {
 	s.report.ApprovedAfter = time.Since(began)
 	s.report.Approved = text
 	s.showCall("memory.create_relations (retry)", text, false)
-	_, err := s.kubectl(ctx, "get", "approvalrequests,approvals", "-n", Namespace)
+	// One approval, one call: the same call again is held for a new request.
+	again, isErr, err := s.call(ctx, "memory.create_relations", relation)
+	if err != nil {
+		return err
+	}
+	if !isErr {
+		return fmt.Errorf("the same call ran a second time on one approval: %s", oneLine(again, 200))
+	}
+	s.report.Again = again
+	s.showCall("memory.create_relations (once more)", again, true)
+	_, err = s.kubectl(ctx, "get", "approvalrequests,approvals", "-n", Namespace)
 	return err
 }
 
@@ -783,6 +811,26 @@ func (s *story) runs(ctx context.Context) error {
 	}
 	out, err := s.kubectl(ctx, "get", "reversiruns", "-n", Namespace)
 	s.report.Runs = out
+	if err != nil {
+		return err
+	}
+	// The decisions are records of the run's ledger (issue 16): who approved, and the one use.
+	if err := podrun.Poll(ctx, 10*time.Second, func() string {
+		r := &v1alpha1.ReversiRun{}
+		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.report.Run}, r); err != nil {
+			return err.Error()
+		}
+		for _, st := range r.Status.Steps {
+			if st.Approval != nil && st.Approval.Event == "consumed" {
+				return ""
+			}
+		}
+		return "the run's consumed record is not mirrored yet"
+	}); err != nil {
+		return err
+	}
+	s.report.Decisions, err = s.kubectl(ctx, "get", "reversirun", s.report.Run, "-n", Namespace, "-o",
+		`jsonpath={range .status.steps[?(@.outcome=="approval")]}{.seq}{"\t"}{.approval.event}{"\t"}{.approvalRequest}{"\t"}{.approval.approver}{" "}{.approval.groups}{"\n"}{end}`)
 	return err
 }
 
@@ -998,7 +1046,9 @@ func (s *story) summary() {
 	s.say("  blocked      memory.create_relations had no manifest: blocked")
 	s.say("  merged PR    a signed commit made it need finance's approval: enforced in %s, no restart", r.Enforced.Round(time.Millisecond))
 	s.say("  approved     alice (finance) applied an Approval; the retry passed %s later", r.ApprovedAfter.Round(time.Millisecond))
-	s.say("  audit        kubectl get reversiruns shows run %s", r.Run)
+	s.say("  forged vote  an Approval naming alice, written by admin, was refused at admission")
+	s.say("  once         the same call again was held for a new request: one approval, one call")
+	s.say("  audit        kubectl get reversiruns shows run %s, with who approved and the one use as records", r.Run)
 	s.say("  rollback     kubectl patch … spec.rollback.confirm=true: %s", r.RollbackPhase)
 	kept := "and the gateway kept the rules of the last signed commit"
 	if !r.ForgedDigestKept {

@@ -59,9 +59,22 @@ func TestDemoStory(t *testing.T) {
 		t.Errorf("the approved retry: %q", r.Approved)
 	}
 	t.Logf("kubectl apply of the Approval → retry passes: %s", r.ApprovedAfter.Round(time.Millisecond))
+	// A hand-written approver is refused; one approval lets one call through (issue 16).
+	if !strings.Contains(r.ForgedApproval, `spec.approver.username is "alice" but you are authenticated as "admin"`) {
+		t.Errorf("the forged Approval: %q", r.ForgedApproval)
+	}
+	if !strings.Contains(r.Again, "memory.create_relations requires approval: request ") || strings.Contains(r.Again, r.Request) {
+		t.Errorf("the same call after the approved retry: %q, want held for a new request", r.Again)
+	}
 	// 4. kubectl get reversiruns shows the agent's run.
 	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(r.Run) + `\s+` + demo.Agent + `\s`).MatchString(r.Runs) {
 		t.Errorf("kubectl get reversiruns does not show run %q of %s:\n%s", r.Run, demo.Agent, r.Runs)
+	}
+	// The decisions are records of the run: alice (finance) counted, the approval consumed.
+	for _, want := range []string{"counted\t" + r.Request + "\talice", "approved\t" + r.Request, "consumed\t" + r.Request} {
+		if !strings.Contains(r.Decisions, want) {
+			t.Errorf("the run's decision records lack %q:\n%s", want, r.Decisions)
+		}
 	}
 	// 5. The rollback undid both changes: server-memory's graph is empty again.
 	if r.RollbackPhase != "Succeeded" || !regexp.MustCompile(regexp.QuoteMeta(r.Run)+`.*\sRolledBack\s.*\sSucceeded\s`).MatchString(r.RolledBack) {
