@@ -50,6 +50,9 @@ type ApprovalRequestReconciler struct {
 	Recorder recorder.EventRecorder
 	// Key verifies the Approvals' stamps (required).
 	Key *StampKey
+	// Signing signs Approved decisions (status.decision, internal/approvalsig), which are the
+	// only ones gateways honour. Nil: nothing is signed (every request stays held).
+	Signing *SigningKey
 	// Now is the clock (time.Now when nil); tests do not replace it, expiry is real time.
 	Now func() time.Time
 }
@@ -157,6 +160,7 @@ func (r *ApprovalRequestReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	st.Settle(now)
 
 	r.setStatus(ar, &st, unstamped)
+	r.signDecision(ar, approvals, now)
 	if err := r.Status().Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -380,7 +384,7 @@ func (r *ApprovalRequestReconciler) event(obj client.Object, typ, reason, note s
 // setupApprovals registers the ApprovalRequest reconciler and, with o.Webhooks, the Approval
 // admission webhooks and those of the gateway's objects (GatewayObjectsWebhook).
 func setupApprovals(mgr ctrl.Manager, o Options) error {
-	if err := (&ApprovalRequestReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"), Key: o.StampKey}).
+	if err := (&ApprovalRequestReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"), Key: o.StampKey, Signing: o.SigningKey}).
 		SetupWithManager(context.Background(), mgr); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/internal/approvalsig"
 	"github.com/reversi-gitops/reversi/internal/testenv"
 )
 
@@ -237,6 +238,9 @@ func TestApprovalQuorumWithKubectl(t *testing.T) {
 	ar = waitPhase(t, ns, "apr-q", v1alpha1.ApprovalApproved, 2)
 	if ar.Status.DecidedAt == nil || len(ar.Status.Approvals) != 2 || ar.Status.Approvals[1].Username != "bob" {
 		t.Errorf("approved status: %+v", ar.Status)
+	}
+	if err := approvalsig.Verify(ar, ctlKey.Trust); err != nil { // what the gateway honours
+		t.Errorf("the decision signature: %v (%+v)", err, ar.Status.Decision)
 	}
 	if c := condition(ar.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonApproved {
 		t.Errorf("Ready when approved: %+v", c)

@@ -29,6 +29,10 @@ const (
 	// request carries no stamp the controller can verify, so it was not counted; the message
 	// says to check that the Approval webhook configurations are installed.
 	ReasonApprovalNotStamped = "ApprovalNotStamped"
+	// ReasonDecisionNotSigned (an event of the request): its status says Approved but its
+	// Approvals do not reach that decision, so the controller does not sign it (status.decision)
+	// and the gateway keeps the call held.
+	ReasonDecisionNotSigned = "DecisionNotSigned"
 
 	// AnnotationCreatedBy (ApprovalRequest, ReversiRun) is the username that created the
 	// object, stamped by the admission webhook; a different value is refused on create and

@@ -1,6 +1,10 @@
 package v1alpha1
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -122,6 +126,19 @@ type ApprovalRequestSpec struct {
 	Risk *RiskSummary `json:"risk,omitempty"`
 }
 
+// Digest is "sha256:<hex>" of the spec's JSON encoding (encoding/json of this Go type: fields
+// in declaration order, times in RFC 3339 seconds), so the spec a create returned and the spec
+// read back later digest alike when, and only when, they are equal. The gateway records it
+// when it creates a request; the controller's signed decision (status.decision) covers it.
+func (in *ApprovalRequestSpec) Digest() string {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return "" // never: the spec is plain data; "" matches no recorded digest
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // RiskSummary is the risk a tool's manifest records.
 type RiskSummary struct {
 	// DataClass, such as pii or financial.
@@ -141,7 +158,7 @@ type RiskSummary struct {
 }
 
 // ApprovalRequestStatus is the decision on an ApprovalRequest, written by the controller. The
-// gateway reads only the phase.
+// gateway reads the phase, and honours Approved only with a valid decision signature.
 type ApprovalRequestStatus struct {
 	// ObservedGeneration is the metadata.generation the status describes.
 	// +optional
@@ -199,6 +216,34 @@ type ApprovalRequestStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+
+	// Decision is the controller's signature of an Approved phase (set with it): the gateway
+	// lets a held call through only when it verifies with one of the controller's public keys
+	// over this object's namespace, name, uid, spec digest, phase, decidedAt and approving
+	// usernames (internal/approvalsig), so that whoever may write this status cannot approve.
+	// +optional
+	Decision *SignedDecision `json:"decision,omitempty"`
+}
+
+// SignedDecision is the controller's Ed25519 signature of an ApprovalRequest's decision.
+type SignedDecision struct {
+	// KeyID is the fingerprint of the controller key that signed (16 hex characters).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	KeyID string `json:"keyID"`
+
+	// Signature is the Ed25519 signature, base64 (standard encoding), of the message
+	// `reversi-approval-decision:v1` NL namespace NL name NL uid NL spec digest NL phase NL
+	// decidedAt (RFC 3339) NL the sorted distinct approving usernames joined by ",".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Signature string `json:"signature"`
+
+	// SignedAt is when the controller signed (not covered by the signature).
+	// +optional
+	SignedAt *metav1.Time `json:"signedAt,omitempty"`
 }
 
 // CountedApproval is one Approval that counted towards a decision.

@@ -11,7 +11,12 @@
 // (specDigest); on the retry it reads the object and uses its phase only when the object still
 // has that UID and spec digest and names this gateway in spec.gateway. A copy, an edited or
 // replaced object, or another gateway's request for one of this gateway's runs is ignored and
-// journaled once as an `ignored` decision record of the run. Consumption is the inner store's
+// journaled once as an `ignored` decision record of the run. An Approved phase counts only
+// with the controller's signature of that decision (status.decision, internal/approvalsig:
+// over this object's uid, spec digest, phase, decidedAt and approvers, with the quorum
+// reached) by one of Options.ControllerKeys; without it the request stays Pending (held) and
+// an `ignored` record says why, once: whoever may write approvalrequests/status cannot
+// approve. Consumption is the inner store's
 // (store.Intent.Approval, in the intent's transaction); the reversi.dev/consumedAt annotation
 // is written after the intent as a mirror for people and decides nothing. The decisions the
 // controller records on the gateway's own requests (counted and rejected Approvals, phase
@@ -24,7 +29,6 @@ package kube
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -49,6 +53,8 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/internal/approvalsig"
+	"github.com/reversi-gitops/reversi/internal/signing"
 )
 
 // runIndex is the cache index of ApprovalRequests by spec.run.
@@ -69,6 +75,9 @@ type Options struct {
 	// objects it creates (reversi.dev/created-by). Empty: New asks the API server
 	// (SelfSubjectReview) and fails when it cannot.
 	Identity string
+	// ControllerKeys are the controller's public keys ($REVERSI_CONTROLLER_KEYS): an Approved
+	// phase is honoured only with the controller's signature of it by one of them. Required.
+	ControllerKeys *signing.TrustSet
 	// Stderr receives the problems of mirror writes and journaling (default: discarded).
 	Stderr io.Writer
 	// SyncTimeout bounds the wait for the first list of requests (default 30 s).
@@ -112,6 +121,9 @@ const IgnoreGrace = 2 * time.Second
 func New(ctx context.Context, inner store.Store, o Options) (*Store, error) {
 	if o.Config == nil || o.Namespace == "" || o.Gateway == "" {
 		return nil, errors.New("kube: Config, Namespace and Gateway are required")
+	}
+	if o.ControllerKeys == nil {
+		return nil, errors.New("kube: the approval queue needs the controller's public keys (reversi gateway --kube-controller-keys FILE, or the PEM in $REVERSI_CONTROLLER_KEYS, as a ReversiGateway's pods get it; the controller publishes them in the ConfigMap reversi-controller-keys of its namespace): without them an Approved phase cannot be told from one written by anyone who may write approvalrequests/status")
 	}
 	if o.SyncTimeout <= 0 {
 		o.SyncTimeout = 30 * time.Second
@@ -300,16 +312,36 @@ func (s *Store) CreateApproval(ctx context.Context, req store.ApprovalRequest) (
 	return s.view(ar, stored), nil
 }
 
-// specDigest is "sha256:<hex>" of the spec's JSON encoding (encoding/json of the Go type:
-// fields in declaration order, times in RFC 3339 seconds), so the spec the create returned and
-// the spec read back later digest alike when, and only when, they are equal.
-func specDigest(spec *v1alpha1.ApprovalRequestSpec) string {
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return "" // never: the spec is plain data; "" matches no recorded digest
+// specDigest is v1alpha1.ApprovalRequestSpec.Digest, which the controller's decision
+// signature covers too.
+func specDigest(spec *v1alpha1.ApprovalRequestSpec) string { return spec.Digest() }
+
+// unsigned says why ar's Approved phase is not the controller's decision ("" when it is, or
+// the phase is not Approved): no signature, or one that does not verify with
+// Options.ControllerKeys over this object and decision (approvalsig.Verify).
+func (s *Store) unsigned(ar *v1alpha1.ApprovalRequest) string {
+	if ar.Status.Phase != v1alpha1.ApprovalApproved {
+		return ""
 	}
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	if err := approvalsig.Verify(ar, s.o.ControllerKeys); err != nil {
+		return fmt.Sprintf("ApprovalRequest %s says Approved but that is not the controller's decision (%v): the call stays held", ar.Name, err)
+	}
+	return ""
+}
+
+// signedPhase is ar with an Approved phase the controller did not sign (unsigned) taken back
+// to Pending (journaled once as ignored, with why); ar itself otherwise.
+func (s *Store) signedPhase(ctx context.Context, ar *v1alpha1.ApprovalRequest, rec *store.Approval) *v1alpha1.ApprovalRequest {
+	why := s.unsigned(ar)
+	if why == "" {
+		return ar
+	}
+	// once per object, whatever forged signatures follow (a status writer cannot flood the run)
+	s.journal(ctx, store.ApprovalRecord{Run: rec.Run, Request: rec.ID, Tool: rec.Tool, Event: store.EventIgnored, Note: why,
+		Once: "unsigned/" + string(ar.UID)})
+	held := ar.DeepCopy()
+	held.Status.Phase, held.Status.DecidedAt, held.Status.Decision = v1alpha1.ApprovalPending, nil, nil
+	return held
 }
 
 // get reads a request from the informer cache, or from the API server when the cache has
@@ -357,7 +389,7 @@ func (s *Store) honoured(ctx context.Context, rec store.Approval) (store.Approva
 			Once: "ignored/" + string(ar.UID) + "/" + specDigest(&ar.Spec)})
 		return store.Approval{}, false, nil
 	}
-	return s.view(&ar, rec), true, nil
+	return s.view(s.signedPhase(ctx, &ar, &rec), rec), true, nil
 }
 
 // view is the object's state over the inner store's record: consumption and identity from the
@@ -606,7 +638,7 @@ func (s *Store) inspect(ctx context.Context, ar *v1alpha1.ApprovalRequest) (agai
 			Note: ar.Status.Message, Once: "phase/escalated"})
 	}
 	ev := map[string]store.ApprovalEvent{v1alpha1.ApprovalApproved: store.EventApproved, v1alpha1.ApprovalDenied: store.EventDenied,
-		v1alpha1.ApprovalExpired: store.EventExpired}[ar.Status.Phase]
+		v1alpha1.ApprovalExpired: store.EventExpired}[s.signedPhase(ctx, ar, &rec).Status.Phase]
 	if ev != "" {
 		s.journal(ctx, store.ApprovalRecord{Run: rec.Run, Request: rec.ID, Tool: rec.Tool, Event: ev, Note: ar.Status.Message,
 			Once: "phase/" + string(ev)})

@@ -83,8 +83,11 @@ func newGatewayCmd() *cobra.Command {
 			var initial proxy.Loaded
 			var load proxy.LoadFunc
 			var kubeRun func(context.Context, kube.Target)
-			if kubeCM == "" && (kubeKeys != "" || kubeControllerKeys != "") {
-				return errors.New("--kube-trusted-keys and --kube-controller-keys are for --kube-configmap: without it they would be ignored")
+			if kubeCM == "" && kubeKeys != "" {
+				return errors.New("--kube-trusted-keys is for --kube-configmap: without it it would be ignored")
+			}
+			if kubeCM == "" && kubeconfig == "" && namespace == "" && kubeControllerKeys != "" {
+				return errors.New("--kube-controller-keys is for --kube-configmap and the Kubernetes approval queue (--kubeconfig/--namespace): without them it would be ignored")
 			}
 			if kubeCM != "" && manifests != "" {
 				return errors.New("--manifests and --kube-configmap name two sources of manifests: give one")
@@ -123,7 +126,7 @@ func newGatewayCmd() *cobra.Command {
 				return fmt.Errorf("--store %q: use sqlite, postgres or memory", storeKind)
 			}
 			if kubeconfig != "" || namespace != "" {
-				kst, err := kubeApprovals(cmd.Context(), st, kubeconfig, namespace, gatewayName, cmd.ErrOrStderr())
+				kst, err := kubeApprovals(cmd.Context(), st, kubeconfig, namespace, gatewayName, kubeControllerKeys, cmd.ErrOrStderr())
 				if err != nil {
 					_ = st.Close()
 					return err
@@ -184,7 +187,7 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&kubeconfig, "kubeconfig", "", "keep the approval queue (ApprovalRequests) and the runs (ReversiRuns) in Kubernetes, reached with this kubeconfig")
 	f.StringVar(&kubeCM, "kube-configmap", "", "follow the manifests rendered into this ConfigMap (NAMESPACE/NAME) through the API, instead of --manifests")
 	f.StringVar(&kubeKeys, "kube-trusted-keys", "", "with --kube-configmap: the Secret (in that namespace) of the Ed25519 public keys every manifest must be signed by")
-	f.StringVar(&kubeControllerKeys, "kube-controller-keys", "", "with --kube-configmap: a PEM file of the controller's public keys, which sign every rendering's snapshots (default: the PEM in $"+ControllerKeysEnv+")")
+	f.StringVar(&kubeControllerKeys, "kube-controller-keys", "", "with --kube-configmap or --kubeconfig/--namespace: a PEM file of the controller's public keys, which sign every rendering's snapshots and every approval decision (default: the PEM in $"+ControllerKeysEnv+")")
 	f.StringVar(&namespace, "namespace", "", "namespace of the ApprovalRequests and ReversiRuns (default: the kubeconfig's; with only --namespace: in-cluster)")
 	return cmd
 }

@@ -106,8 +106,9 @@ func TestGatewayCommandFlagErrors(t *testing.T) {
 		{[]string{"gateway", "--upstream-cmd", "x", "--mode", "loud"}, "--mode"},
 		{[]string{"gateway", "--upstream-cmd", "x", "--store", "paper", "--manifests", "../../test/fixtures/manifests"}, "--store"},
 		// Flags that would be ignored are errors, and so is a rendering nobody can verify.
-		{[]string{"gateway", "--upstream-cmd", "x", "--kube-trusted-keys", "keys"}, "are for --kube-configmap"},
-		{[]string{"gateway", "--upstream-cmd", "x", "--kube-controller-keys", "k.pem"}, "are for --kube-configmap"},
+		{[]string{"gateway", "--upstream-cmd", "x", "--kube-trusted-keys", "keys"}, "is for --kube-configmap"},
+		{[]string{"gateway", "--upstream-cmd", "x", "--kube-controller-keys", "k.pem"}, "is for --kube-configmap and the Kubernetes approval queue"},
+		{[]string{"gateway", "--upstream-cmd", "x", "--store", "memory", "--kubeconfig", "nowhere", "--namespace", "ns"}, "the Kubernetes approval queue (--kubeconfig/--namespace) needs the controller's public keys (--kube-controller-keys"},
 		{[]string{"gateway", "--upstream-cmd", "x", "--kube-configmap", "ns/cm", "--manifests", "m"}, "give one"},
 		{[]string{"gateway", "--upstream-cmd", "x", "--kube-configmap", "ns/cm"}, "--kube-configmap needs the controller's public keys"},
 	} {

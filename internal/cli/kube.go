@@ -34,14 +34,25 @@ func kubeClientConfig(kubeconfig, namespace string) (*rest.Config, string, error
 
 // kubeApprovals wraps st so its approval queue is ApprovalRequests in the namespace (gateway
 // --kubeconfig/--namespace). The gateway's own username comes from a SelfSubjectReview (the
-// gateway does not start without it: issue 16). On error it closes st.
-func kubeApprovals(ctx context.Context, st store.Store, kubeconfig, namespace, gateway string, stderr io.Writer) (store.Store, error) {
+// gateway does not start without it: issue 16), and an Approved phase is honoured only with
+// the controller's signature of it: controllerKeys is --kube-controller-keys (a PEM file;
+// default the PEM in $REVERSI_CONTROLLER_KEYS), without which the gateway does not start. On
+// error it closes st.
+func kubeApprovals(ctx context.Context, st store.Store, kubeconfig, namespace, gateway, controllerKeys string, stderr io.Writer) (store.Store, error) {
+	ctl, err := controllerTrust(controllerKeys)
+	if err == nil && ctl == nil {
+		err = fmt.Errorf("the Kubernetes approval queue (--kubeconfig/--namespace) needs the controller's public keys (--kube-controller-keys FILE, or the PEM in $%s, as a ReversiGateway's pods get it; the controller publishes them in the ConfigMap reversi-controller-keys of its namespace): without them an Approved ApprovalRequest cannot be told from one whose status anyone allowed to write approvalrequests/status set", ControllerKeysEnv)
+	}
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	cfg, ns, err := kubeClientConfig(kubeconfig, namespace)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
-	ks, err := kube.New(ctx, st, kube.Options{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replicaName(), Stderr: stderr})
+	ks, err := kube.New(ctx, st, kube.Options{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replicaName(), ControllerKeys: ctl, Stderr: stderr})
 	if err != nil {
 		_ = st.Close()
 		return nil, err

@@ -44,6 +44,9 @@ var (
 	env    *testenv.Env
 	envErr error
 	users  string // folder of the users' kubeconfigs
+	// ctlKey is the controller's signing key: it signs Approved decisions, and the in-process
+	// gateways verify them with its public keys (as with $REVERSI_CONTROLLER_KEYS).
+	ctlKey *controllers.SigningKey
 )
 
 // The agent's identity (the run's actor and the gateway's user) is agent-7.
@@ -83,7 +86,10 @@ func startController(ctx context.Context) error {
 	}
 	// The in-process gateways run as the agent's user (the standalone `reversi gateway
 	// --kubeconfig`): the install names it, as `reversi controller --gateway-identity` does.
-	if err := controllers.Setup(mgr, controllers.Options{Webhooks: true, GatewayIdentities: controllers.GatewayIdentities{"*/agents": actor}}); err != nil {
+	if ctlKey, err = controllers.EphemeralSigningKey(); err != nil {
+		return err
+	}
+	if err := controllers.Setup(mgr, controllers.Options{Webhooks: true, SigningKey: ctlKey, GatewayIdentities: controllers.GatewayIdentities{"*/agents": actor}}); err != nil {
 		return err
 	}
 	go func() { _ = mgr.Start(ctx) }()
@@ -172,7 +178,7 @@ func gateway(t testing.TB, ns string) (*mcp.ClientSession, store.Store) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	st, err := kube.New(ctx, store.NewMemory(nil), kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "test"})
+	st, err := kube.New(ctx, store.NewMemory(nil), kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "test", ControllerKeys: ctlKey.Trust})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +478,7 @@ func TestConsumeOnceAcrossReplicas(t *testing.T) {
 	}
 	var replicas []*kube.Store
 	for _, name := range []string{"a", "b"} {
-		s, err := kube.New(t.Context(), shared, kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: name})
+		s, err := kube.New(t.Context(), shared, kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: name, ControllerKeys: ctlKey.Trust})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -578,7 +584,7 @@ func TestCopiedRequestIgnored(t *testing.T) {
 	if _, err := inner.CreateRun(t.Context(), store.Run{ID: "run-1", Actor: actor, Gateway: "agents"}); err != nil {
 		t.Fatal(err)
 	}
-	gw, err := kube.New(t.Context(), inner, kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "a"})
+	gw, err := kube.New(t.Context(), inner, kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "a", ControllerKeys: ctlKey.Trust})
 	if err != nil {
 		t.Fatal(err)
 	}

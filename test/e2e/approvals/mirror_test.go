@@ -39,7 +39,7 @@ func TestDecisionsReachTheReversiRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kst, err := kube.New(t.Context(), store.NewMemory(nil), kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "a"})
+	kst, err := kube.New(t.Context(), store.NewMemory(nil), kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "a", ControllerKeys: ctlKey.Trust})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,9 @@ import (
 var (
 	env    *testenv.Env
 	envErr error
+	// ctlKey is the controller's signing key; the gateway processes get its public keys
+	// ($REVERSI_CONTROLLER_KEYS, as a ReversiGateway's pods do).
+	ctlKey *controllers.SigningKey
 	users  string // folder of the users' kubeconfigs
 )
 
@@ -88,7 +91,10 @@ func startController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := controllers.Setup(mgr, controllers.Options{Webhooks: true, GatewayIdentities: controllers.GatewayIdentities{
+	if ctlKey, err = controllers.EphemeralSigningKey(); err != nil {
+		return err
+	}
+	if err := controllers.Setup(mgr, controllers.Options{Webhooks: true, SigningKey: ctlKey, GatewayIdentities: controllers.GatewayIdentities{
 		"*/agents": actor, "*/" + proxy.Name: actor}}); err != nil { // proxy.Name: `reversi gateway` without --gateway-name
 		return err
 	}
@@ -577,7 +583,7 @@ func TestGatewayCommandMirrorsRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "gateway", "--config", cpath, "--manifests", mpath, "--data", f.data, "--kubeconfig", kubeconfigOf(t, actor), "--namespace", ns)
-	cmd.Dir = dir
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), controllers.ControllerKeysEnv+"="+string(ctlKey.PublicPEM))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -604,7 +610,7 @@ func TestGatewayCommandMirrorsRuns(t *testing.T) {
 	})
 	// A second gateway process on the same data folder serves the rollback (the first is gone).
 	cmd2 := exec.Command(bin, "gateway", "--config", cpath, "--manifests", mpath, "--data", f.data, "--kubeconfig", kubeconfigOf(t, actor), "--namespace", ns)
-	cmd2.Dir, cmd2.Stderr = dir, &stderr
+	cmd2.Dir, cmd2.Env, cmd2.Stderr = dir, cmd.Env, &stderr
 	cs2, err := mcp.NewClient(&mcp.Implementation{Name: "idle", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd2}, nil)
 	if err != nil {
 		t.Fatalf("starting reversi gateway again: %v\n%s", err, stderr.String())
