@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -140,13 +139,7 @@ func newApprovalsWorld(t *testing.T) *approvalsWorld {
 	w.agentKey, aw.agent9Key = key7, key9
 	keyFile, err := json.Marshal(map[string]any{"keys": []any{keyEntryJSON(t, agent7, actor7UID, actor7Email), keyEntryJSON(t, agent9, "", "")}})
 	must(t, err)
-	for name, data := range map[string]map[string][]byte{
-		"manifest-keys": {"platform.pem": writerPub},
-		"committers":    {"platform.sshpub": w.committer.AuthorizedKey},
-		"gateway-keys":  {"keys.json": keyFile},
-	} {
-		must(t, w.k8s.Create(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}))
-	}
+	w.createKeySecrets(t, writerPub, keyFile)
 
 	// The registry: create_entities needs finance quorum 2.
 	w.memory = w.newGitRegistry(t, memoryReg, "registry")

@@ -174,6 +174,18 @@ type gitRegistry struct {
 	v1   string // the commit of v1 (create_entities without approval)
 }
 
+// createKeySecrets makes the Secrets of the world's keys in ns: manifest-keys (the writer's
+// public key), committers (the committer's SSH key) and gateway-keys (the API key file).
+func (w *world) createKeySecrets(t *testing.T, writerPub, keyFile []byte) {
+	for name, data := range map[string]map[string][]byte{
+		"manifest-keys": {"platform.pem": writerPub},
+		"committers":    {"platform.sshpub": w.committer.AuthorizedKey},
+		"gateway-keys":  {"keys.json": keyFile},
+	} {
+		must(t, w.k8s.Create(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}))
+	}
+}
+
 // newControlPlane starts envtest with o, the admin kubeconfig, the kubelet and the
 // namespaces: the start of every world.
 func newControlPlane(t *testing.T, o testenv.Options) *world {
@@ -214,13 +226,7 @@ func newWorld(t *testing.T) *world {
 	w.agentKey, w.auditKey = agentKey, auditKey
 	keyFile, err := json.Marshal(auth.KeyFile{Keys: []auth.KeyEntry{agent, auditor}})
 	must(t, err)
-	for name, data := range map[string]map[string][]byte{
-		"manifest-keys": {"platform.pem": writerPub},
-		"committers":    {"platform.sshpub": w.committer.AuthorizedKey},
-		"gateway-keys":  {"keys.json": keyFile},
-	} {
-		must(t, w.k8s.Create(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}))
-	}
+	w.createKeySecrets(t, writerPub, keyFile)
 
 	// The registries: v1 of memory, and the other registry.
 	w.memory = w.newGitRegistry(t, memoryReg, "registry")

@@ -576,19 +576,7 @@ func TestConsumeOnceAcrossReplicas(t *testing.T) {
 // under the same name. Source: issue 16 ("A forged request is honoured").
 func TestCopiedRequestIgnored(t *testing.T) {
 	ns := setupNamespace(t, "copies")
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigOf(t, actor))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner := store.NewMemory(nil)
-	if _, err := inner.CreateRun(t.Context(), store.Run{ID: "run-1", Actor: actor, Gateway: "agents"}); err != nil {
-		t.Fatal(err)
-	}
-	gw, err := kube.New(t.Context(), inner, kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "a", ControllerKeys: ctlKey.Trust})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw.Close() })
+	gw, inner := queueOfRun1(t, ns)
 	if gw.Identity() != actor {
 		t.Fatalf("SelfSubjectReview: identity %q, want %q", gw.Identity(), actor)
 	}
@@ -671,4 +659,24 @@ func TestCopiedRequestIgnored(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// queueOfRun1 is the Kubernetes approval queue of gateway "agents" in ns, as the agent's
+// identity, over a memory store that holds run-1 of the actor.
+func queueOfRun1(t *testing.T, ns string) (*kube.Store, store.Store) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigOf(t, actor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := store.NewMemory(nil)
+	if _, err := inner.CreateRun(t.Context(), store.Run{ID: "run-1", Actor: actor, Gateway: "agents"}); err != nil {
+		t.Fatal(err)
+	}
+	gw, err := kube.New(t.Context(), inner, kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "a", ControllerKeys: ctlKey.Trust})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	return gw, inner
 }

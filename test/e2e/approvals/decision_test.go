@@ -8,12 +8,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/controllers"
-	"github.com/reversi-gitops/reversi/gateway/kube"
 	"github.com/reversi-gitops/reversi/gateway/store"
 	"github.com/reversi-gitops/reversi/internal/approvalsig"
 )
@@ -28,19 +26,7 @@ import (
 // ApprovalRequest status.phase").
 func TestForgedDecisionHeld(t *testing.T) {
 	ns := setupNamespace(t, "decision")
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigOf(t, actor))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner := store.NewMemory(nil)
-	if _, err := inner.CreateRun(t.Context(), store.Run{ID: "run-1", Actor: actor, Gateway: "agents"}); err != nil {
-		t.Fatal(err)
-	}
-	gw, err := kube.New(t.Context(), inner, kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "a", ControllerKeys: ctlKey.Trust})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw.Close() })
+	gw, inner := queueOfRun1(t, ns)
 	held := func(args string) store.Approval {
 		t.Helper()
 		a, err := gw.CreateApproval(t.Context(), store.ApprovalRequest{Tool: "memory.delete_entities", ArgsDigest: "sha256:" + strings.Repeat(args, 32),
