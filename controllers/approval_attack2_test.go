@@ -194,3 +194,35 @@ func TestAttackRejectedBeyondListFlipsOnEscalation(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackWithdrawnCountedApprovalStrandsRequest: deleting an Approval is allowed to anyone
+// RBAC lets delete (ValidateDelete: "withdrawing a vote the controller has not counted yet"),
+// also after it was counted. Finance quorum 2: alice approves (counted, 1 of 2), then her
+// Approval is deleted (by her, or by anyone with delete on approvals); carol approves. The
+// reconciler, trusting status.approvals, goes Approved by alice and carol; the re-judge sees
+// only carol, so the decision is never signed. The request now says Approved, the gateway holds
+// the call for good, and every further Approval is refused as "already Approved": a deletion
+// strands the request where a Deny would at least say Denied.
+func TestAttackWithdrawnCountedApprovalStrandsRequest(t *testing.T) {
+	t0 := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Second)
+	w := newAtk2World(t, financeQuorum(2), t0)
+	w.vote("apr-x-alice", "alice", v1alpha1.DecisionApprove, 1*time.Second, "finance")
+	w.now = t0.Add(2 * time.Second)
+	if got := w.reconcile(); got.Status.ApprovedCount != 1 {
+		t.Fatalf("control: %d counted", got.Status.ApprovedCount)
+	}
+	if err := w.c.Delete(t.Context(), w.approval("apr-x-alice")); err != nil {
+		t.Fatal(err)
+	}
+	w.vote("apr-x-carol", "carol", v1alpha1.DecisionApprove, 3*time.Second, "finance")
+	w.now = t0.Add(4 * time.Second)
+	w.reconcile()
+	w.vote("apr-x-dave", "dave", v1alpha1.DecisionApprove, 5*time.Second, "finance")
+	w.now = t0.Add(6 * time.Second)
+	got := w.reconcile()
+	if got.Status.Phase == v1alpha1.ApprovalApproved && approvalsig.Verify(got, w.sk.Trust) != nil {
+		t.Errorf("ATTACK: request %s is %s by %v but unsigned (%v) for good: dave's later Approval %s %q",
+			got.Name, got.Status.Phase, approvalsig.Approvers(got), approvalsig.Verify(got, w.sk.Trust),
+			w.approval("apr-x-dave").Status.Result, w.approval("apr-x-dave").Status.Message)
+	}
+}
