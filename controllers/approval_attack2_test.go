@@ -226,3 +226,31 @@ func TestAttackWithdrawnCountedApprovalStrandsRequest(t *testing.T) {
 			w.approval("apr-x-dave").Status.Result, w.approval("apr-x-dave").Status.Message)
 	}
 }
+
+// TestAttackOnePersonTwoUsernamesWithoutUID: "one person, one vote" compares uids (and, in
+// the standalone store, e-mails); Kubernetes' client-certificate authenticator never sets a
+// uid, nor does the OIDC one without a uid claim mapping, and an Approval carries no e-mail.
+// dana, with a client certificate CN=dana@corp.example and an OIDC token mapped with the
+// usual prefix (oidc:dana@corp.example), is two approvers: finance's quorum of 2 is one person.
+func TestAttackOnePersonTwoUsernamesWithoutUID(t *testing.T) {
+	t0 := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Second)
+	w := newAtk2World(t, financeQuorum(2), t0)
+	for i, user := range []string{"dana@corp.example", "oidc:dana@corp.example"} {
+		ct := t0.Add(time.Duration(i+1) * time.Second)
+		apr := &v1alpha1.Approval{ObjectMeta: metav1.ObjectMeta{Namespace: atk2NS, Name: fmt.Sprintf("apr-x-dana-%d", i), Generation: 1},
+			Spec: v1alpha1.ApprovalSpec{RequestRef: v1alpha1.ApprovalRequestReference{Name: w.ar.Name, UID: string(w.ar.UID)}, Decision: v1alpha1.DecisionApprove,
+				Approver: &v1alpha1.Approver{Username: user, Groups: []string{"finance", "system:authenticated"}}}}
+		apr.Spec.Stamp = w.stamp.Stamp(apr, ct)
+		if err := w.c.Create(t.Context(), apr); err != nil {
+			t.Fatal(err)
+		}
+		apr.CreationTimestamp = metav1.NewTime(ct)
+		if err := w.c.Update(t.Context(), apr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.now = t0.Add(5 * time.Second)
+	if got := w.reconcile(); got.Status.Phase == v1alpha1.ApprovalApproved {
+		t.Errorf("ATTACK: one person (no uid) reached finance's quorum of 2 as %v; signed: %v", approvalsig.Approvers(got), approvalsig.Verify(got, w.sk.Trust) == nil)
+	}
+}
