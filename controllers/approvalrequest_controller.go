@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -110,6 +111,9 @@ func (r *ApprovalRequestReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	})
 
 	base := ar.DeepCopy()
+	if !r.Key.Sealed(ar) {
+		return ctrl.Result{}, r.refuseUnsealed(ctx, ar, base)
+	}
 	st := stateOf(ar)
 	before := st.Phase
 	wasEscalated := st.Escalated
@@ -160,7 +164,8 @@ func (r *ApprovalRequestReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	st.Settle(now)
 
 	r.setStatus(ar, &st, unstamped)
-	r.signDecision(ar, approvals, now)
+	r.signDecision(ar, now)
+	ar.Status.Seal = r.Key.Seal(ar)
 	if err := r.Status().Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -194,6 +199,22 @@ func (r *ApprovalRequestReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	return ctrl.Result{}, nil
 }
 
+// refuseUnsealed answers a request whose status the controller did not write (no valid seal:
+// someone with access to approvalrequests/status wrote it): nothing is counted on it and its
+// decision is not signed, so the gateway keeps the call held; Stalled says why. The seal stays
+// invalid, so the request stays stalled (a new call makes a new request).
+func (r *ApprovalRequestReconciler) refuseUnsealed(ctx context.Context, ar, base *v1alpha1.ApprovalRequest) error {
+	msg := "the status was not written by the controller (no valid seal): it is not counted on nor signed, and the gateway keeps the call held; the agent's new call makes a new request"
+	if c := apimeta.FindStatusCondition(ar.Status.Conditions, v1alpha1.ConditionStalled); c != nil && c.Reason == v1alpha1.ReasonStatusNotSealed && ar.Status.Decision == nil {
+		return nil
+	}
+	ar.Status.Decision = nil
+	setCondition(ar, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonStatusNotSealed, msg)
+	setCondition(ar, v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonStatusNotSealed, msg)
+	r.event(ar, corev1.EventTypeWarning, v1alpha1.ReasonStatusNotSealed, msg)
+	return client.IgnoreNotFound(r.Status().Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
+}
+
 // cast judges one Approval against the request's state as of the Approval's creation. The
 // checks of issue 16 come first: the stamp (stampErr, from Key.Verify), the request's uid and
 // the order of creation; then the rules (roles, the actor under any name, one vote each).
@@ -212,6 +233,13 @@ func (r *ApprovalRequestReconciler) cast(st *approvalrules.State, ar *v1alpha1.A
 	case apr.CreationTimestamp.Before(&ar.CreationTimestamp):
 		return fmt.Errorf("it was created at %s, before its request %s (created at %s): approve the request with a new Approval",
 			apr.CreationTimestamp.UTC().Format(time.RFC3339), ar.Name, ar.CreationTimestamp.UTC().Format(time.RFC3339))
+	}
+	if st.Escalated && ar.Status.EscalatedAt != nil && apr.CreationTimestamp.Before(ar.Status.EscalatedAt) {
+		// Made before the escalation: judged with the roles asked then, as when it was made
+		// (issue 16 review: an Approval judged again after the escalation must not flip).
+		roles := st.Roles
+		st.Roles = ar.Spec.Roles
+		defer func() { st.Roles = roles }()
 	}
 	return st.Cast(approvalrules.Vote{By: apr.Spec.Approver.Username, UID: apr.Spec.Approver.UID, Groups: apr.Spec.Approver.Groups,
 		Approve: apr.Spec.Decision == v1alpha1.DecisionApprove, At: apr.CreationTimestamp.Time})

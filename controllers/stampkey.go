@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -110,6 +111,61 @@ func (k *StampKey) Stamp(a *v1alpha1.Approval, at time.Time) *v1alpha1.ApprovalS
 	at = at.UTC().Truncate(time.Second)
 	return &v1alpha1.ApprovalStamp{At: metav1.NewTime(at), KeyID: k.id,
 		MAC: base64.RawURLEncoding.EncodeToString(k.mac(k.keys[k.id], a, at))}
+}
+
+// sealDomain starts every sealed status.
+const sealDomain = "reversi-approval-status-seal:v1"
+
+// sealMessage is what a status seal covers: the request's identity (namespace, name, uid, spec
+// digest) and its decision state as JSON (phase, counted and rejected Approvals, counts,
+// decidedAt, escalatedAt; times in RFC 3339 seconds, as the API server keeps them).
+func sealMessage(ar *v1alpha1.ApprovalRequest) ([]byte, error) {
+	st := ar.Status
+	state, err := json.Marshal(struct {
+		Phase         string                      `json:"phase"`
+		Approvals     []v1alpha1.CountedApproval  `json:"approvals"`
+		ApprovedCount int32                       `json:"approvedCount"`
+		Rejected      []v1alpha1.RejectedApproval `json:"rejected"`
+		RejectedCount int32                       `json:"rejectedCount"`
+		DecidedAt     *metav1.Time                `json:"decidedAt"`
+		EscalatedAt   *metav1.Time                `json:"escalatedAt"`
+	}{st.Phase, st.Approvals, st.ApprovedCount, st.Rejected, st.RejectedCount, st.DecidedAt, st.EscalatedAt})
+	if err != nil {
+		return nil, err
+	}
+	return []byte(strings.Join([]string{sealDomain, ar.Namespace, ar.Name, string(ar.UID), ar.Spec.Digest(), string(state)}, "\n")), nil
+}
+
+// Seal is the status seal of ar as it is now, with the current key ("" if ar cannot be
+// encoded, which never happens for plain data).
+func (k *StampKey) Seal(ar *v1alpha1.ApprovalRequest) string {
+	m, err := sealMessage(ar)
+	if err != nil {
+		return ""
+	}
+	h := hmac.New(sha256.New, k.keys[k.id])
+	h.Write(m)
+	return k.id + ":" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// Sealed reports whether ar's status is one the controller wrote: empty (never decided on), or
+// carrying a seal by a known key over exactly its decision state.
+func (k *StampKey) Sealed(ar *v1alpha1.ApprovalRequest) bool {
+	st := ar.Status
+	if st.Seal == "" {
+		return st.Phase == "" && len(st.Approvals) == 0 && len(st.Rejected) == 0 && st.ApprovedCount == 0 &&
+			st.RejectedCount == 0 && st.DecidedAt == nil && st.EscalatedAt == nil && st.Decision == nil
+	}
+	id, mac, ok := strings.Cut(st.Seal, ":")
+	key, known := k.keys[id]
+	got, err := base64.RawURLEncoding.DecodeString(mac)
+	m, merr := sealMessage(ar)
+	if !ok || !known || err != nil || merr != nil {
+		return false
+	}
+	h := hmac.New(sha256.New, key)
+	h.Write(m)
+	return hmac.Equal(got, h.Sum(nil))
 }
 
 // StampError says why an Approval's stamp does not verify.

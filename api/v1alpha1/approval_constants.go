@@ -34,6 +34,11 @@ const (
 	// and the gateway keeps the call held.
 	ReasonDecisionNotSigned = "DecisionNotSigned"
 
+	// ReasonStatusNotSealed (ApprovalRequest Stalled=True, Ready=False): the status carries no
+	// seal of the controller, so someone else wrote it; the controller neither counts on it nor
+	// signs it, and the call stays held (a new call makes a new request).
+	ReasonStatusNotSealed = "StatusNotSealed"
+
 	// AnnotationCreatedBy (ApprovalRequest, ReversiRun) is the username that created the
 	// object, stamped by the admission webhook; a different value is refused on create and
 	// the annotation cannot change. The webhook admits a create only from the ServiceAccount

@@ -223,6 +223,14 @@ type ApprovalRequestStatus struct {
 	// usernames (internal/approvalsig), so that whoever may write this status cannot approve.
 	// +optional
 	Decision *SignedDecision `json:"decision,omitempty"`
+
+	// Seal is the controller's HMAC-SHA256 (its Approval stamp key) over the decision state
+	// this status holds (phase, counted and rejected Approvals, counts and times), as
+	// `<keyID>:<unpadded base64url>`. The controller builds only on a status it sealed: one
+	// written by anyone else is never counted on nor signed (issue 16 review).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Seal string `json:"seal,omitempty"`
 }
 
 // SignedDecision is the controller's Ed25519 signature of an ApprovalRequest's decision.

@@ -195,22 +195,43 @@ const (
 )
 
 // ActorAlias says whether voter is actor under any name, and how ("" when not): the same
-// username; the same uid (both non-empty); the voter's username or e-mail equal to the
-// actor's e-mail, or the voter's e-mail equal to the actor's username when that is an
-// address (e-mail addresses compare case-insensitively, usernames exactly). The rule
-// compares identities, not strings: an agent known to the API server as
-// agent-7@corp.example is agent-7 (issue 16, "the actor check compares identities").
+// username; the same uid (both non-empty); or a shared e-mail address, case-insensitive. A
+// principal's addresses are its e-mail claim and its username when that is an address, also
+// after a prefix the API server puts before a username claim (up to the last ':' or '#', as
+// in "oidc:dana@corp.example" or "https://issuer#dana@corp.example"). The rule compares
+// identities, not strings: an agent known to the API server as agent-7@corp.example is agent-7
+// when its e-mail is that address (issue 16, "the actor check compares identities"), and the
+// same rule keeps one person from voting twice under two usernames.
 func ActorAlias(actor, voter Principal) string {
-	isMail := func(s string) bool { return strings.Contains(s, "@") }
 	switch {
 	case voter.Name != "" && voter.Name == actor.Name:
 		return SameUsername
 	case actor.UID != "" && voter.UID == actor.UID:
 		return SameUID
-	case actor.Email != "" && (strings.EqualFold(voter.Name, actor.Email) || strings.EqualFold(voter.Email, actor.Email)):
-		return SameEmail
-	case isMail(actor.Name) && (strings.EqualFold(voter.Name, actor.Name) || strings.EqualFold(voter.Email, actor.Name)):
-		return SameEmail
+	}
+	for _, a := range addresses(actor) {
+		for _, b := range addresses(voter) {
+			if strings.EqualFold(a, b) {
+				return SameEmail
+			}
+		}
 	}
 	return ""
+}
+
+// addresses are p's e-mail addresses: its e-mail claim, and its username when that is an
+// address after any prefix ending in ':' or '#'.
+func addresses(p Principal) []string {
+	var out []string
+	if strings.Contains(p.Email, "@") {
+		out = append(out, p.Email)
+	}
+	name := p.Name
+	if i := strings.LastIndexAny(name, ":#"); i >= 0 {
+		name = name[i+1:]
+	}
+	if at := strings.Index(name, "@"); at > 0 && at < len(name)-1 {
+		out = append(out, name)
+	}
+	return out
 }

@@ -140,6 +140,7 @@ func TestOnePersonOneVote(t *testing.T) {
 		{"same uid", Vote{By: "oidc:dana@corp.example", UID: "u-dana", Groups: fin, Approve: true, At: at}, "oidc:dana@corp.example already decided as dana (same uid)"},
 		{"same e-mail", Vote{By: "dana-cert", Email: "DANA@corp.example", Groups: fin, Approve: true, At: at}, "dana-cert already decided as dana (same e-mail)"},
 		{"username is the e-mail", Vote{By: "dana@corp.example", Groups: fin, Approve: true, At: at}, "dana@corp.example already decided as dana (same e-mail)"},
+		{"a prefixed address", Vote{By: "oidc:Dana@corp.example", Groups: fin, Approve: true, At: at}, "oidc:Dana@corp.example already decided as dana (same e-mail)"},
 	} {
 		s := finance()
 		if err := s.Cast(Vote{By: "dana", UID: "u-dana", Email: "dana@corp.example", Groups: fin, Approve: true, At: at}); err != nil {
