@@ -97,6 +97,7 @@ type Store struct {
 	seen      chan struct{}   // closed and replaced whenever the informer sees a change
 	journaled map[string]bool // decision records written (or found written) by this process
 	ignoredIn map[string]int  // ignored records of others' objects per run (MaxIgnoredPerRun)
+	notEnded  map[string]bool // requests whose run's ledger has no denied or expired record of them
 
 	events workqueue.TypedDelayingInterface[string] // requests whose status changed
 	wg     sync.WaitGroup
@@ -150,7 +151,7 @@ func New(ctx context.Context, inner store.Store, o Options) (*Store, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("kube: indexing ApprovalRequests by run: %w", err)
 	}
-	s := &Store{Store: inner, o: o, client: c, cache: ca, seen: make(chan struct{}), journaled: map[string]bool{}, ignoredIn: map[string]int{},
+	s := &Store{Store: inner, o: o, client: c, cache: ca, seen: make(chan struct{}), journaled: map[string]bool{}, ignoredIn: map[string]int{}, notEnded: map[string]bool{},
 		events: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "approvalrequests-decisions"})}
 	inf, err := ca.GetInformer(ctx, &v1alpha1.ApprovalRequest{})
 	if err != nil {
@@ -389,7 +390,53 @@ func (s *Store) honoured(ctx context.Context, rec store.Approval) (store.Approva
 			Once: "ignored/" + string(ar.UID) + "/" + specDigest(&ar.Spec)})
 		return store.Approval{}, false, nil
 	}
-	return s.view(s.signedPhase(ctx, &ar, &rec), rec), true, nil
+	seen := s.signedPhase(ctx, &ar, &rec)
+	if seen.Status.Phase == v1alpha1.ApprovalApproved {
+		if ended := s.endedBefore(ctx, rec); ended != "" {
+			// Denied or Expired once, it stays so: a status wiped and counted afresh (or a
+			// request deleted and made again) must not approve it (issue 16 review).
+			seen = seen.DeepCopy()
+			seen.Status.Phase = map[store.ApprovalEvent]string{store.EventDenied: v1alpha1.ApprovalDenied, store.EventExpired: v1alpha1.ApprovalExpired}[ended]
+		}
+	}
+	return s.view(seen, rec), true, nil
+}
+
+// endedBefore is the event (denied or expired) of a decision record of request rec in its
+// run's ledger, "" when there is none: the phase this gateway saw the request end in before.
+// A request found without one is remembered, so the ledger is read once per request.
+func (s *Store) endedBefore(ctx context.Context, rec store.Approval) store.ApprovalEvent {
+	s.mu.Lock()
+	for _, ev := range []store.ApprovalEvent{store.EventDenied, store.EventExpired} {
+		if s.journaled[rec.Run+"\x00"+rec.ID+"\x00"+string(ev)+"\x00phase/"+string(ev)] {
+			s.mu.Unlock()
+			return ev
+		}
+	}
+	clean := s.notEnded[rec.ID]
+	s.mu.Unlock()
+	if clean {
+		return ""
+	}
+	for after := int64(0); ; {
+		recs, err := s.Store.Records(ctx, rec.Run, after, 1000)
+		if err != nil {
+			return store.EventDenied // cannot tell: fail closed
+		}
+		for _, r := range recs {
+			after = r.Seq
+			if r.Kind == store.KindApproval && r.Approval == rec.ID && (r.Event == store.EventDenied || r.Event == store.EventExpired) {
+				return r.Event
+			}
+		}
+		if len(recs) < 1000 {
+			break
+		}
+	}
+	s.mu.Lock()
+	s.notEnded[rec.ID] = true
+	s.mu.Unlock()
+	return ""
 }
 
 // view is the object's state over the inner store's record: consumption and identity from the

@@ -140,3 +140,58 @@ func TestForgedDecisionHeld(t *testing.T) {
 		t.Fatalf("the approved request again: %v, want ErrConsumed", err)
 	}
 }
+
+// TestDeniedStaysDenied: a request the gateway saw Denied is never honoured as Approved later,
+// even when its status is wiped and its counted Deny deleted (rights of a cluster
+// administrator: the status written by the controller's own identity here, the Approval
+// deleted) and finance then approves it afresh, signed by the controller. Source: issue 16
+// review ("deleting a Denied request undoes the Deny"; "the controller counts afresh after a
+// wipe").
+func TestDeniedStaysDenied(t *testing.T) {
+	ns := setupNamespace(t, "denied")
+	gw, inner := queueOfRun1(t, ns)
+	a, err := gw.CreateApproval(t.Context(), store.ApprovalRequest{Tool: "memory.delete_entities", ArgsDigest: "sha256:" + strings.Repeat("0d", 32),
+		Run: "run-1", Actor: actor, Roles: []string{"finance"}, Quorum: 2, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl(t, "alice", approvalYAML(ns, a.ID+"-alice", a.ID, "Deny"), "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply by alice: %v\n%s", err, out)
+	}
+	waitFor(t, 20*time.Second, func() string {
+		recs, _ := inner.Records(t.Context(), "run-1", 0, 0)
+		for _, r := range recs {
+			if r.Kind == store.KindApproval && r.Approval == a.ID && r.Event == store.EventDenied {
+				return ""
+			}
+		}
+		return "no denied record yet"
+	})
+
+	// The Deny withdrawn, the status wiped; finance approves afresh and the controller signs.
+	if err := env.Client.Delete(t.Context(), &v1alpha1.Approval{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: a.ID + "-alice"}}); err != nil {
+		t.Fatal(err)
+	}
+	ar := request(t, ns, a.ID)
+	ar.Status = v1alpha1.ApprovalRequestStatus{}
+	if err := env.Client.Status().Update(t.Context(), ar); err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []string{"alice", "bob"} {
+		if out, err := kubectl(t, who, approvalYAML(ns, a.ID+"-"+who+"-again", a.ID, "Approve"), "apply", "-f", "-"); err != nil {
+			t.Fatalf("kubectl apply by %s: %v\n%s", who, err, out)
+		}
+	}
+	waitFor(t, 20*time.Second, func() string {
+		if err := approvalsig.Verify(request(t, ns, a.ID), ctlKey.Trust); err != nil {
+			return "not signed Approved yet: " + err.Error()
+		}
+		return ""
+	})
+	if got, err := gw.GetApproval(t.Context(), a.ID); err != nil || got.State != store.ApprovalDenied {
+		t.Errorf("the gateway sees the request it saw Denied as %s %v, want denied", got.State, err)
+	}
+	if _, err := gw.RecordIntent(t.Context(), store.Intent{Run: "run-1", Tool: a.Tool, ArgsDigest: a.ArgsDigest, Approval: a.ID}); !errors.Is(err, store.ErrNotApproved) {
+		t.Errorf("an intent on the request seen Denied: %v, want ErrNotApproved", err)
+	}
+}
