@@ -188,7 +188,21 @@ func TestDeniedStaysDenied(t *testing.T) {
 		}
 		return ""
 	})
-	if got, err := gw.GetApproval(t.Context(), a.ID); err != nil || got.State != store.ApprovalDenied {
+	var got store.Approval
+	waitFor(t, 10*time.Second, func() string { // the gateway's informer has the new, signed status
+		got, err = gw.GetApproval(t.Context(), a.ID)
+		approving := 0
+		for _, d := range got.Decisions {
+			if d.Approve {
+				approving++
+			}
+		}
+		if err == nil && approving < 2 {
+			return "the gateway has not seen the new status"
+		}
+		return ""
+	})
+	if err != nil || got.State != store.ApprovalDenied {
 		t.Errorf("the gateway sees the request it saw Denied as %s %v, want denied", got.State, err)
 	}
 	if _, err := gw.RecordIntent(t.Context(), store.Intent{Run: "run-1", Tool: a.Tool, ArgsDigest: a.ArgsDigest, Approval: a.ID}); !errors.Is(err, store.ErrNotApproved) {
