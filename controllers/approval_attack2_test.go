@@ -11,101 +11,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/internal/approvalsig"
 )
-
-// atk2World is one request, its Approvals and a reconciler over a fake API server.
-type atk2World struct {
-	t     *testing.T
-	c     client.Client
-	r     *ApprovalRequestReconciler
-	stamp *StampKey
-	sk    *SigningKey
-	ar    *v1alpha1.ApprovalRequest
-	t0    time.Time
-	now   time.Time
-}
-
-const atk2NS = "agents"
-
-func newAtk2World(t *testing.T, spec v1alpha1.ApprovalRequestSpec, t0 time.Time) *atk2World {
-	t.Helper()
-	stamp, err := EphemeralStampKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sk, err := EphemeralSigningKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ar := &v1alpha1.ApprovalRequest{ObjectMeta: metav1.ObjectMeta{Namespace: atk2NS, Name: "apr-x", UID: "uid-apr-x", Generation: 1,
-		CreationTimestamp: metav1.NewTime(t0)}, Spec: spec}
-	c := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme()).
-		WithStatusSubresource(&v1alpha1.ApprovalRequest{}, &v1alpha1.Approval{}).
-		WithIndex(&v1alpha1.Approval{}, ApprovalRequestIndex, func(o client.Object) []string {
-			return []string{o.(*v1alpha1.Approval).Spec.RequestRef.Name}
-		}).
-		WithObjects(ar).Build()
-	w := &atk2World{t: t, c: c, stamp: stamp, sk: sk, ar: ar, t0: t0, now: t0}
-	w.r = &ApprovalRequestReconciler{Client: c, Key: stamp, Signing: sk, Now: func() time.Time { return w.now }}
-	return w
-}
-
-// vote creates a stamped Approval (as the webhook would) created at t0+at.
-func (w *atk2World) vote(name, who, decision string, at time.Duration, groups ...string) {
-	w.t.Helper()
-	ct := w.t0.Add(at)
-	apr := &v1alpha1.Approval{ObjectMeta: metav1.ObjectMeta{Namespace: atk2NS, Name: name, Generation: 1, CreationTimestamp: metav1.NewTime(ct)},
-		Spec: v1alpha1.ApprovalSpec{RequestRef: v1alpha1.ApprovalRequestReference{Name: w.ar.Name, UID: string(w.ar.UID)}, Decision: decision,
-			Approver: &v1alpha1.Approver{Username: who, UID: "uid-" + who, Groups: append(groups, "system:authenticated")}}}
-	apr.Spec.Stamp = w.stamp.Stamp(apr, ct)
-	if err := w.c.Create(w.t.Context(), apr); err != nil {
-		w.t.Fatal(err)
-	}
-	// the fake client overwrites creationTimestamp on create: put it back
-	apr.CreationTimestamp = metav1.NewTime(ct)
-	if err := w.c.Update(w.t.Context(), apr); err != nil {
-		w.t.Fatal(err)
-	}
-}
-
-func (w *atk2World) reconcile() *v1alpha1.ApprovalRequest {
-	w.t.Helper()
-	if _, err := w.r.Reconcile(w.t.Context(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: atk2NS, Name: w.ar.Name}}); err != nil {
-		w.t.Fatalf("reconcile: %v", err)
-	}
-	return w.request()
-}
-
-func (w *atk2World) request() *v1alpha1.ApprovalRequest {
-	w.t.Helper()
-	got := &v1alpha1.ApprovalRequest{}
-	if err := w.c.Get(w.t.Context(), types.NamespacedName{Namespace: atk2NS, Name: w.ar.Name}, got); err != nil {
-		w.t.Fatal(err)
-	}
-	return got
-}
-
-func (w *atk2World) approval(name string) *v1alpha1.Approval {
-	w.t.Helper()
-	got := &v1alpha1.Approval{}
-	if err := w.c.Get(w.t.Context(), types.NamespacedName{Namespace: atk2NS, Name: name}, got); err != nil {
-		w.t.Fatal(err)
-	}
-	return got
-}
-
-func financeQuorum(q int32) v1alpha1.ApprovalRequestSpec {
-	return v1alpha1.ApprovalRequestSpec{Tool: "stripe.refund", Run: "run-1", Actor: "agent-7", Gateway: "pay",
-		ArgumentsDigest: "sha256:ab", Roles: []string{"finance"}, Quorum: ptr.To(q)}
-}
 
 // TestAttackSignedAfterDenyWithdrawn: the signature exists against whoever may write
 // approvalrequests/status (docs/security.md "Signed decisions": "it never signs a status
@@ -118,7 +28,7 @@ func financeQuorum(q int32) v1alpha1.ApprovalRequestSpec {
 // finance denied. The re-judge cannot tell a deleted counted Deny from one never cast.
 func TestAttackSignedAfterDenyWithdrawn(t *testing.T) {
 	t0 := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Second)
-	w := newAtk2World(t, financeQuorum(2), t0)
+	w := newFakeRequestWorld(t, financeQuorum(2), t0)
 	w.vote("apr-x-alice", "alice", v1alpha1.DecisionApprove, 1*time.Second, "finance")
 	w.vote("apr-x-carol", "carol", v1alpha1.DecisionDeny, 2*time.Second, "finance")
 	w.vote("apr-x-bob", "bob", v1alpha1.DecisionApprove, 3*time.Second, "finance")
@@ -167,7 +77,7 @@ func TestAttackRejectedBeyondListFlipsOnEscalation(t *testing.T) {
 			spec := financeQuorum(1)
 			spec.ExpiresAt = &metav1.Time{Time: t0.Add(60 * time.Second)}
 			spec.OnTimeout, spec.EscalateTo = "escalate", []string{"ops"}
-			w := newAtk2World(t, spec, t0)
+			w := newFakeRequestWorld(t, spec, t0)
 			for i := range noise {
 				w.vote(fmt.Sprintf("apr-x-noise-%02d", i), fmt.Sprintf("nobody-%02d", i), v1alpha1.DecisionApprove, time.Duration(i%30+1)*time.Second)
 			}
@@ -205,7 +115,7 @@ func TestAttackRejectedBeyondListFlipsOnEscalation(t *testing.T) {
 // strands the request where a Deny would at least say Denied.
 func TestAttackWithdrawnCountedApprovalStrandsRequest(t *testing.T) {
 	t0 := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Second)
-	w := newAtk2World(t, financeQuorum(2), t0)
+	w := newFakeRequestWorld(t, financeQuorum(2), t0)
 	w.vote("apr-x-alice", "alice", v1alpha1.DecisionApprove, 1*time.Second, "finance")
 	w.now = t0.Add(2 * time.Second)
 	if got := w.reconcile(); got.Status.ApprovedCount != 1 {
@@ -234,10 +144,10 @@ func TestAttackWithdrawnCountedApprovalStrandsRequest(t *testing.T) {
 // usual prefix (oidc:dana@corp.example), is two approvers: finance's quorum of 2 is one person.
 func TestAttackOnePersonTwoUsernamesWithoutUID(t *testing.T) {
 	t0 := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Second)
-	w := newAtk2World(t, financeQuorum(2), t0)
+	w := newFakeRequestWorld(t, financeQuorum(2), t0)
 	for i, user := range []string{"dana@corp.example", "oidc:dana@corp.example"} {
 		ct := t0.Add(time.Duration(i+1) * time.Second)
-		apr := &v1alpha1.Approval{ObjectMeta: metav1.ObjectMeta{Namespace: atk2NS, Name: fmt.Sprintf("apr-x-dana-%d", i), Generation: 1},
+		apr := &v1alpha1.Approval{ObjectMeta: metav1.ObjectMeta{Namespace: fakeNS, Name: fmt.Sprintf("apr-x-dana-%d", i), Generation: 1},
 			Spec: v1alpha1.ApprovalSpec{RequestRef: v1alpha1.ApprovalRequestReference{Name: w.ar.Name, UID: string(w.ar.UID)}, Decision: v1alpha1.DecisionApprove,
 				Approver: &v1alpha1.Approver{Username: user, Groups: []string{"finance", "system:authenticated"}}}}
 		apr.Spec.Stamp = w.stamp.Stamp(apr, ct)

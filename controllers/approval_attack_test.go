@@ -8,11 +8,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 )
@@ -43,43 +38,22 @@ func TestAttackDenyHiddenByApprovalStatus(t *testing.T) {
 // carol's approvals; hidden: bob's Deny carries a Rejected status written by someone else.
 func decideWithDeny(t *testing.T, hidden bool) string {
 	t.Helper()
-	key, err := EphemeralStampKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const ns, name = "agents", "apr-h"
 	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
-	ar := &v1alpha1.ApprovalRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: "uid-req", Generation: 1,
-		CreationTimestamp: metav1.NewTime(t0)},
-		Spec: v1alpha1.ApprovalRequestSpec{Tool: "stripe.refund", Run: "run-1", Actor: "agent-7", Gateway: "pay",
-			ArgumentsDigest: "sha256:ab", Roles: []string{"finance"}, Quorum: ptr.To[int32](2),
-			ExpiresAt: &metav1.Time{Time: t0.Add(time.Hour)}}}
-	objs := []client.Object{ar}
+	spec := financeQuorum(2)
+	spec.ExpiresAt = &metav1.Time{Time: t0.Add(time.Hour)}
+	w := newFakeRequestWorld(t, spec, t0)
+	w.now = t0.Add(10 * time.Second)
 	for i, v := range []struct{ who, decision string }{{"bob", v1alpha1.DecisionDeny}, {"alice", v1alpha1.DecisionApprove}, {"carol", v1alpha1.DecisionApprove}} {
-		at := t0.Add(time.Duration(i+1) * time.Second)
-		apr := &v1alpha1.Approval{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-" + v.who, Generation: 1, CreationTimestamp: metav1.NewTime(at)},
-			Spec: v1alpha1.ApprovalSpec{RequestRef: v1alpha1.ApprovalRequestReference{Name: name, UID: "uid-req"}, Decision: v.decision,
-				Approver: &v1alpha1.Approver{Username: v.who, UID: "uid-" + v.who, Groups: []string{"finance", "system:authenticated"}}}}
-		apr.Spec.Stamp = key.Stamp(apr, at) // what the Approval webhook writes
-		if hidden && v.who == "bob" {
-			apr.Status = v1alpha1.ApprovalStatus{Result: v1alpha1.ResultRejected, ObservedGeneration: 1, Message: "not counted: withdrawn"}
+		w.vote(w.ar.Name+"-"+v.who, v.who, v.decision, time.Duration(i+1)*time.Second, "finance")
+	}
+	if hidden {
+		bob := w.approval(w.ar.Name + "-bob")
+		bob.Status = v1alpha1.ApprovalStatus{Result: v1alpha1.ResultRejected, ObservedGeneration: bob.Generation, Message: "not counted: withdrawn"}
+		if err := w.c.Status().Update(t.Context(), bob); err != nil {
+			t.Fatal(err)
 		}
-		objs = append(objs, apr)
 	}
-	c := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme()).
-		WithStatusSubresource(&v1alpha1.ApprovalRequest{}, &v1alpha1.Approval{}).
-		WithIndex(&v1alpha1.Approval{}, ApprovalRequestIndex, func(o client.Object) []string {
-			return []string{o.(*v1alpha1.Approval).Spec.RequestRef.Name}
-		}).
-		WithObjects(objs...).Build()
-	r := &ApprovalRequestReconciler{Client: c, Key: key}
-	if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}); err != nil {
-		t.Fatalf("reconcile: %v", err)
-	}
-	got := &v1alpha1.ApprovalRequest{}
-	if err := c.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, got); err != nil {
-		t.Fatal(err)
-	}
+	got := w.reconcile()
 	t.Logf("hidden=%v: phase %s, counted %d, rejected %d: %s", hidden, got.Status.Phase, len(got.Status.Approvals), got.Status.RejectedCount, got.Status.Message)
 	return got.Status.Phase
 }
