@@ -939,6 +939,9 @@ func (r *ManifestRegistryReconciler) render(ctx context.Context, reg *v1alpha1.M
 		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventRenderingDrift, b.Snapshots[0].Snapshot.Revision,
 			driftNote(reg.Namespace, drifts, "the rendering of "+b.Snapshots[0].Snapshot.Describe()))
 	}
+	if conflict := (*OwnershipConflictError)(nil); errors.As(err, &conflict) {
+		return nil, "", fail(v1alpha1.ReasonOwnershipConflict, false, "%v", conflict)
+	}
 	if err != nil {
 		return nil, "", fail(v1alpha1.ReasonStorageFailed, false, "%v", err)
 	}

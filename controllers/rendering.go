@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/internal/bundle"
 	"github.com/reversi-gitops/reversi/internal/signing"
 )
@@ -205,9 +206,41 @@ func diffKeys(have, want map[string]string) []string {
 	return keys
 }
 
-// refersTo reports whether cm has an owner reference to owner (by UID), controller or not.
-func refersTo(cm *corev1.ConfigMap, owner client.Object) bool {
-	for _, r := range cm.OwnerReferences {
+// OwnershipConflictError: an object the controller would render exists and is neither
+// controlled by Owner nor refers to it (by UID); the controller adopts nothing (issue 17).
+type OwnershipConflictError struct {
+	// Kind, Namespace and Name are the existing object's.
+	Kind, Namespace, Name string
+	// OwnerKind and Owner name the object that renders it.
+	OwnerKind, Owner string
+}
+
+func (e *OwnershipConflictError) Error() string {
+	return fmt.Sprintf("%s %s/%s exists and is not controlled by %s %s: the controller adopts nothing and wrote nothing; delete or rename that %s, or give the %s another name",
+		e.Kind, e.Namespace, e.Name, e.OwnerKind, e.Owner, e.Kind, e.OwnerKind)
+}
+
+// claim returns an *OwnershipConflictError when obj exists (it has a creationTimestamp) and is
+// neither controlled by owner nor refers to it; nil when obj may be written. An object that
+// refers to owner is the controller's own with its controller reference taken away, and is
+// healed (issue 15).
+func claim(obj, owner client.Object, kind string) error {
+	if ct := obj.GetCreationTimestamp(); ct.IsZero() || metav1.IsControlledBy(obj, owner) || refersTo(obj, owner) {
+		return nil
+	}
+	ownerKind := "owner"
+	switch owner.(type) {
+	case *v1alpha1.ManifestRegistry:
+		ownerKind = "ManifestRegistry"
+	case *v1alpha1.ReversiGateway:
+		ownerKind = "ReversiGateway"
+	}
+	return &OwnershipConflictError{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), OwnerKind: ownerKind, Owner: owner.GetName()}
+}
+
+// refersTo reports whether obj has an owner reference to owner (by UID), controller or not.
+func refersTo(obj, owner client.Object) bool {
+	for _, r := range obj.GetOwnerReferences() {
 		if r.UID == owner.GetUID() {
 			return true
 		}
@@ -267,6 +300,8 @@ func (s shardSet) apply(ctx context.Context, c client.Client, scheme *runtime.Sc
 		}
 		if !exists {
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		} else if err := claim(cm, s.owner, "ConfigMap"); err != nil {
+			return drifts, err
 		}
 		changed := !exists
 		if exists && !metav1.IsControlledBy(cm, s.owner) && refersTo(cm, s.owner) {

@@ -213,6 +213,9 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 
 	own := func(obj client.Object, mutate func() error) *stepError {
 		_, err := controllerutil.CreateOrUpdate(ctx, r.Client, obj, func() error {
+			if err := claim(obj, gw, kindOf(obj)); err != nil {
+				return err // not ours: nothing is written (issue 17: no adoption)
+			}
 			obj.SetLabels(mergeLabels(obj.GetLabels(), gatewayLabels(gw)))
 			if err := mutate(); err != nil {
 				return err
@@ -220,7 +223,7 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 			return controllerutil.SetControllerReference(gw, obj, r.Scheme())
 		})
 		if err != nil {
-			return fail(v1alpha1.ReasonApplyFailed, false, "writing %T %s: %v", obj, obj.GetName(), err)
+			return applyFailure(err, "writing "+kindOf(obj)+" "+obj.GetName())
 		}
 		return nil
 	}
@@ -249,7 +252,7 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 		r.event(gw, corev1.EventTypeWarning, v1alpha1.EventRenderingDrift, driftNote(gw.Namespace, drifts, "the rendered gateway.yaml (pods refuse to start on another one)"))
 	}
 	if err != nil {
-		return ctrl.Result{}, fail(v1alpha1.ReasonApplyFailed, false, "%v", err)
+		return ctrl.Result{}, applyFailure(err, "")
 	}
 	digest := b.Digest()
 	prev := r.renderedDigest(ctx, n)
@@ -260,7 +263,7 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 		r.event(gw, corev1.EventTypeWarning, v1alpha1.EventRenderingDrift, driftNote(gw.Namespace, drifts, "the rendering of digest "+digest))
 	}
 	if err != nil {
-		return ctrl.Result{}, fail(v1alpha1.ReasonApplyFailed, false, "%v", err)
+		return ctrl.Result{}, applyFailure(err, "")
 	}
 	if e := r.deleteStaleShards(ctx, gw, len(shards)); e != nil {
 		return ctrl.Result{}, e
@@ -308,6 +311,41 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 		return ctrl.Result{}, e
 	}
 	return r.rollout(ctx, gw, dep, b, digest, sources, trust != nil)
+}
+
+// kindOf is the Kind of an object the gateway renders, for messages.
+func kindOf(obj client.Object) string {
+	switch obj.(type) {
+	case *corev1.ServiceAccount:
+		return "ServiceAccount"
+	case *rbacv1.Role:
+		return "Role"
+	case *rbacv1.RoleBinding:
+		return "RoleBinding"
+	case *corev1.PersistentVolumeClaim:
+		return "PersistentVolumeClaim"
+	case *appsv1.Deployment:
+		return "Deployment"
+	case *corev1.Service:
+		return "Service"
+	case *corev1.ConfigMap:
+		return "ConfigMap"
+	}
+	return fmt.Sprintf("%T", obj)
+}
+
+// applyFailure is the step error of a failed write: OwnershipConflict for an object the
+// controller does not control (an *OwnershipConflictError), ApplyFailed otherwise (what names
+// the write, "" when err says it).
+func applyFailure(err error, what string) *stepError {
+	var conflict *OwnershipConflictError
+	if errors.As(err, &conflict) {
+		return fail(v1alpha1.ReasonOwnershipConflict, false, "%v", conflict)
+	}
+	if what != "" {
+		return fail(v1alpha1.ReasonApplyFailed, false, "%s: %v", what, err)
+	}
+	return fail(v1alpha1.ReasonApplyFailed, false, "%v", err)
 }
 
 // rollout fills the status from the Deployment and the pods' reports, and sets Ready when

@@ -84,6 +84,11 @@ const (
 	ReasonRegistryMismatch = "RegistryMismatch"
 	// ReasonStorageFailed: writing the rendered ConfigMaps failed.
 	ReasonStorageFailed = "StorageFailed"
+	// ReasonOwnershipConflict: an object the controller would render (a ConfigMap,
+	// ServiceAccount, Role, RoleBinding, PersistentVolumeClaim, Deployment or Service) exists
+	// and is not controlled by this object; the controller adopts nothing, so nothing was
+	// written. The message names the object (issue 17).
+	ReasonOwnershipConflict = "OwnershipConflict"
 )
 
 // Event reasons that are not also condition reasons.

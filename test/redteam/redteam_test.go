@@ -63,6 +63,7 @@ func TestRedTeam(t *testing.T) {
 	t.Run("SemverSkipsUntrustedTag", w.testSemverTags)
 	t.Run("LargeBlob", w.testLargeBlob)
 	t.Run("FileURLWithoutFlag", w.testFileURL)
+	t.Run("ReversiGatewayAdoptsNothing", w.testNoAdoption)
 }
 
 // testHonestPath: the world works as designed before any attack. The gateway runs as the
