@@ -146,11 +146,25 @@ func (aw *approvalsWorld) testForgedCopy(t *testing.T) {
 	}); !ok {
 		t.Fatalf("alice's Deny did not deny %s: phase %s %q", id, ar.Status.Phase, ar.Status.Message)
 	}
-	text, isErr := s.call(t, toolCreate, args)
-	if !isErr {
-		t.Errorf("ATTACK: after finance denied %s, pay let %s through on the forged copies %v approved by carol: %q", id, toolCreate, copies, oneLine(text))
-	} else if !strings.Contains(text, "approval "+id+" for this call was denied") {
-		t.Errorf("the call after the Deny is not blocked as denied by %s: %q", id, oneLine(text))
+	// The gateway's informer may lag the API server a moment: until it sees the Deny, the call
+	// is still held for the request; it must never pass.
+	var text string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var isErr bool
+		text, isErr = s.call(t, toolCreate, args)
+		if !isErr {
+			t.Errorf("ATTACK: after finance denied %s, pay let %s through on the forged copies %v approved by carol: %q", id, toolCreate, copies, oneLine(text))
+			break
+		}
+		if strings.Contains(text, "approval "+id+" for this call was denied") {
+			break
+		}
+		if time.Now().After(deadline) || !strings.Contains(text, "request "+id+" is waiting") {
+			t.Errorf("the call after the Deny is not blocked as denied by %s: %q", id, oneLine(text))
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	aw.wantRecord(t, s.run, id, eventDenied, "")
 	for _, c := range copies {
