@@ -193,7 +193,7 @@ func (a *Approval) decide(d Decision, now time.Time) (recs []ApprovalRecord, rul
 		if errors.Is(err, approvalrules.ErrNotPending) {
 			return append(recs, rec), fmt.Errorf("%w: %s is %s", ErrNotPending, a.ID, a.State)
 		}
-		return append(recs, rec), fmt.Errorf("%w: %s", ErrNotAllowed, approvalrules.Why(err))
+		return append(recs, rec), &RuleError{Err: err}
 	}
 	d.Roles = slices.Clone(d.Roles)
 	a.Decisions = append(a.Decisions, d)
@@ -202,6 +202,17 @@ func (a *Approval) decide(d Decision, now time.Time) (recs []ApprovalRecord, rul
 	recs = append(recs, rec)
 	return append(recs, a.phaseRecords(ApprovalPending, escalated)...), nil
 }
+
+// RuleError is a decision the approval rules refused: errors.Is(err, ErrNotAllowed) holds, and
+// so does errors.Is with the rule's own sentinel (e.g. approvalrules.ErrActorAlias). Its text
+// is ErrNotAllowed's and the rule's reason.
+type RuleError struct {
+	// Err is the refusal of approvalrules.State.Cast.
+	Err error
+}
+
+func (e *RuleError) Error() string   { return ErrNotAllowed.Error() + ": " + approvalrules.Why(e.Err) }
+func (e *RuleError) Unwrap() []error { return []error{ErrNotAllowed, e.Err} }
 
 func decisionWord(approve bool) string {
 	if approve {

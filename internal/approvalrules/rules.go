@@ -36,6 +36,9 @@ var (
 	ErrNotEligible = errors.New("not allowed to decide this request")
 	// ErrNoVoter: the vote names nobody.
 	ErrNoVoter = errors.New("a decision needs the deciding principal")
+	// ErrActorAlias (wraps ErrNotEligible): the voter is the run's actor under another
+	// username (same uid or e-mail, see ActorAlias).
+	ErrActorAlias = fmt.Errorf("%w: the run's actor under another name", ErrNotEligible)
 )
 
 // refusal is an error of Eligible: a sentinel and the reason in words.
@@ -130,7 +133,7 @@ func (s *State) Eligible(v Vote) error {
 			}
 			return refuse(ErrNotEligible, "%s is the run's actor and cannot approve its own call", v.By)
 		}
-		return refuse(ErrNotEligible, "%s is the run's own actor %s (%s) and cannot approve its own call", v.By, s.Actor, how)
+		return refuse(ErrActorAlias, "%s is the run's own actor %s (%s) and cannot approve its own call", v.By, s.Actor, how)
 	}
 	if len(s.Roles) > 0 && !slices.ContainsFunc(v.Groups, func(g string) bool { return slices.Contains(s.Roles, g) }) {
 		return refuse(ErrNotEligible, "%s holds none of the roles %v", v.By, s.Roles)

@@ -165,3 +165,16 @@ func TestOnePersonOneVote(t *testing.T) {
 		t.Fatalf("two persons: %s", s.Phase)
 	}
 }
+
+// An approval by the actor under another name is ErrActorAlias, which is ErrNotEligible too.
+func TestActorAliasIsTyped(t *testing.T) {
+	s := finance()
+	s.ActorUID = "u-agent"
+	err := s.Cast(Vote{By: "seven", UID: "u-agent", Groups: []string{"finance"}, Approve: true, At: t0.Add(time.Minute)})
+	if !errors.Is(err, ErrActorAlias) || !errors.Is(err, ErrNotEligible) {
+		t.Fatalf("alias vote: %v, want ErrActorAlias and ErrNotEligible", err)
+	}
+	if err := s.Cast(Vote{By: "mallory", Approve: true, At: t0.Add(time.Minute)}); errors.Is(err, ErrActorAlias) {
+		t.Fatalf("a missing role is not an alias: %v", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/internal/approvalrules"
 )
 
 func init() { register(newApprovalsCmd) }
@@ -434,7 +435,7 @@ func decideError(ctx context.Context, st store.Store, verb, id, by string, roles
 		a, gerr := st.GetApproval(ctx, id)
 		switch {
 		case gerr != nil:
-		case a.Kept(), strings.Contains(err.Error(), "(same uid)"), strings.Contains(err.Error(), "(same e-mail)"):
+		case a.Kept(), errors.Is(err, approvalrules.ErrActorAlias):
 			return fmt.Errorf("cannot %s %s: %s", verb, id, strings.TrimPrefix(err.Error(), store.ErrNotAllowed.Error()+": "))
 		case verb == "approve" && by == a.Actor:
 			return fmt.Errorf("cannot approve %s: %s opened run %s and may not approve its own call; another principal must approve", id, by, a.Run)
