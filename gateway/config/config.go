@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Mode is how the gateway treats a call that breaks a rule. Source: seed "MCP gateway", Modes.
@@ -101,6 +102,40 @@ type Gateway struct {
 	AllowedHosts []string
 	// AllowedOrigins are the Origin header values accepted; nil means none.
 	AllowedOrigins []string
+	// CallTimeout bounds a forwarded tools/call whose manifest sets no timeout: `call_timeout`,
+	// default DefaultCallTimeout (issue 18: every path that waits on an upstream has a deadline).
+	CallTimeout time.Duration
+	// Limits bound what an upstream or a client can make the gateway spend: `limits:`.
+	Limits Limits
+}
+
+// DefaultCallTimeout is `call_timeout` when absent.
+const DefaultCallTimeout = 60 * time.Second
+
+// Limits is `limits:` (issue 18). Every field has a default (DefaultLimits) and a metric when
+// hit (reversi_gateway_limit_hits_total{limit="<field name>"}). Sizes are in bytes, durations
+// in the manifest duration syntax (500ms, 30s, 2m) or milliseconds.
+type Limits struct {
+	// ToolsPerUpstream is the most tools one upstream may list (tools_per_upstream).
+	ToolsPerUpstream int
+	// PagesPerListing is the most tools/list pages one listing follows (pages_per_listing).
+	PagesPerListing int
+	// MessageBytes is the largest JSON-RPC message read from an upstream (message_bytes).
+	MessageBytes int64
+	// RequestBodyBytes is the largest HTTP request body a client may send (request_body_bytes).
+	RequestBodyBytes int64
+	// BatchSize is the most messages one JSON-RPC batch may hold; 0 refuses batches
+	// (batch_size).
+	BatchSize int
+	// CallsPerSession and CallsPerPrincipal are the most tools/call requests in flight for one
+	// session and for one principal across sessions (calls_per_session, calls_per_principal).
+	CallsPerSession, CallsPerPrincipal int
+	// Connections is the most HTTP connections open at once (connections).
+	Connections int
+	// ReadTimeout bounds reading a whole HTTP request, WriteTimeout writing a non-streaming
+	// response, IdleTimeout a keep-alive connection between requests (read_timeout,
+	// write_timeout, idle_timeout).
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
 
 // Console is `console:`. Mode is off (default), open or login; Role applies to open mode only
@@ -202,6 +237,8 @@ func defaults() *Gateway {
 		ValidateSchemas:   true,
 		Console:           Console{Mode: ConsoleOff},
 		Actor:             DefaultActor,
+		CallTimeout:       DefaultCallTimeout,
+		Limits:            DefaultLimits(),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 )
@@ -35,6 +36,7 @@ func TestSeedExampleLoads(t *testing.T) {
 		Auth: Auth{Keys: "./keys.json", OIDC: &OIDC{Issuer: "https://id.example.com/realm", Audience: "https://gateway.example.com",
 			RoleMap: map[string]string{"bot": "agent", "ops": "operator"}}},
 		AllowedHosts: []string{"gateway.example.com"}, AllowedOrigins: []string{},
+		CallTimeout: DefaultCallTimeout, Limits: DefaultLimits(),
 	}
 	if !reflect.DeepEqual(g, want) {
 		t.Fatalf("got  %+v\nwant %+v", g, want)
@@ -177,7 +179,7 @@ extra: 1
 		`gw.yaml:9: listen.host: "0.0.0.0" is not loopback: the gateway refuses to listen beyond loopback without authentication (set auth.keys or auth.oidc)`,
 		"gw.yaml:10: console.role: the gateway refuses to start an open console with the admin role: use auditor, approver or operator",
 		`gw.yaml:10: console.mode: console open needs a loopback listen.host, not "0.0.0.0": use login with auth instead`,
-		`gw.yaml:11: extra: unknown field "extra" (known: mode, unclassified_reads, validate_schemas, console, actor, permissions, upstreams, allow, deny, listen, resource_url, auth, allowed_hosts, allowed_origins)`,
+		`gw.yaml:11: extra: unknown field "extra" (known: mode, unclassified_reads, validate_schemas, console, actor, permissions, upstreams, allow, deny, listen, resource_url, auth, allowed_hosts, allowed_origins, call_timeout, limits)`,
 	}
 	var got []string
 	for _, e := range errs {
@@ -272,5 +274,30 @@ func TestLoadReadsTheProcessEnvironment(t *testing.T) {
 	}
 	if _, errs := Load(filepath.Join(t.TempDir(), "absent.yaml")); len(errs) != 1 || !os.IsNotExist(errs[0]) {
 		t.Fatalf("absent file: %v", errs)
+	}
+}
+
+// TestLimits: call_timeout and limits: are read, defaults fill the rest, and every bad value is
+// reported at once with its path.
+func TestLimits(t *testing.T) {
+	g, errs := Parse("gw.yaml", []byte("upstreams: [{name: a, command: x}]\ncall_timeout: 5s\nlimits: {tools_per_upstream: 10, message_bytes: 65536, batch_size: 4, read_timeout: 2s}\n"), nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want := DefaultLimits()
+	want.ToolsPerUpstream, want.MessageBytes, want.BatchSize, want.ReadTimeout = 10, 65536, 4, 2*time.Second
+	if g.CallTimeout != 5*time.Second || g.Limits != want {
+		t.Fatalf("call_timeout %s, limits %s; want 5s, %s", g.CallTimeout, g.Limits, want)
+	}
+	_, errs = Parse("gw.yaml", []byte("upstreams: [{name: a, command: x}]\ncall_timeout: soon\nlimits: {tools_per_upstream: 0, message_bytes: 10, batch_size: x, idle_timeout: -1, pages: 3}\n"), nil)
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Error())
+	}
+	for _, w := range []string{"call_timeout: invalid duration", "limits.tools_per_upstream: 0 is out of range", "limits.message_bytes: 10 bytes is out of range",
+		"limits.batch_size: expected a whole number", "limits.idle_timeout:", `limits.pages: unknown field "pages"`} {
+		if !strings.Contains(strings.Join(got, "\n"), w) {
+			t.Errorf("missing %q in:\n%s", w, strings.Join(got, "\n"))
+		}
 	}
 }

@@ -257,7 +257,7 @@ func (d *decoder) expand(p, s string) string {
 	}
 }
 
-var topFields = []string{"mode", "unclassified_reads", "validate_schemas", "console", "actor", "permissions", "upstreams", "allow", "deny", "listen", "resource_url", "auth", "allowed_hosts", "allowed_origins"}
+var topFields = []string{"mode", "unclassified_reads", "validate_schemas", "console", "actor", "permissions", "upstreams", "allow", "deny", "listen", "resource_url", "auth", "allowed_hosts", "allowed_origins", "call_timeout", "limits"}
 
 func (d *decoder) gateway(v any) *Gateway {
 	g := defaults()
@@ -294,6 +294,10 @@ func (d *decoder) gateway(v any) *Gateway {
 	g.AllowedOrigins, _ = d.strList(m, "", "allowed_origins", d.origin)
 	if v, ok := m["console"]; ok && v != nil {
 		g.Console = d.console(v)
+	}
+	d.duration(m, "", "call_timeout", &g.CallTimeout)
+	if v, ok := m["limits"]; ok && v != nil {
+		g.Limits = d.limits(v)
 	}
 	d.crossChecks(g, m)
 	return g

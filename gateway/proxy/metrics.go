@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
 )
@@ -44,6 +45,7 @@ type metrics struct {
 	blocks         *prometheus.CounterVec   // reason, outcome
 	reloads        prometheus.Counter
 	reloadFailures prometheus.Counter
+	limitHits      *prometheus.CounterVec // limit
 	revision       atomic.Pointer[string]
 }
 
@@ -74,6 +76,10 @@ func newMetrics(g *Gateway) *metrics {
 			Name: MetricsPrefix + "reload_failures_total",
 			Help: "Configuration reloads that were rejected (the previous configuration kept serving).",
 		}),
+		limitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricsPrefix + "limit_hits_total",
+			Help: "Times a limit of gateway.yaml was reached (a listing cut short, a message, body or batch refused, a call refused or timed out), by the limit's field name (call_timeout, or a field of limits:).",
+		}, []string{"limit"}),
 	}
 	empty := ""
 	m.revision.Store(&empty)
@@ -86,7 +92,10 @@ func newMetrics(g *Gateway) *metrics {
 		Name: MetricsPrefix + "sessions",
 		Help: "Open MCP sessions on the gateway.",
 	}, func() float64 { return float64(g.sessionCount()) })
-	m.reg.MustRegister(m.calls, m.latency, m.blocks, m.reloads, m.reloadFailures, sessions,
+	for _, l := range config.LimitNames {
+		m.limitHits.WithLabelValues(l)
+	}
+	m.reg.MustRegister(m.calls, m.latency, m.blocks, m.reloads, m.reloadFailures, m.limitHits, sessions,
 		&manifestInfo{g: g, m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -114,6 +123,14 @@ func (m *metrics) call(tool string, start time.Time, d *engine.Decision, out *st
 		m.blocks.WithLabelValues(string(d.Category), OutcomeWouldBlock).Inc()
 	}
 	m.calls.WithLabelValues(tool, outcome).Inc()
+}
+
+// limitHit counts one hit of the limit named by its gateway.yaml field (config.LimitNames).
+// Safe on a nil *metrics (before New has built them): the hit is then not counted.
+func (m *metrics) limitHit(limit string) {
+	if m != nil {
+		m.limitHits.WithLabelValues(limit).Inc()
+	}
 }
 
 // reloaded records a reload: ok when the new configuration is served, !ok when it was
