@@ -1,0 +1,64 @@
+package upstreams
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// Hostile returns the path of the hostile MCP server (test/upstreams/hostile, a Go program that
+// misbehaves on purpose; its flags choose the faults, see its package comment), built with the
+// go command on first use. It fails the test if it cannot be built.
+func Hostile(t testing.TB) string {
+	t.Helper()
+	bin, err := BuildHostile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+var hostileOnce = sync.OnceValues(buildHostile)
+
+// BuildHostile is Hostile for programs (hack/bench): it returns the binary's path or why it
+// could not be built. The binary is kept in the system's temporary folder under a name holding
+// the hash of its source, so test processes share one build and a changed source builds anew.
+func BuildHostile() (string, error) { return hostileOnce() }
+
+func buildHostile() (string, error) {
+	dir, err := sourceDir()
+	if err != nil {
+		return "", err
+	}
+	src := filepath.Join(dir, "hostile", "main.go")
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("upstreams: the hostile server's source: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	out := filepath.Join(os.TempDir(), "reversi-hostile-"+hex.EncodeToString(sum[:8]))
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	// Build beside the final name, then rename: concurrent test processes never see half a file.
+	tmp, err := os.CreateTemp(os.TempDir(), "reversi-hostile-build-")
+	if err != nil {
+		return "", err
+	}
+	_ = tmp.Close()
+	defer os.Remove(tmp.Name())
+	cmd := exec.Command("go", "build", "-o", tmp.Name(), "./hostile")
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("upstreams: go build ./test/upstreams/hostile: %v\n%s", err, b)
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return "", err
+	}
+	return out, nil
+}
