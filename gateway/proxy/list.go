@@ -30,7 +30,7 @@ func ListTools(ctx context.Context, g *config.Gateway, stderr io.Writer) ([]sugg
 		}
 	}()
 	for _, u := range g.Upstreams {
-		up, err := connect(ctx, g, u, stderr, func(*upstream) {})
+		up, err := connect(ctx, dialer{cfg: g, stderr: stderr}, u, func(*upstream) {})
 		if err != nil {
 			return nil, err
 		}

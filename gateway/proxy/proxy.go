@@ -160,8 +160,11 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if err := g.setupSecurity(ctx, o); err != nil {
 		return nil, err
 	}
+	// Before the upstreams: a limit they hit while connecting is counted (read when scraped).
+	g.metrics = newMetrics(g)
+	d := dialer{cfg: o.Config, stderr: stderr, hit: g.metrics.limitHit}
 	for _, u := range o.Config.Upstreams {
-		up, err := connect(ctx, o.Config, u, stderr, g.upstreamChanged)
+		up, err := connect(ctx, d, u, g.upstreamChanged)
 		if err != nil {
 			_ = g.Close()
 			return nil, err
@@ -196,7 +199,6 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.addAgentTools(g.server)
 	g.addOperatorServer(o.PageSize)
 	g.server.AddReceivingMiddleware(g.listMiddleware, g.passMiddleware)
-	g.metrics = newMetrics(g)
 	g.metrics.setRevision(o.Revision)
 	close(g.started)
 	for _, up := range g.upstreams {
@@ -213,9 +215,7 @@ func (g *Gateway) upstreamChanged(up *upstream) {
 	case <-g.closed:
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = g.refreshTools(ctx, up) // a failure is journaled; the previous tools keep serving
+	_ = g.refreshTools(context.Background(), up) // within ListTimeout; a failure is journaled, the previous tools keep serving
 }
 
 // lockedWriter serializes writes to w.

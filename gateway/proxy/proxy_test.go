@@ -427,8 +427,8 @@ func TestEnvIsOnlyTheConfigured(t *testing.T) {
 		t.Errorf("no env must be an empty, non-nil list (nil would inherit): %#v", env)
 	}
 	// The process really gets nothing else: a node upstream that prints its environment.
-	cmd := transport(&config.Gateway{}, config.Upstream{Command: upstreams.Node(t),
-		Args: []string{"-e", "process.stdout.write(JSON.stringify(process.env))"}, Env: map[string]string{"ONLY": "this"}}, nil).(passthroughTransport).Transport.(*mcp.CommandTransport).Command
+	cmd := transport(dialer{cfg: &config.Gateway{}}, config.Upstream{Command: upstreams.Node(t),
+		Args: []string{"-e", "process.stdout.write(JSON.stringify(process.env))"}, Env: map[string]string{"ONLY": "this"}}).(passthroughTransport).Transport.(*mcp.CommandTransport).Command
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatal(err)

@@ -122,10 +122,11 @@ func (g *Gateway) publish(old, ts toolSet) {
 	g.tools.Store(&ts)
 }
 
-// refreshTools lists the given upstreams again (all when none is given) and, when the tool
-// set changed, rebuilds the engine with the manifests in use and publishes the new tools.
-// On any error (an upstream not answering, a name clash) the tools in use keep serving and
-// the error is journaled as a gateway note.
+// refreshTools lists the given upstreams again (all when none is given; each listing bounded
+// and within ListTimeout) and, when the tool set changed, rebuilds the engine with the
+// manifests in use and publishes the new tools. On any error (an upstream not answering, a
+// listing over a limit, a name clash) the tools in use keep serving and the error is
+// journaled as a gateway note.
 func (g *Gateway) refreshTools(ctx context.Context, only ...*upstream) error {
 	ups := only
 	if len(ups) == 0 {
@@ -139,7 +140,9 @@ func (g *Gateway) refreshTools(ctx context.Context, only ...*upstream) error {
 	}
 	g.stateMu.Lock()
 	defer g.stateMu.Unlock()
-	if len(only) == 0 && len(errs) == 0 {
+	if len(only) == 0 {
+		// Also after a failure: an upstream that cannot be listed is asked again once the
+		// cache expires, not on every agent's tools/list.
 		g.listedAt = time.Now()
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -189,9 +192,17 @@ func (g *Gateway) listMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return next(ctx, method, req)
 		}
 		if g.listStale() {
-			// Concurrent lists share one refresh. A failed refresh is journaled; the cached
-			// tools keep serving.
-			_, _, _ = g.listing.Do("", func() (any, error) { return nil, g.refreshTools(context.WithoutCancel(ctx)) })
+			// Concurrent lists share one refresh, which outlives this request (within
+			// ListTimeout per upstream); this request waits for it at most ListWait, then
+			// gets the cached tools. A failed refresh is journaled; the cached tools keep serving.
+			done := g.listing.DoChan("", func() (any, error) { return nil, g.refreshTools(context.WithoutCancel(ctx)) })
+			wait := time.NewTimer(ListWait)
+			select {
+			case <-done:
+			case <-wait.C:
+			case <-ctx.Done():
+			}
+			wait.Stop()
 		}
 		res, err := next(ctx, method, req)
 		if err != nil {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -24,8 +26,13 @@ type upstream struct {
 	name   string
 	cfg    config.Upstream
 	client *mcp.Client
+	dial   dialer
 
-	ready chan struct{} // closed once the first session is set and listed
+	ready  chan struct{} // closed once the first session is set and listed
+	failed chan struct{} // closed when connect fails (ready never closes then)
+
+	relist    chan struct{} // a list_changed waiting to be handled (at most one)
+	relisting atomic.Bool   // a goroutine handles list_changed notifications
 
 	mu    sync.Mutex
 	cs    *mcp.ClientSession // nil while the upstream is down
@@ -53,18 +60,55 @@ func (u *upstream) listed() []*mcp.Tool {
 	return u.tools
 }
 
-// list fetches every page of the upstream's tools/list and keeps it.
+// ErrCursorCycle is returned (wrapped) when an upstream's tools/list gives a cursor that an
+// earlier page of the same listing gave: the listing would never end.
+var ErrCursorCycle = errors.New("tools/list gave a cursor an earlier page gave (a cycle), so the listing would never end")
+
+// list fetches every page of the upstream's tools/list and keeps it. The listing is bounded
+// (issue 18): at most limits.pages_per_listing pages and limits.tools_per_upstream tools (a
+// *LimitError past either), no cursor twice (ErrCursorCycle), within ListTimeout; only the
+// tools are kept, so memory is bounded by the tools and one page (limits.message_bytes). A
+// failed listing keeps nothing: the previous list stays.
 func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 	cs, err := u.session()
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, ListTimeout)
+	defer cancel()
+	l := limitsOf(u.dial.cfg)
 	var tools []*mcp.Tool
-	for t, err := range cs.Tools(ctx, nil) {
+	seen := map[[sha256.Size]byte]bool{} // hashes, not cursors: a cursor can be megabytes
+	params := &mcp.ListToolsParams{}
+	for page := 1; ; page++ {
+		res, err := cs.ListTools(ctx, params)
 		if err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, fmt.Errorf("upstream %s: tools/list: no complete listing within %s (at page %d): %w", u.name, ListTimeout, page, err)
+			}
 			return nil, fmt.Errorf("upstream %s: tools/list: %w", u.name, err)
 		}
-		tools = append(tools, t)
+		if n := len(tools) + len(res.Tools); n > l.ToolsPerUpstream {
+			u.dial.limitHit("tools_per_upstream")
+			return nil, &LimitError{Upstream: u.name, Limit: "tools_per_upstream", Value: int64(l.ToolsPerUpstream),
+				What: fmt.Sprintf("tools/list offers more than %d tools (%d by page %d)", l.ToolsPerUpstream, n, page)}
+		}
+		tools = append(tools, res.Tools...)
+		if res.NextCursor == "" {
+			break
+		}
+		sum := sha256.Sum256([]byte(res.NextCursor))
+		if seen[sum] {
+			u.dial.limitHit("pages_per_listing")
+			return nil, fmt.Errorf("upstream %s: page %d: %w", u.name, page, ErrCursorCycle)
+		}
+		seen[sum] = true
+		if page >= l.PagesPerListing {
+			u.dial.limitHit("pages_per_listing")
+			return nil, &LimitError{Upstream: u.name, Limit: "pages_per_listing", Value: int64(l.PagesPerListing),
+				What: fmt.Sprintf("tools/list has more than %d pages", l.PagesPerListing)}
+		}
+		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
 	}
 	u.mu.Lock()
 	u.tools = tools
@@ -109,13 +153,30 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // stdin closes before sending SIGTERM (some servers, e.g. server-everything, ignore EOF).
 const UpstreamTerminateWait = time.Second
 
+// dialer is what connecting to an upstream needs from the gateway besides the upstream's config.
+type dialer struct {
+	cfg    *config.Gateway
+	stderr io.Writer
+	hit    func(limit string) // counts a limit hit; nil: not counted
+}
+
+func (d dialer) limitHit(limit string) {
+	if d.hit != nil {
+		d.hit(limit)
+	}
+}
+
+func (d dialer) warn(format string, args ...any) {
+	fmt.Fprintf(d.stderr, "reversi-gateway: "+format+"\n", args...)
+}
+
 // transport builds the client transport of one upstream.
-func transport(g *config.Gateway, u config.Upstream, stderr io.Writer) mcp.Transport {
+func transport(d dialer, u config.Upstream) mcp.Transport {
 	if u.Stdio() {
 		cmd := exec.Command(u.Command, u.Args...)
 		cmd.Env = Env(u)
-		cmd.Dir = g.Resolve(u.Cwd)
-		cmd.Stderr = stderr
+		cmd.Dir = d.cfg.Resolve(u.Cwd)
+		cmd.Stderr = d.stderr
 		return passthroughTransport{&mcp.CommandTransport{Command: cmd, TerminateDuration: UpstreamTerminateWait}}
 	}
 	return &mcp.StreamableClientTransport{
@@ -124,27 +185,66 @@ func transport(g *config.Gateway, u config.Upstream, stderr io.Writer) mcp.Trans
 	}
 }
 
-// connect starts or dials one upstream and lists all its tools (every page). changed is
-// called, on its own goroutine, when the upstream sends notifications/tools/list_changed.
-func connect(ctx context.Context, g *config.Gateway, u config.Upstream, stderr io.Writer, changed func(*upstream)) (*upstream, error) {
-	up := &upstream{name: u.Name, cfg: u, ready: make(chan struct{})}
+// connect starts or dials one upstream (within ConnectTimeout) and lists all its tools
+// (list: bounded, within ListTimeout). changed is called, on its own goroutine, when the
+// upstream sends notifications/tools/list_changed. Errors name the upstream; a listing over a
+// limit is a *LimitError naming the field to raise.
+func connect(ctx context.Context, d dialer, u config.Upstream, changed func(*upstream)) (*upstream, error) {
+	up := &upstream{name: u.Name, cfg: u, dial: d, ready: make(chan struct{}), failed: make(chan struct{}),
+		relist: make(chan struct{}, 1)}
 	up.client = mcp.NewClient(&mcp.Implementation{Name: Name, Version: Version}, &mcp.ClientOptions{
-		// Not in the notification's goroutine: re-listing waits for a response on the same session.
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-			go func() { <-up.ready; changed(up) }()
-		},
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { up.listChanged(changed) },
 	})
-	cs, err := up.client.Connect(ctx, transport(g, u, stderr), nil)
+	cctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	cs, err := up.client.Connect(cctx, transport(d, u), nil)
+	cancel()
 	if err != nil {
+		close(up.failed)
 		return nil, fmt.Errorf("upstream %s: connect: %w", u.Name, err)
 	}
 	up.cs = cs
 	if _, err := up.list(ctx); err != nil {
+		close(up.failed)
 		_ = cs.Close()
 		return nil, err
 	}
 	close(up.ready)
 	return up, nil
+}
+
+// listChanged handles a notifications/tools/list_changed: changed runs on another goroutine
+// (re-listing waits for answers on the same session, which the notification's goroutine
+// reads), one at a time per upstream; notifications that arrive meanwhile make one more run,
+// so an upstream sending them in a loop costs one listing at a time, not a goroutine each.
+func (u *upstream) listChanged(changed func(*upstream)) {
+	select {
+	case u.relist <- struct{}{}:
+	default: // one is already waiting: it covers this one
+	}
+	if !u.relisting.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		select {
+		case <-u.ready:
+		case <-u.failed:
+			return
+		}
+		for {
+			select {
+			case <-u.relist:
+				changed(u)
+				continue
+			default:
+			}
+			u.relisting.Store(false)
+			// A notification that came between the check and the Store saw relisting set and
+			// left its turn in relist: take it, unless another goroutine already has.
+			if len(u.relist) == 0 || !u.relisting.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
 }
 
 // Reconnect backoff of a lost upstream: 0.5 s doubling to 30 s (stdio upstreams are started
@@ -186,9 +286,9 @@ func (g *Gateway) supervise(up *upstream) {
 			cancel()
 		}()
 		err = wait.ExponentialBackoffWithContext(ctx, reconnectBackoff, func(ctx context.Context) (bool, error) {
-			cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+			cctx, ccancel := context.WithTimeout(ctx, ConnectTimeout)
 			defer ccancel()
-			ncs, err := up.client.Connect(cctx, transport(g.cfg, up.cfg, g.stderr), nil)
+			ncs, err := up.client.Connect(cctx, transport(up.dial, up.cfg), nil)
 			if err != nil {
 				up.mu.Lock()
 				up.down = err
@@ -205,9 +305,7 @@ func (g *Gateway) supervise(up *upstream) {
 			return
 		}
 		g.note("upstream %s reconnected", up.name)
-		rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = g.refreshTools(rctx, up) // a failure is journaled; the previous tools keep serving
-		rcancel()
+		_ = g.refreshTools(context.Background(), up) // within ListTimeout; a failure is journaled, the previous tools keep serving
 	}
 }
 

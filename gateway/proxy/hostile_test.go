@@ -1,0 +1,313 @@
+package proxy
+
+// Acceptance of issue 18, the upstream side: a hostile upstream (test/upstreams/hostile, a raw
+// JSON-RPC server that misbehaves on purpose) cannot exhaust the gateway or break the other
+// sessions. Real go-sdk clients, a real gateway, a real SQLite journal; every wait bounded.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/reversi-gitops/reversi/gateway/config"
+	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/test/syncbuf"
+	"github.com/reversi-gitops/reversi/test/upstreams"
+)
+
+// heapBound is the growth of the heap in use over its level before a hostile case that the
+// tests allow (issue 18's bound: +200 MiB over idle).
+const heapBound = 200 << 20
+
+// hostileConfig fronts the hostile server, run with args, as the namespaced upstream "h" (no
+// manifests: observe mode, every call forwarded and journaled).
+func hostileConfig(t *testing.T, args ...string) *config.Gateway {
+	u := config.Upstream{Name: "h", Command: upstreams.Hostile(t), Args: args, Env: map[string]string{}, Namespace: true}
+	return &config.Gateway{Mode: config.ModeAuto, UnclassifiedReads: config.UnclassifiedBlock, ValidateSchemas: true,
+		Actor: "dev-laptop", Upstreams: []config.Upstream{u}}
+}
+
+// hostileGateway is a gateway with its SQLite journal's folder.
+type hostileGateway struct {
+	*fixture
+	data string
+}
+
+// newHostile builds a gateway on cfg with a SQLite journal in a fresh folder; ctx bounds New.
+func newHostile(ctx context.Context, t *testing.T, cfg *config.Gateway) (*hostileGateway, error) {
+	t.Helper()
+	data := t.TempDir()
+	st, err := store.OpenSQLite(data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	errw := &syncbuf.Buffer{}
+	gw, err := New(ctx, Options{Config: cfg, Store: st, Stderr: errw})
+	if err != nil {
+		return &hostileGateway{fixture: &fixture{store: st, stderr: errw}, data: data}, err
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	return &hostileGateway{fixture: &fixture{gw: gw, store: st, stderr: errw}, data: data}, nil
+}
+
+func startHostile(t *testing.T, cfg *config.Gateway) *hostileGateway {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := newHostile(ctx, t, cfg)
+	if err != nil {
+		t.Fatalf("New: %v\nstderr:\n%s", err, h.stderr)
+	}
+	return h
+}
+
+// limitHits is reversi_gateway_limit_hits_total{limit}.
+func limitHits(t *testing.T, g *Gateway, limit string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.metrics.limitHits.WithLabelValues(limit).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// checkJournal: the SQLite file passes integrity_check, every intent of every run has exactly
+// one outcome after it, and no step is pending.
+func (h *hostileGateway) checkJournal(t *testing.T) []store.Record {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(h.data, store.SQLiteFile)+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var ok string
+	if err := db.QueryRow("PRAGMA integrity_check").Scan(&ok); err != nil || ok != "ok" {
+		t.Errorf("PRAGMA integrity_check: %q %v", ok, err)
+	}
+	ctx := context.Background()
+	runs, err := h.store.ListRuns(ctx, store.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []store.Record
+	for _, r := range runs {
+		recs, err := h.store.Records(ctx, r.ID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkIntentBeforeOutcome(t, recs)
+		if p, err := h.store.PendingSteps(ctx, r.ID); err != nil || len(p) > 0 {
+			t.Errorf("run %s: pending steps %+v %v", r.ID, p, err)
+		}
+		all = append(all, recs...)
+	}
+	return all
+}
+
+// notes are the gateway journal's notes.
+func (h *hostileGateway) notes(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, r := range gatewayRecords(t, h.store, store.KindNote) {
+		out = append(out, r.Note)
+	}
+	return out
+}
+
+// waitNote waits (at most within) for a gateway note containing all of want.
+func (h *hostileGateway) waitNote(t *testing.T, within time.Duration, want ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		for _, n := range h.notes(t) {
+			hasAll := true
+			for _, w := range want {
+				hasAll = hasAll && strings.Contains(n, w)
+			}
+			if hasAll {
+				return n
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no gateway note with %q within %s; notes: %q\nstderr:\n%s", want, within, h.notes(t), h.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// heapWatch samples the heap in use every 10 ms: the peak growth over the level at the start
+// (after a GC). Past the bound it calls over once, so that a test can stop a load before it
+// harms the machine (without the bounds under test, a hostile upstream grows the heap by
+// gigabytes).
+type heapWatch struct {
+	base, peak atomic.Uint64
+	stop, done chan struct{}
+}
+
+func watchHeap(over func()) *heapWatch {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	w := &heapWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	w.base.Store(ms.HeapInuse)
+	w.peak.Store(ms.HeapInuse)
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		called := false
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > w.peak.Load() {
+				w.peak.Store(ms.HeapInuse)
+			}
+			if !called && over != nil && ms.HeapInuse > w.base.Load()+heapBound {
+				called = true
+				over()
+			}
+		}
+	}()
+	return w
+}
+
+// Stop ends sampling and returns the peak growth in bytes.
+func (w *heapWatch) Stop() uint64 {
+	close(w.stop)
+	<-w.done
+	if p, b := w.peak.Load(), w.base.Load(); p > b {
+		return p - b
+	}
+	return 0
+}
+
+func mib(n uint64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// TestHostileListingAtStart: an upstream whose tools/list cycles, never ends, or offers 2,500
+// tools is refused at start, quickly, with an error naming the limit and the field to raise,
+// and the heap stays within heapBound on the way.
+func TestHostileListingAtStart(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want func(error) bool
+		text []string
+	}{
+		{"cyclic cursor", []string{"-list", "cycle"}, func(err error) bool { return errors.Is(err, ErrCursorCycle) },
+			[]string{"upstream h", "a cycle"}},
+		{"endless cursors", []string{"-list", "endless", "-pad", "65536"}, func(err error) bool {
+			var le *LimitError
+			return errors.As(err, &le) && le.Limit == "pages_per_listing"
+		}, []string{"upstream h", "more than 100 pages", "limits.pages_per_listing is 100", "raise limits.pages_per_listing in gateway.yaml"}},
+		{"2,500 tools", []string{"-list", "many"}, func(err error) bool {
+			var le *LimitError
+			return errors.As(err, &le) && le.Limit == "tools_per_upstream"
+		}, []string{"upstream h", "more than 2000 tools", "raise limits.tools_per_upstream in gateway.yaml"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			w := watchHeap(cancel)
+			began := time.Now()
+			_, err := newHostile(ctx, t, hostileConfig(t, c.args...))
+			took, growth := time.Since(began), w.Stop()
+			t.Logf("refused after %s: %v; heap growth %s", took.Round(time.Millisecond), err, mib(growth))
+			if err == nil || !c.want(err) {
+				t.Fatalf("New: %v, want the listing refused", err)
+			}
+			for _, s := range c.text {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q lacks %q", err, s)
+				}
+			}
+			if took > 10*time.Second {
+				t.Errorf("refused after %s, want well within ListTimeout", took)
+			}
+			if growth > heapBound {
+				t.Errorf("heap grew by %s, over %s", mib(growth), mib(heapBound))
+			}
+		})
+	}
+}
+
+// TestHostileListingRefresh: after list_changed, a listing over a limit (endless cursors, a
+// cycle, 2,500 tools) is refused and journaled, counted in the metric, and the previous tools
+// keep serving; the heap stays within heapBound.
+func TestHostileListingRefresh(t *testing.T) {
+	h := startHostile(t, hostileConfig(t, "-page", "1"))
+	cs := h.client(t)
+	before := toolNames(t, cs)
+	w := watchHeap(nil)
+	for _, c := range []struct{ list, limit, text string }{
+		{"endless", "pages_per_listing", "more than 100 pages"},
+		{"cycle", "pages_per_listing", "a cycle"},
+		{"many", "tools_per_upstream", "more than 2000 tools"},
+	} {
+		hits := limitHits(t, h.gw, c.limit)
+		if res := call(t, cs, "h.relist", map[string]any{"list": c.list}); res.IsError {
+			t.Fatalf("relist %s: %v", c.list, texts(res))
+		}
+		h.waitNote(t, 10*time.Second, "the tool list was not refreshed", "upstream h", c.text)
+		if got := limitHits(t, h.gw, c.limit); got != hits+1 {
+			t.Errorf("%s: limit_hits_total{limit=%q} %v, want %v", c.list, c.limit, got, hits+1)
+		}
+		if after := toolNames(t, cs); !slices.Equal(after, before) {
+			t.Errorf("%s: the tools changed to %q", c.list, after)
+		}
+		if res := call(t, cs, "h.echo", map[string]any{"text": "still"}); res.IsError || texts(res)[0] != "still" {
+			t.Errorf("%s: echo after the refused refresh: %v", c.list, texts(res))
+		}
+	}
+	if g := w.Stop(); g > heapBound {
+		t.Errorf("heap grew by %s, over %s", mib(g), mib(heapBound))
+	} else {
+		t.Logf("heap growth over the three refreshes: %s", mib(g))
+	}
+	h.checkJournal(t)
+}
+
+// TestHostileStaleToolsList: an agent's tools/list on a stale cache does not wait for an
+// upstream whose tools/list never answers: it gets the cached tools within ListWait.
+func TestHostileStaleToolsList(t *testing.T) {
+	h := startHostile(t, hostileConfig(t))
+	cs := h.client(t)
+	before := toolNames(t, cs)
+	if res := call(t, cs, "h.relist", map[string]any{"list": "hang"}); res.IsError {
+		t.Fatalf("relist: %v", texts(res))
+	}
+	h.gw.stateMu.Lock()
+	h.gw.listedAt = time.Now().Add(-ListCacheTTL - time.Second)
+	h.gw.stateMu.Unlock()
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), ListWait+8*time.Second)
+	defer cancel()
+	res, err := cs.ListTools(ctx, nil)
+	took := time.Since(began)
+	if err != nil {
+		t.Fatalf("tools/list on a stale cache, upstream not answering: %v after %s", err, took)
+	}
+	t.Logf("tools/list answered after %s (ListWait %s)", took.Round(time.Millisecond), ListWait)
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+	}
+	if !slices.Equal(names, before) || took > ListWait+2*time.Second {
+		t.Errorf("after %s: tools %q, want the cached %q within ListWait", took, names, before)
+	}
+}
