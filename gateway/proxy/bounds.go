@@ -50,3 +50,11 @@ func limitsOf(cfg *config.Gateway) config.Limits {
 	}
 	return l
 }
+
+// callTimeoutOf is cfg's call_timeout, its default when unset.
+func callTimeoutOf(cfg *config.Gateway) time.Duration {
+	if cfg.CallTimeout > 0 {
+		return cfg.CallTimeout
+	}
+	return config.DefaultCallTimeout
+}

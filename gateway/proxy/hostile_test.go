@@ -9,14 +9,18 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/reversi-gitops/reversi/gateway/config"
@@ -198,6 +202,13 @@ func (w *heapWatch) Stop() uint64 {
 
 func mib(n uint64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
+// callCtx calls tool with a deadline, returning the error instead of failing.
+func callCtx(cs *mcp.ClientSession, within time.Duration, tool string, args any) (*mcp.CallToolResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	return cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+}
+
 // TestHostileListingAtStart: an upstream whose tools/list cycles, never ends, or offers 2,500
 // tools is refused at start, quickly, with an error naming the limit and the field to raise,
 // and the heap stays within heapBound on the way.
@@ -310,4 +321,183 @@ func TestHostileStaleToolsList(t *testing.T) {
 	if !slices.Equal(names, before) || took > ListWait+2*time.Second {
 		t.Errorf("after %s: tools %q, want the cached %q within ListWait", took, names, before)
 	}
+}
+
+func outcomesOf(recs []store.Record, tool string) []store.Record {
+	var out []store.Record
+	for _, r := range recs {
+		if r.Kind == store.KindOutcome && r.Tool == tool {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// lines counts the non-empty lines of file (0 if it does not exist yet).
+func lines(t *testing.T, file string) int {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(strings.Fields(string(b)))
+}
+
+func waitLines(t *testing.T, file string, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for lines(t, file) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has %d lines after %s, want %d", filepath.Base(file), lines(t, file), within, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHostileSessionsLeaveMidCall: 20 sessions leave with a call in flight on a tool that
+// never answers: the upstream receives 20 notifications/cancelled, every call is journaled
+// uncertain (cancelled), nothing stays pending (journal, upstream connection), and the
+// goroutines return to their baseline. Then 5 calls cancelled by their (HTTP) client: the same.
+func TestHostileSessionsLeaveMidCall(t *testing.T) {
+	dir := t.TempDir()
+	cancels, calls := filepath.Join(dir, "cancelled"), filepath.Join(dir, "calls")
+	h := startHostile(t, hostileConfig(t, "-cancel-log", cancels, "-calls-log", calls))
+	hc := httpClient(t, serveHTTP(t, h.gw))
+	call(t, hc, "h.echo", map[string]any{"text": "its run is open"}) // part of the baseline
+	began := time.Now()
+	base := goroutines()
+	const sessions = 20
+	var wg sync.WaitGroup
+	var closers []func()
+	for range sessions {
+		ct, stt := mcp.NewInMemoryTransports()
+		ss, err := h.gw.Server().Connect(context.Background(), stt, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nt := &noted{Transport: ct}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "leaver", Version: "1"}, nil).Connect(context.Background(), nt, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Leaving: the connection goes (as when the client process dies), then the session.
+		closers = append(closers, func() { _ = nt.conn.Close(); _ = cs.Close(); _ = ss.Wait() })
+		wg.Go(func() { _, _ = callCtx(cs, 30*time.Second, "h.hang", map[string]any{}) })
+	}
+	waitLines(t, calls, 1+sessions, 10*time.Second) // the echo, then the hangs
+	for _, c := range closers {
+		c()
+	}
+	wg.Wait()
+	waitLines(t, cancels, sessions, 10*time.Second)
+	t.Logf("%d sessions left mid-call; the upstream had %d cancellations after %s", sessions, lines(t, cancels), time.Since(began).Round(time.Millisecond))
+
+	// Client-side cancellation over HTTP: the go-sdk client cancels, the gateway cancels upstream.
+	for i := range 5 {
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := hc.CallTool(ctx, &mcp.CallToolParams{Name: "h.hang", Arguments: map[string]any{}})
+			errc <- err
+		}()
+		waitLines(t, calls, 1+sessions+i+1, 10*time.Second)
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Errorf("HTTP call %d: %v, want context.Canceled", i, err)
+		}
+		waitLines(t, cancels, sessions+i+1, 10*time.Second)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := lines(t, cancels); n != sessions+5 {
+		t.Errorf("the upstream received %d notifications/cancelled, want %d", n, sessions+5)
+	}
+
+	// The outcomes are journaled after the handlers see the cancellation: wait for them.
+	deadline := time.Now().Add(10 * time.Second)
+	var uncertain int
+	for ; ; time.Sleep(50 * time.Millisecond) {
+		uncertain = 0
+		runs, _ := h.store.ListRuns(context.Background(), store.RunFilter{})
+		for _, r := range runs {
+			recs, _ := h.store.Records(context.Background(), r.ID, 0, 0)
+			for _, o := range outcomesOf(recs, "h.hang") {
+				if o.Status == store.Uncertain && strings.Contains(o.Note, "notifications/cancelled") {
+					uncertain++
+				}
+			}
+		}
+		if uncertain == sessions+5 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if uncertain != sessions+5 {
+		t.Errorf("%d uncertain (cancelled) outcomes of h.hang, want %d", uncertain, sessions+5)
+	}
+	h.checkJournal(t)
+	up := h.gw.upstreams[0]
+	up.mu.Lock()
+	pending := up.conn.(*passthroughConn).pendingCalls()
+	up.mu.Unlock()
+	if pending != 0 {
+		t.Errorf("%d calls still pending on the upstream connection", pending)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for goroutines() > base && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := goroutines(); n > base {
+		buf := make([]byte, 1<<20)
+		t.Errorf("goroutines %d, baseline %d:\n%s", n, base, buf[:runtime.Stack(buf, true)])
+	} else {
+		t.Logf("goroutines back to %d (baseline %d) after %s", n, base, time.Since(began).Round(time.Millisecond))
+	}
+}
+
+// noted is a client transport that keeps the connection it opens, to drop it abruptly.
+type noted struct {
+	mcp.Transport
+	conn mcp.Connection
+}
+
+func (n *noted) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := n.Transport.Connect(ctx)
+	n.conn = c
+	return c, err
+}
+
+// goroutines counts the goroutines once idle HTTP client connections are closed (their read
+// and write loops are the pool's, not a leak).
+func goroutines() int {
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	time.Sleep(50 * time.Millisecond)
+	return runtime.NumGoroutine()
+}
+
+// TestDefaultCallTimeout: a call whose manifest sets no timeout_ms is bounded by call_timeout:
+// journaled uncertain, answered, counted, and cancelled upstream.
+func TestDefaultCallTimeout(t *testing.T) {
+	cancels := filepath.Join(t.TempDir(), "cancelled")
+	cfg := hostileConfig(t, "-cancel-log", cancels)
+	cfg.CallTimeout = time.Second
+	h := startHostile(t, cfg)
+	cs := h.client(t)
+	began := time.Now()
+	res := call(t, cs, "h.hang", map[string]any{})
+	took := time.Since(began)
+	got := strings.Join(texts(res), "")
+	if !res.IsError || !strings.Contains(got, "timed out after 1s (call_timeout") || !strings.Contains(got, "uncertain") || took > 5*time.Second {
+		t.Fatalf("after %s: %q", took, got)
+	}
+	if n := limitHits(t, h.gw, "call_timeout"); n != 1 {
+		t.Errorf("limit_hits_total{limit=\"call_timeout\"} %v, want 1", n)
+	}
+	waitLines(t, cancels, 1, 10*time.Second)
+	_, recs := onlyRun(t, h.store)
+	if o := outcomesOf(recs, "h.hang"); len(o) != 1 || o[0].Status != store.Uncertain || !strings.Contains(o[0].Note, "call_timeout") {
+		t.Errorf("outcome %+v", o)
+	}
+	h.checkJournal(t)
 }

@@ -24,7 +24,16 @@ import (
 
 // rawSlot receives the raw result of one tools/call sent with it in its context.
 type rawSlot struct {
-	raw json.RawMessage // set by the reading goroutine before the SDK delivers the response
+	raw    json.RawMessage // set by the reading goroutine before the SDK delivers the response
+	forget func()          // set by Write: drops the slot from its connection's pending calls
+}
+
+// release drops the slot from its connection once the call has returned, answered or not (a
+// call cancelled or timed out would otherwise stay pending for the connection's life).
+func (s *rawSlot) release() {
+	if s.forget != nil {
+		s.forget()
+	}
 }
 
 type rawSlotKey struct{}
@@ -38,6 +47,13 @@ func (t passthroughTransport) Connect(ctx context.Context) (mcp.Connection, erro
 		return nil, err
 	}
 	return &passthroughConn{Connection: c, pending: map[jsonrpc.ID]*rawSlot{}}, nil
+}
+
+// pendingCalls is the number of tools/call slots waiting for an answer.
+func (c *passthroughConn) pendingCalls() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
 }
 
 // passthroughConn notes the slot of each tools/call written with one and fills it from the
@@ -54,6 +70,8 @@ func (c *passthroughConn) Write(ctx context.Context, msg jsonrpc.Message) error 
 			c.mu.Lock()
 			c.pending[req.ID] = slot
 			c.mu.Unlock()
+			id := req.ID
+			slot.forget = func() { c.forget(id) } // the caller's goroutine: forward reads it after CallTool
 			err := c.Connection.Write(ctx, msg)
 			if err != nil {
 				c.forget(req.ID)

@@ -236,7 +236,8 @@ func (g *Gateway) Server() *mcp.Server { return g.server }
 // Engine is the engine currently deciding calls.
 func (g *Gateway) Engine() *engine.Engine { return g.engine.Load() }
 
-// Close disconnects every upstream (stopping stdio upstreams), all at once.
+// Close disconnects every upstream (stopping stdio upstreams), all at once. Calls still in
+// flight upstream end at once with an error (journaled uncertain by their handlers).
 func (g *Gateway) Close() error {
 	g.close.Do(func() { close(g.closed) })
 	errs := make([]error, len(g.upstreams))
@@ -246,6 +247,14 @@ func (g *Gateway) Close() error {
 			cs, err := u.session()
 			if err != nil {
 				return // down: nothing to close
+			}
+			u.mu.Lock()
+			conn := u.conn
+			u.mu.Unlock()
+			// The connection first: the session's Close alone waits for every call in flight
+			// to be answered, which a hung upstream never does.
+			if conn != nil {
+				_ = conn.Close()
 			}
 			if err := cs.Close(); err != nil {
 				errs[i] = fmt.Errorf("upstream %s: %w", u.name, err)
@@ -470,6 +479,9 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	case errors.Is(ferr, ErrUpstreamDown): // never sent: nothing happened upstream
 		out.Status = store.Failed
 		notes = append(notes, "not forwarded: "+ferr.Error())
+	case errors.Is(ferr, ErrCallCancelled): // the upstream may have acted
+		out.Status = store.Uncertain
+		notes = append(notes, ferr.Error())
 	case ferr != nil:
 		out.Status = store.Uncertain
 		notes = append(notes, "the upstream did not answer: "+ferr.Error())
@@ -551,9 +563,36 @@ func anyArgs(args map[string]any) any {
 	return args
 }
 
-// forward sends the call to its upstream with the decision's timeout, retrying (read_only and
-// idempotent tools only, as the engine decided) with exponential backoff. From a stdio upstream
-// it also returns the result's raw bytes, and res is then lightResult's (see Result pass-through).
+// CallTimeoutError is a forwarded call the gateway stopped waiting for after After: the
+// manifest's timeout_ms, or call_timeout when the manifest sets none (Default). The upstream
+// may still act, so the step is journaled uncertain (seed: Timeout and retry).
+type CallTimeoutError struct {
+	After   time.Duration
+	Default bool
+	Err     error // what the upstream client returned
+}
+
+func (e *CallTimeoutError) Error() string {
+	from := ""
+	if e.Default {
+		from = " (call_timeout: the manifest sets no timeout_ms)"
+	}
+	return fmt.Sprintf("timed out after %s%s: %v", e.After, from, e.Err)
+}
+
+func (e *CallTimeoutError) Unwrap() error { return e.Err }
+
+// ErrCallCancelled is returned (wrapped) for a forwarded call whose agent cancelled it or whose
+// session ended before the upstream answered: the upstream was sent notifications/cancelled
+// (by the go-sdk client, when the call's context ends), and the step is journaled uncertain.
+var ErrCallCancelled = errors.New("the agent cancelled the call, or its session ended, before the upstream answered; the upstream was sent notifications/cancelled")
+
+// forward sends the call to its upstream with the decision's timeout (call_timeout when the
+// manifest sets none), retrying (read_only and idempotent tools only, as the engine decided)
+// with exponential backoff. ctx is the agent's request: when it ends, the call is cancelled
+// upstream. From a stdio upstream it also returns the result's raw bytes, and res is then
+// lightResult's (see Result pass-through). Errors: ErrUpstreamDown (never sent),
+// *CallTimeoutError, ErrCallCancelled, or the upstream's (MessageTooLargeError among them).
 func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d engine.Decision) (res *mcp.CallToolResult, resRaw json.RawMessage, err error) {
 	attempts, base, max := 1, 200*time.Millisecond, 5*time.Second
 	if d.Retry != nil {
@@ -568,6 +607,10 @@ func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d 
 			max = time.Duration(d.Retry.MaxMs) * time.Millisecond
 		}
 	}
+	timeout, byDefault := d.Timeout, false
+	if timeout <= 0 {
+		timeout, byDefault = callTimeoutOf(g.cfg), true
+	}
 	params := &mcp.CallToolParams{Name: r.name}
 	if len(raw) > 0 {
 		params.Arguments = raw
@@ -577,22 +620,27 @@ func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d 
 		if i > 0 {
 			select {
 			case <-ctx.Done():
-				return nil, nil, ctx.Err()
+				return nil, nil, fmt.Errorf("%w: %v", ErrCallCancelled, ctx.Err())
 			case <-time.After(wait):
 			}
 			wait = min(2*wait, max)
 		}
-		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if d.Timeout > 0 {
-			cctx, cancel = context.WithTimeout(ctx, d.Timeout)
-		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
 		slot := &rawSlot{}
 		var cs *mcp.ClientSession
 		if cs, err = r.up.session(); err == nil {
 			res, err = cs.CallTool(context.WithValue(cctx, rawSlotKey{}, slot), params)
 		}
-		if err != nil && cctx.Err() != nil && ctx.Err() == nil {
-			err = fmt.Errorf("timed out after %s: %w", d.Timeout, err)
+		slot.release() // an unanswered call's slot is not kept
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			err = fmt.Errorf("%w: %v", ErrCallCancelled, err)
+		case cctx.Err() != nil:
+			if byDefault {
+				g.metrics.limitHit("call_timeout")
+			}
+			err = &CallTimeoutError{After: timeout, Default: byDefault, Err: err}
 		}
 		cancel()
 		resRaw = nil
@@ -603,8 +651,8 @@ func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d 
 				resRaw = nil
 			}
 		}
-		if err == nil && !res.IsError {
-			return res, resRaw, nil
+		if err == nil && !res.IsError || errors.Is(err, ErrCallCancelled) {
+			return res, resRaw, err
 		}
 	}
 	return res, resRaw, err

@@ -16,8 +16,9 @@ var _ rollback.Caller = (*Gateway)(nil)
 // the request's `_meta`, bypassing the engine and the call journal: it is how a rollback runs
 // compensations and read-backs "on the upstream" (seed "MCP gateway": Limits, "Rollback
 // executes against the upstream the compensation tool is exposed by"; `reversi.*` tools,
-// "Compensations bypass allow/deny and scope"). Errors: no upstream exposes tool, arguments
-// that are not JSON, or the upstream's transport error; an isError answer is a result.
+// "Compensations bypass allow/deny and scope"). Without a deadline in ctx it waits at most
+// call_timeout. Errors: no upstream exposes tool, arguments that are not JSON, or the
+// upstream's transport error (a timeout among them); an isError answer is a result.
 func (g *Gateway) CallTool(ctx context.Context, tool string, args, meta map[string]any) (*mcp.CallToolResult, error) {
 	r := g.route(tool)
 	if r == nil {
@@ -34,6 +35,11 @@ func (g *Gateway) CallTool(ctx context.Context, tool string, args, meta map[stri
 	cs, err := r.up.session()
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok { // every wait on an upstream has a deadline (issue 18)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, callTimeoutOf(g.cfg))
+		defer cancel()
 	}
 	return cs.CallTool(ctx, params)
 }

@@ -31,8 +31,9 @@ type upstream struct {
 	ready  chan struct{} // closed once the first session is set and listed
 	failed chan struct{} // closed when connect fails (ready never closes then)
 
-	relist    chan struct{} // a list_changed waiting to be handled (at most one)
-	relisting atomic.Bool   // a goroutine handles list_changed notifications
+	relist    chan struct{}  // a list_changed waiting to be handled (at most one)
+	relisting atomic.Bool    // a goroutine handles list_changed notifications
+	conn      mcp.Connection // the current session's connection (guarded by mu): see Gateway.Close
 
 	mu    sync.Mutex
 	cs    *mcp.ClientSession // nil while the upstream is down
@@ -185,6 +186,28 @@ func transport(d dialer, u config.Upstream) mcp.Transport {
 	}
 }
 
+// transport is transport(u.dial, u.cfg), noting the connection it opens in u.conn.
+func (u *upstream) transport() mcp.Transport {
+	return notingTransport{Transport: transport(u.dial, u.cfg), up: u}
+}
+
+// notingTransport notes the connection it opens and returns it as it is (the SDK
+// type-asserts its own connections, which a wrapper would hide).
+type notingTransport struct {
+	mcp.Transport
+	up *upstream
+}
+
+func (t notingTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err == nil {
+		t.up.mu.Lock()
+		t.up.conn = c
+		t.up.mu.Unlock()
+	}
+	return c, err
+}
+
 // connect starts or dials one upstream (within ConnectTimeout) and lists all its tools
 // (list: bounded, within ListTimeout). changed is called, on its own goroutine, when the
 // upstream sends notifications/tools/list_changed. Errors name the upstream; a listing over a
@@ -196,7 +219,7 @@ func connect(ctx context.Context, d dialer, u config.Upstream, changed func(*ups
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { up.listChanged(changed) },
 	})
 	cctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
-	cs, err := up.client.Connect(cctx, transport(d, u), nil)
+	cs, err := up.client.Connect(cctx, up.transport(), nil)
 	cancel()
 	if err != nil {
 		close(up.failed)
@@ -288,7 +311,7 @@ func (g *Gateway) supervise(up *upstream) {
 		err = wait.ExponentialBackoffWithContext(ctx, reconnectBackoff, func(ctx context.Context) (bool, error) {
 			cctx, ccancel := context.WithTimeout(ctx, ConnectTimeout)
 			defer ccancel()
-			ncs, err := up.client.Connect(cctx, transport(up.dial, up.cfg), nil)
+			ncs, err := up.client.Connect(cctx, up.transport(), nil)
 			if err != nil {
 				up.mu.Lock()
 				up.down = err
