@@ -209,6 +209,25 @@ func callCtx(cs *mcp.ClientSession, within time.Duration, tool string, args any)
 	return cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 }
 
+// alongside runs a slow call on other while fault runs on one: the other session's call must
+// succeed whatever the fault does.
+func alongside(t *testing.T, other *mcp.ClientSession, fault func()) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		res, err := callCtx(other, 30*time.Second, "h.slow", map[string]any{"ms": 700})
+		if err == nil && (res.IsError || strings.Join(texts(res), "") != "slow") {
+			err = fmt.Errorf("result %v", texts(res))
+		}
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the slow call is upstream when the fault happens
+	fault()
+	if err := <-done; err != nil {
+		t.Errorf("the other session's call during the fault: %v", err)
+	}
+}
+
 // TestHostileListingAtStart: an upstream whose tools/list cycles, never ends, or offers 2,500
 // tools is refused at start, quickly, with an error naming the limit and the field to raise,
 // and the heap stays within heapBound on the way.
@@ -323,6 +342,71 @@ func TestHostileStaleToolsList(t *testing.T) {
 	}
 }
 
+// TestHostileFraming: a banner before initialize and a garbage line before every message do
+// not stop the gateway; a non-JSON line, a 20 MiB answer (id first or last) and a 20 MiB
+// message without an id fail at most the call concerned, while another session's call on the
+// same upstream completes; the upstream is never restarted; the heap stays within heapBound.
+func TestHostileFraming(t *testing.T) {
+	cfg := hostileConfig(t, "-banner", "hostile v1 \x1b[2J starting", "-garbage")
+	cfg.CallTimeout = 2 * time.Second
+	h := startHostile(t, cfg)
+	if s := h.stderr.String(); !strings.Contains(s, "upstream h: skipped a line before initialize") || !strings.Contains(s, `"hostile v1 \x1b[2J starting"`) {
+		t.Errorf("the banner was not logged escaped:\n%s", s)
+	}
+	a, b := h.client(t), h.client(t)
+	w := watchHeap(nil)
+
+	alongside(t, b, func() {
+		if res := call(t, a, "h.noise", map[string]any{}); res.IsError || texts(res)[0] != "ok" {
+			t.Errorf("noise: %v", texts(res))
+		}
+	})
+	for _, idLast := range []bool{false, true} {
+		alongside(t, b, func() {
+			res := call(t, a, "h.big", map[string]any{"bytes": 20 << 20, "id_last": idLast})
+			if got := strings.Join(texts(res), ""); !res.IsError || !strings.Contains(got, "over limits.message_bytes (16777216 bytes)") || !strings.Contains(got, "uncertain") {
+				t.Errorf("big (id last %v): %q", idLast, got)
+			}
+		})
+	}
+	alongside(t, b, func() {
+		res := call(t, a, "h.big_noid", map[string]any{"bytes": 20 << 20})
+		if got := strings.Join(texts(res), ""); !res.IsError || !strings.Contains(got, "timed out after 2s (call_timeout") {
+			t.Errorf("big_noid: %q", got)
+		}
+	})
+	if res := call(t, a, "h.echo", map[string]any{"text": "after"}); res.IsError || texts(res)[0] != "after" {
+		t.Errorf("echo after the faults: %v", texts(res))
+	}
+	g := w.Stop()
+	t.Logf("heap growth over the framing faults: %s", mib(g))
+	if g > heapBound {
+		t.Errorf("heap grew by %s, over %s", mib(g), mib(heapBound))
+	}
+	if n := limitHits(t, h.gw, "message_bytes"); n != 3 {
+		t.Errorf("limit_hits_total{limit=\"message_bytes\"} %v, want 3", n)
+	}
+	if n := limitHits(t, h.gw, "call_timeout"); n != 1 {
+		t.Errorf("limit_hits_total{limit=\"call_timeout\"} %v, want 1", n)
+	}
+	for _, n := range h.notes(t) {
+		if strings.Contains(n, "stopped") {
+			t.Errorf("the upstream was restarted: %q", n)
+		}
+	}
+	recs := h.checkJournal(t)
+	for tool, want := range map[string]string{"h.big": "over limits.message_bytes", "h.big_noid": "call_timeout"} {
+		for _, o := range outcomesOf(recs, tool) {
+			if o.Status != store.Uncertain || !strings.Contains(o.Note, want) {
+				t.Errorf("%s outcome %s %q, want uncertain with %q", tool, o.Status, o.Note, want)
+			}
+		}
+	}
+	if o := outcomesOf(recs, "h.slow"); len(o) != 4 || slices.ContainsFunc(o, func(r store.Record) bool { return r.Status != store.Succeeded }) {
+		t.Errorf("the other session's slow calls: %+v, want 4 succeeded", o)
+	}
+}
+
 func outcomesOf(recs []store.Record, tool string) []store.Record {
 	var out []store.Record
 	for _, r := range recs {
@@ -331,6 +415,44 @@ func outcomesOf(recs []store.Record, tool string) []store.Record {
 		}
 	}
 	return out
+}
+
+// TestHostileCrash: an upstream that exits mid-call is restarted (the last resort), the restart
+// is journaled with its cause (the exit status), the calls in flight are uncertain, and the
+// gateway serves again.
+func TestHostileCrash(t *testing.T) {
+	h := startHostile(t, hostileConfig(t))
+	a, b := h.client(t), h.client(t)
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, _ := callCtx(b, 20*time.Second, "h.slow", map[string]any{"ms": 5000})
+		done <- res
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if res := call(t, a, "h.crash", map[string]any{}); !res.IsError || !strings.Contains(strings.Join(texts(res), ""), "uncertain") {
+		t.Errorf("crash: %v", texts(res))
+	}
+	if res := <-done; res == nil || !res.IsError {
+		t.Errorf("the call in flight when the upstream exited: %+v, want an uncertain error", res)
+	}
+	h.waitNote(t, 10*time.Second, "upstream h stopped (the upstream process exited (exit status 3)); restarting it")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := callCtx(a, 10*time.Second, "h.echo", map[string]any{"text": "back"})
+		if err == nil && !res.IsError {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the upstream was not restarted: %v %v", err, res)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	recs := h.checkJournal(t)
+	for _, tool := range []string{"h.crash", "h.slow"} {
+		if o := outcomesOf(recs, tool); len(o) != 1 || o[0].Status != store.Uncertain {
+			t.Errorf("%s outcomes %+v, want one uncertain", tool, o)
+		}
+	}
 }
 
 // lines counts the non-empty lines of file (0 if it does not exist yet).

@@ -428,7 +428,7 @@ func TestEnvIsOnlyTheConfigured(t *testing.T) {
 	}
 	// The process really gets nothing else: a node upstream that prints its environment.
 	cmd := transport(dialer{cfg: &config.Gateway{}}, config.Upstream{Command: upstreams.Node(t),
-		Args: []string{"-e", "process.stdout.write(JSON.stringify(process.env))"}, Env: map[string]string{"ONLY": "this"}}).(passthroughTransport).Transport.(*mcp.CommandTransport).Command
+		Args: []string{"-e", "process.stdout.write(JSON.stringify(process.env))"}, Env: map[string]string{"ONLY": "this"}}).(passthroughTransport).Transport.(*stdioTransport).cmd
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatal(err)

@@ -171,14 +171,17 @@ func (d dialer) warn(format string, args ...any) {
 	fmt.Fprintf(d.stderr, "reversi-gateway: "+format+"\n", args...)
 }
 
-// transport builds the client transport of one upstream.
+// transport builds the client transport of one upstream. A stdio upstream's messages are
+// bounded to limits.message_bytes, and an oversized one fails only the call it answers
+// (stdioconn.go).
 func transport(d dialer, u config.Upstream) mcp.Transport {
 	if u.Stdio() {
 		cmd := exec.Command(u.Command, u.Args...)
 		cmd.Env = Env(u)
 		cmd.Dir = d.cfg.Resolve(u.Cwd)
 		cmd.Stderr = d.stderr
-		return passthroughTransport{&mcp.CommandTransport{Command: cmd, TerminateDuration: UpstreamTerminateWait}}
+		return passthroughTransport{Transport: &stdioTransport{cmd: cmd, name: u.Name, limit: limitsOf(d.cfg).MessageBytes,
+			terminate: UpstreamTerminateWait, warn: d.warn, hit: d.limitHit}}
 	}
 	return &mcp.StreamableClientTransport{
 		Endpoint:   u.URL,
@@ -275,7 +278,7 @@ func (u *upstream) listChanged(changed func(*upstream)) {
 var reconnectBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
 
 // supervise watches an upstream's session. When it ends while the gateway runs (the process
-// exited, the connection broke, a frame over the SDK's 16 MiB line limit), the upstream is
+// exited, the connection broke, a write broke the stdio framing), the upstream is
 // marked down, which is said on stderr and journaled, so that calls are refused without being
 // forwarded; it is then reconnected with backoff, listed again, and its tools refreshed.
 func (g *Gateway) supervise(up *upstream) {
@@ -299,7 +302,14 @@ func (g *Gateway) supervise(up *upstream) {
 		}
 		up.mu.Unlock()
 		_ = cs.Close()
-		g.note("upstream %s stopped (%v); reconnecting", up.name, werr)
+		// The last resort (issue 18): a stdio upstream is restarted only when its process
+		// exited or its stream broke, never for a message it framed badly; the cause is
+		// journaled, and the calls in flight on it were journaled uncertain.
+		verb := "reconnecting"
+		if up.cfg.Stdio() {
+			verb = "restarting it"
+		}
+		g.note("upstream %s stopped (%v); %s", up.name, werr, verb)
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			select {
