@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -452,6 +453,61 @@ func TestHostileCrash(t *testing.T) {
 		if o := outcomesOf(recs, tool); len(o) != 1 || o[0].Status != store.Uncertain {
 			t.Errorf("%s outcomes %+v, want one uncertain", tool, o)
 		}
+	}
+}
+
+// hostileHTTP starts the hostile server in HTTP mode (args added) and returns its /mcp URL.
+func hostileHTTP(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(upstreams.Hostile(t), append([]string{"-http", "127.0.0.1:0"}, args...)...)
+	errw := &syncbuf.Buffer{}
+	cmd.Stderr = errw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, url, ok := strings.Cut(errw.String(), "listening on "); ok {
+			return strings.TrimSpace(url)
+		}
+	}
+	t.Fatalf("the hostile HTTP server did not listen: %s", errw)
+	return ""
+}
+
+// TestHostileHTTPAnswer: a 20 MiB answer of an HTTP upstream (as JSON or as an SSE event)
+// fails that call only: the other session's call completes and the connection serves on.
+func TestHostileHTTPAnswer(t *testing.T) {
+	for _, mode := range []string{"json", "sse"} {
+		t.Run(mode, func(t *testing.T) {
+			var args []string
+			if mode == "sse" {
+				args = append(args, "-sse")
+			}
+			cfg := &config.Gateway{Mode: config.ModeAuto, UnclassifiedReads: config.UnclassifiedBlock, ValidateSchemas: true,
+				Actor: "dev-laptop", Upstreams: []config.Upstream{{Name: "h", URL: hostileHTTP(t, args...), Namespace: true}}}
+			h := startHostile(t, cfg)
+			a, b := h.client(t), h.client(t)
+			w := watchHeap(nil)
+			alongside(t, b, func() {
+				res := call(t, a, "h.big", map[string]any{"bytes": 20 << 20})
+				if got := strings.Join(texts(res), ""); !res.IsError || !strings.Contains(got, "over limits.message_bytes (16777216 bytes)") {
+					t.Errorf("big: %q", got)
+				}
+			})
+			if res := call(t, a, "h.echo", map[string]any{"text": "after"}); res.IsError || texts(res)[0] != "after" {
+				t.Errorf("echo after the fault: %v", texts(res))
+			}
+			g := w.Stop()
+			t.Logf("heap growth: %s", mib(g))
+			if g > heapBound {
+				t.Errorf("heap grew by %s, over %s", mib(g), mib(heapBound))
+			}
+			if n := limitHits(t, h.gw, "message_bytes"); n != 1 {
+				t.Errorf("limit_hits_total{limit=\"message_bytes\"} %v, want 1", n)
+			}
+			h.checkJournal(t)
+		})
 	}
 }
 

@@ -171,21 +171,27 @@ func (d dialer) warn(format string, args ...any) {
 	fmt.Fprintf(d.stderr, "reversi-gateway: "+format+"\n", args...)
 }
 
-// transport builds the client transport of one upstream. A stdio upstream's messages are
-// bounded to limits.message_bytes, and an oversized one fails only the call it answers
-// (stdioconn.go).
+// transport builds the client transport of one upstream. Both kinds bound the size of a
+// message read from the upstream to limits.message_bytes, failing only the call it answers
+// (stdioconn.go, upstreamhttp.go).
 func transport(d dialer, u config.Upstream) mcp.Transport {
+	limit := limitsOf(d.cfg).MessageBytes
 	if u.Stdio() {
 		cmd := exec.Command(u.Command, u.Args...)
 		cmd.Env = Env(u)
 		cmd.Dir = d.cfg.Resolve(u.Cwd)
 		cmd.Stderr = d.stderr
-		return passthroughTransport{Transport: &stdioTransport{cmd: cmd, name: u.Name, limit: limitsOf(d.cfg).MessageBytes,
+		return passthroughTransport{Transport: &stdioTransport{cmd: cmd, name: u.Name, limit: limit,
 			terminate: UpstreamTerminateWait, warn: d.warn, hit: d.limitHit}}
 	}
+	var base http.RoundTripper = headerTransport{headers: u.Headers, base: http.DefaultTransport}
 	return &mcp.StreamableClientTransport{
-		Endpoint:   u.URL,
-		HTTPClient: &http.Client{Transport: headerTransport{headers: u.Headers, base: http.DefaultTransport}},
+		Endpoint: u.URL,
+		HTTPClient: &http.Client{Transport: &bodyLimitTransport{base: base, name: u.Name, limit: limit,
+			warn: d.warn, hit: d.limitHit}},
+		// Above the limit: bodyLimitTransport decides, so the SDK never fails the whole
+		// connection for one oversized event.
+		MaxEventSize: int(limit) + sseSlack,
 	}
 }
 

@@ -1,0 +1,227 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// Bounded answers of HTTP upstreams (issue 18). go-sdk's Streamable HTTP client reads a JSON
+// answer with io.ReadAll (no bound) and an SSE event up to MaxEventSize, and it fails the whole
+// connection (every session's calls on that upstream) when a body cannot be read or an event
+// is too large. bodyLimitTransport, under the SDK's http.Client, turns each of these into the
+// failure of the one call concerned: an answer over limits.message_bytes is replaced by a
+// JSON-RPC error answer to that call (MessageTooLargeError's text), read no further than the
+// limit, so the SDK never holds more than the limit for it.
+
+// sseSlack is how much the SDK's own SSE event cap exceeds limits.message_bytes: the field
+// names and line ends of an event the transport let through.
+const sseSlack = 4 << 10
+
+// bodyLimitTransport bounds the bodies of an HTTP upstream's answers (see above).
+type bodyLimitTransport struct {
+	base  http.RoundTripper
+	name  string // the upstream's name
+	limit int64  // limits.message_bytes
+	warn  func(format string, args ...any)
+	hit   func(limit string)
+}
+
+func (t *bodyLimitTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err != nil || resp.Body == nil || r.Method != http.MethodPost && r.Method != http.MethodGet {
+		return resp, err
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch {
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		// The SDK reads an error body only to find a JSON-RPC error in it: a cut one is none.
+		resp.Body = readCloser2{io.LimitReader(resp.Body, t.limit), resp.Body}
+	case mt == "application/json":
+		resp.Body = &jsonBody{t: t, body: resp.Body, req: r}
+		resp.ContentLength = -1
+	case mt == "text/event-stream":
+		resp.Body = &sseBody{t: t, body: resp.Body, br: bufio.NewReaderSize(resp.Body, 64<<10), lineStart: true}
+	}
+	return resp, nil
+}
+
+type readCloser2 struct {
+	io.Reader
+	io.Closer
+}
+
+// errorAnswer is the JSON-RPC error answer to id saying err.
+func errorAnswer(id jsonrpc.ID, err error) []byte {
+	b, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}})
+	return b
+}
+
+// requestID is the id of the JSON-RPC request r carries (the SDK's POST bodies are small and
+// can be read again with GetBody).
+func requestID(r *http.Request) (jsonrpc.ID, bool) {
+	if r.GetBody == nil {
+		return jsonrpc.ID{}, false
+	}
+	body, err := r.GetBody()
+	if err != nil {
+		return jsonrpc.ID{}, false
+	}
+	defer body.Close()
+	var s idScanner
+	if _, err := io.Copy(&s, body); err != nil {
+		return jsonrpc.ID{}, false
+	}
+	return s.ID()
+}
+
+// jsonBody is an application/json answer: read whole on the first Read up to the limit; over
+// it, or when it cannot be read, the reader gets an error answer to the request instead.
+type jsonBody struct {
+	t    *bodyLimitTransport
+	body io.ReadCloser
+	req  *http.Request
+	buf  *bytes.Reader // nil until the first Read
+}
+
+func (b *jsonBody) Read(p []byte) (int, error) {
+	if b.buf == nil {
+		data, err := io.ReadAll(io.LimitReader(b.body, b.t.limit+1))
+		var fail error
+		switch {
+		case err != nil:
+			fail = fmt.Errorf("upstream %s: the answer could not be read: %w", b.t.name, err)
+		case int64(len(data)) > b.t.limit:
+			b.t.hit("message_bytes")
+			fail = &MessageTooLargeError{Upstream: b.t.name, Limit: b.t.limit}
+		}
+		if fail != nil {
+			_ = b.body.Close() // read no further
+			id, ok := requestID(b.req)
+			if !ok {
+				return 0, fail // not a call (the SDK reads JSON answers of calls only)
+			}
+			b.t.warn("%v; the call with id %v fails, the others go on", fail, id.Raw())
+			data = errorAnswer(id, fail)
+		}
+		b.buf = bytes.NewReader(data)
+	}
+	return b.buf.Read(p)
+}
+
+func (b *jsonBody) Close() error { return b.body.Close() }
+
+// sseBody passes a text/event-stream through event by event, holding at most the limit of
+// one event; an event over it is discarded as it is read, and replaced by an error answer to
+// the call its data answers (found by the id scan of the data), or dropped and logged.
+type sseBody struct {
+	t    *bodyLimitTransport
+	body io.ReadCloser
+	br   *bufio.Reader
+
+	out []byte // bytes ready for the reader
+	err error  // returned once out is empty
+
+	event     []byte    // the event read so far (when not over)
+	over      *overLine // the event went over the limit: its size and the scan of its data
+	lineStart bool      // the next fragment starts a line
+	inData    bool      // the current line is a data line (when over)
+	dataLines int       // data lines of the event fed to the scan
+}
+
+func (b *sseBody) Read(p []byte) (int, error) {
+	for len(b.out) == 0 {
+		if b.err != nil {
+			return 0, b.err
+		}
+		b.step()
+	}
+	n := copy(p, b.out)
+	b.out = b.out[n:]
+	return n, nil
+}
+
+func (b *sseBody) Close() error { return b.body.Close() }
+
+// step reads one fragment of a line.
+func (b *sseBody) step() {
+	frag, err := b.br.ReadSlice('\n')
+	start := b.lineStart
+	b.lineStart = err == nil
+	if start && (string(frag) == "\n" || string(frag) == "\r\n") {
+		b.endEvent(frag)
+	} else if len(frag) > 0 {
+		b.take(frag, start)
+	}
+	if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+		if b.over != nil || len(b.event) > 0 {
+			b.endEvent(nil) // the SDK reads an event cut by the end of the stream too
+		}
+		b.err = err
+	}
+}
+
+func (b *sseBody) take(frag []byte, start bool) {
+	if b.over == nil && int64(len(b.event)+len(frag)) > b.t.limit {
+		b.over = &overLine{size: int64(len(b.event))}
+		for _, line := range bytes.SplitAfter(b.event, []byte("\n")) {
+			if len(line) > 0 {
+				b.feed(line, true)
+			}
+		}
+		b.event = nil
+	}
+	if b.over == nil {
+		b.event = append(b.event, frag...)
+		return
+	}
+	b.over.size += int64(len(frag))
+	b.feed(frag, start)
+}
+
+// feed gives the data of a fragment of an oversized event to the id scan.
+func (b *sseBody) feed(frag []byte, start bool) {
+	if start {
+		rest, ok := bytes.CutPrefix(frag, []byte("data:"))
+		b.inData = ok
+		if !ok {
+			return
+		}
+		if b.dataLines > 0 {
+			b.over.scan.Write([]byte("\n")) // data lines join with newlines
+		}
+		b.dataLines++
+		frag = rest
+	}
+	if b.inData {
+		b.over.scan.Write(frag)
+	}
+}
+
+// endEvent passes the event on (with its blank line end), or what replaces an oversized one.
+func (b *sseBody) endEvent(end []byte) {
+	if b.over == nil {
+		b.out = append(b.event, end...)
+		b.event = nil
+		return
+	}
+	o := b.over
+	b.over, b.inData, b.dataLines = nil, false, 0
+	b.t.hit("message_bytes")
+	tooLarge := &MessageTooLargeError{Upstream: b.t.name, Size: o.size, Limit: b.t.limit}
+	id, ok := o.scan.ID()
+	if !ok || o.scan.hasMethod {
+		b.t.warn("upstream %s: dropped an event of %d bytes that answers no call, over limits.message_bytes (%d bytes)", b.t.name, o.size, b.t.limit)
+		return
+	}
+	b.t.warn("%v; the call with id %v fails, the others go on", tooLarge, id.Raw())
+	b.out = append(b.out, "event: message\ndata: "...)
+	b.out = append(b.out, errorAnswer(id, tooLarge)...)
+	b.out = append(b.out, "\n\n"...)
+}
