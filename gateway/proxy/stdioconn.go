@@ -327,24 +327,32 @@ type overLine struct {
 // read to its end but not kept: over holds its size and the id scan of all its bytes.
 // err is the read error that ended the line, if any (io.EOF at the end of the stream).
 func readLine(br *bufio.Reader, limit int64) (line []byte, over *overLine, err error) {
+	var held chunks // a line longer than one read, until it ends or passes the limit
+	defer held.Reset()
 	for {
 		frag, rerr := br.ReadSlice('\n')
+		more := errors.Is(rerr, bufio.ErrBufferFull)
 		switch {
 		case over != nil:
 			over.size += int64(len(frag))
 			over.scan.Write(frag)
-		case int64(len(line)+len(frag)) > limit+2: // +2: the line end, \r\n at most
-			over = &overLine{size: int64(len(line) + len(frag))}
-			over.scan.Write(line)
+		case !more && held.Len() == 0: // the whole line in one read: most lines
+			line = bytes.Clone(frag)
+		case int64(held.Len()+len(frag)) > limit+2: // +2: the line end, \r\n at most
+			over = &overLine{size: int64(held.Len() + len(frag))}
+			held.each(func(b []byte) { over.scan.Write(b) })
 			over.scan.Write(frag)
-			line = nil
+			held.Reset()
 		default:
-			line = append(line, frag...)
+			held.Write(frag)
 		}
-		if errors.Is(rerr, bufio.ErrBufferFull) {
+		if more {
 			continue
 		}
 		if over == nil {
+			if line == nil {
+				line = held.Bytes()
+			}
 			line = bytes.TrimRight(line, "\r\n")
 			if int64(len(line)) > limit {
 				over = &overLine{size: int64(len(line))}

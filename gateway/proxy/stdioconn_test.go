@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -103,5 +105,35 @@ func TestReadLine(t *testing.T) {
 	line, over, err = readLine(br, limit)
 	if string(line) != "last" || over != nil || err == nil {
 		t.Errorf("last line %q %v %v, want it with io.EOF", line, over, err)
+	}
+}
+
+// TestSSEBody: events within the limit pass byte for byte; an event over it is replaced by an
+// error answer to the id its data holds (found across data lines and chunk boundaries); one
+// without an id is dropped; the stream goes on after both.
+func TestSSEBody(t *testing.T) {
+	const limit = 200 << 10
+	big := strings.Repeat("w", limit)
+	small := "event: message\nid: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n"
+	in := small +
+		"data: {\"jsonrpc\":\"2.0\",\"result\":{\"t\":\"" + big + "\"},\n" + "data: \"id\":5}\n\n" +
+		"data: {\"jsonrpc\":\"2.0\",\"result\":\"" + big + "\"}\n\n" +
+		small
+	var hits int
+	tr := &bodyLimitTransport{name: "u", limit: limit, warn: func(string, ...any) {}, hit: func(string) { hits++ }}
+	b := &sseBody{t: tr, body: io.NopCloser(nil), br: bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(in)), 16), lineStart: true}
+	out, err := io.ReadAll(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := small + "event: message\ndata: " +
+		`{"jsonrpc":"2.0","id":5,"error":{"code":-32603,"message":"upstream u answered with a message of ` +
+		fmt.Sprint(len(big)+len("data: {\"jsonrpc\":\"2.0\",\"result\":{\"t\":\"\"},\n")+len("data: \"id\":5}\n")) +
+		` bytes, over limits.message_bytes (204800 bytes); the answer was discarded"}}` + "\n\n" + small
+	if string(out) != want {
+		t.Errorf("got\n%.600q\nwant\n%.600q", out, want)
+	}
+	if hits != 2 {
+		t.Errorf("%d limit hits, want 2", hits)
 	}
 }

@@ -92,15 +92,20 @@ type jsonBody struct {
 
 func (b *jsonBody) Read(p []byte) (int, error) {
 	if b.buf == nil {
-		data, err := io.ReadAll(io.LimitReader(b.body, b.t.limit+1))
+		var held chunks
+		_, err := io.Copy(&held, io.LimitReader(b.body, b.t.limit+1))
+		var data []byte
 		var fail error
 		switch {
 		case err != nil:
 			fail = fmt.Errorf("upstream %s: the answer could not be read: %w", b.t.name, err)
-		case int64(len(data)) > b.t.limit:
+		case int64(held.Len()) > b.t.limit:
 			b.t.hit("message_bytes")
 			fail = &MessageTooLargeError{Upstream: b.t.name, Limit: b.t.limit}
+		default:
+			data = held.Bytes()
 		}
+		held.Reset()
 		if fail != nil {
 			_ = b.body.Close() // read no further
 			id, ok := requestID(b.req)
@@ -128,7 +133,7 @@ type sseBody struct {
 	out []byte // bytes ready for the reader
 	err error  // returned once out is empty
 
-	event     []byte    // the event read so far (when not over)
+	event     chunks    // the event read so far (when not over)
 	over      *overLine // the event went over the limit: its size and the scan of its data
 	lineStart bool      // the next fragment starts a line
 	inData    bool      // the current line is a data line (when over)
@@ -160,7 +165,7 @@ func (b *sseBody) step() {
 		b.take(frag, start)
 	}
 	if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-		if b.over != nil || len(b.event) > 0 {
+		if b.over != nil || b.event.Len() > 0 {
 			b.endEvent(nil) // the SDK reads an event cut by the end of the stream too
 		}
 		b.err = err
@@ -168,17 +173,24 @@ func (b *sseBody) step() {
 }
 
 func (b *sseBody) take(frag []byte, start bool) {
-	if b.over == nil && int64(len(b.event)+len(frag)) > b.t.limit {
-		b.over = &overLine{size: int64(len(b.event))}
-		for _, line := range bytes.SplitAfter(b.event, []byte("\n")) {
-			if len(line) > 0 {
-				b.feed(line, true)
+	if b.over == nil && int64(b.event.Len()+len(frag)) > b.t.limit {
+		b.over = &overLine{size: int64(b.event.Len())}
+		lineStart := true
+		b.event.each(func(p []byte) {
+			for len(p) > 0 {
+				seg := p
+				if i := bytes.IndexByte(p, '\n'); i >= 0 {
+					seg = p[:i+1]
+				}
+				b.feed(seg, lineStart)
+				lineStart = seg[len(seg)-1] == '\n'
+				p = p[len(seg):]
 			}
-		}
-		b.event = nil
+		})
+		b.event.Reset()
 	}
 	if b.over == nil {
-		b.event = append(b.event, frag...)
+		b.event.Write(frag)
 		return
 	}
 	b.over.size += int64(len(frag))
@@ -207,8 +219,8 @@ func (b *sseBody) feed(frag []byte, start bool) {
 // endEvent passes the event on (with its blank line end), or what replaces an oversized one.
 func (b *sseBody) endEvent(end []byte) {
 	if b.over == nil {
-		b.out = append(b.event, end...)
-		b.event = nil
+		b.out = append(b.event.Bytes(), end...)
+		b.event.Reset()
 		return
 	}
 	o := b.over
