@@ -11,6 +11,7 @@
 //	          (`make bench`)
 //	auth-load 200 concurrent authenticated HTTP sessions (API keys and OIDC) for 60 s: no
 //	          error, goroutines and heap back to the baseline (issue 7)
+//	hostile   idle and peak RSS of a gateway process per hostile-upstream case (issue 18)
 //
 // The figures are recorded in BENCHMARKS.md.
 package main
@@ -22,7 +23,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./hack/bench suite|gateway|auth-load [flags]  (-h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: go run ./hack/bench suite|gateway|auth-load|hostile [flags]  (-h for the flags)")
 		os.Exit(2)
 	}
 	var err error
@@ -33,8 +34,10 @@ func main() {
 		err = authLoadMain(os.Args[2:])
 	case "suite":
 		err = suiteMain(os.Args[2:])
+	case "hostile":
+		err = hostileMain(os.Args[2:])
 	default:
-		fmt.Fprintf(os.Stderr, "bench: unknown subcommand %q; use suite, gateway or auth-load\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "bench: unknown subcommand %q; use suite, gateway, auth-load or hostile\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {
