@@ -392,11 +392,14 @@ func (h *hostileRun) cancelled(n int) (string, error) {
 
 // waitStderr waits for a line of the gateway's stderr containing s and returns it.
 func (h *hostileRun) waitStderr(s string, within time.Duration) string {
-	line, err := waitFor(h.stderr, s, within)
+	rest, err := waitFor(h.stderr, s, within)
 	if err != nil {
 		return "(the gateway did not say " + strconv.Quote(s) + ")"
 	}
-	return strings.TrimSpace(s + " " + line)
+	if strings.HasPrefix(rest, "(") {
+		return s + " " + rest
+	}
+	return s + rest
 }
 
 // waitFor waits for marker in b and returns the rest of its line.
