@@ -420,9 +420,19 @@ func outcomesOf(recs []store.Record, tool string) []store.Record {
 
 // TestHostileCrash: an upstream that exits mid-call is restarted (the last resort), the restart
 // is journaled with its cause (the exit status), the calls in flight are uncertain, and the
-// gateway serves again.
+// gateway serves again; also when a child it left behind holds its stdout open.
 func TestHostileCrash(t *testing.T) {
-	h := startHostile(t, hostileConfig(t))
+	for _, orphan := range []bool{false, true} {
+		t.Run(fmt.Sprintf("orphan=%v", orphan), func(t *testing.T) { testHostileCrash(t, orphan) })
+	}
+}
+
+func testHostileCrash(t *testing.T, orphan bool) {
+	var args []string
+	if orphan {
+		args = append(args, "-orphan")
+	}
+	h := startHostile(t, hostileConfig(t, args...))
 	a, b := h.client(t), h.client(t)
 	done := make(chan *mcp.CallToolResult, 1)
 	go func() {

@@ -90,6 +90,13 @@ func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
 	go func() {
 		_ = t.cmd.Wait() // its result is in cmd.ProcessState
 		close(c.exited)
+		// A child of the upstream may hold stdout open after it exited: stop reading anyway.
+		select {
+		case <-c.readDone:
+		case <-c.closed:
+		case <-time.After(t.terminate):
+			_ = c.stdout.Close()
+		}
 	}()
 	go c.readLoop()
 	return c, nil
@@ -232,14 +239,18 @@ func (c *stdioConn) cause(err error) error {
 	if c.closing.Load() {
 		return io.EOF // closed by the gateway
 	}
+	exited := func() error { return fmt.Errorf("%w (%s)", ErrUpstreamExited, c.t.cmd.ProcessState) }
+	select {
+	case <-c.exited:
+		return exited()
+	default:
+	}
 	if !errors.Is(err, io.EOF) {
 		return fmt.Errorf("upstream %s: reading stdout: %w", c.t.name, err)
 	}
 	select {
-	case <-c.closed:
-		return io.EOF
 	case <-c.exited:
-		return fmt.Errorf("%w (%s)", ErrUpstreamExited, c.t.cmd.ProcessState)
+		return exited()
 	case <-time.After(c.t.terminate):
 		return errors.New("the upstream closed its stdout")
 	}

@@ -21,7 +21,8 @@
 //	                       response's "id" after its result when id_last is true
 //	big_noid {bytes}       writes a message of bytes bytes that has no id, and never answers
 //	hang {}                never answers (see -cancel-log)
-//	crash {}               exits with status 3 without answering
+//	crash {}               exits with status 3 without answering (with -orphan, first starts
+//	                       a child that keeps stdout open for 30 s)
 //	relist {list}          switches the listing to list, sends
 //	                       notifications/tools/list_changed, then answers "relisted"
 //
@@ -45,6 +46,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,10 +64,16 @@ var (
 	callsLog  = flag.String("calls-log", "", "append the name of every tools/call to this file")
 	httpAddr  = flag.String("http", "", "serve Streamable HTTP on this address instead of stdio")
 	sse       = flag.Bool("sse", false, "HTTP: answer calls as text/event-stream")
+	orphan    = flag.Bool("orphan", false, "crash: leave a child holding stdout open")
+	sleep     = flag.Duration("sleep", 0, "sleep this long and exit (the -orphan child)")
 )
 
 func main() {
 	flag.Parse()
+	if *sleep > 0 {
+		time.Sleep(*sleep)
+		return
+	}
 	s := &server{list: *listFlag}
 	if *httpAddr != "" {
 		if err := s.serveHTTP(*httpAddr); err != nil {
@@ -234,6 +242,7 @@ func (s *server) page(cursor string) map[string]any {
 		return generated(cursor, 2500, 100)
 	case "hang":
 		return nil
+
 	default:
 		return generated(cursor, *toolsFlag, *pageFlag)
 	}
@@ -306,6 +315,11 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 	case "hang":
 		<-ctx.Done() // stdio: never; HTTP: until the client goes away
 	case "crash":
+		if *orphan {
+			child := exec.Command(os.Args[0], "-sleep", "30s")
+			child.Stdout = os.Stdout
+			_ = child.Start()
+		}
 		os.Exit(3)
 	case "relist":
 		s.mu.Lock()
