@@ -58,10 +58,21 @@ type Options struct {
 	// registries reconcile at once (0: 4).
 	SourceMaxTimeout time.Duration
 	Concurrent       int
+	// WatchNamespaces are the only namespaces the controller works in (`reversi controller
+	// --watch-namespaces`); empty: every namespace. The manager's cache must be limited to
+	// the same namespaces (cache.Options.DefaultNamespaces): Setup cannot change the cache, but
+	// it puts every admission webhook it registers behind a gate that refuses objects of other
+	// namespaces (WatchedNamespaces, NamespaceNotWatchedError).
+	WatchNamespaces []string
 }
 
-// Setup registers every reconciler with the manager.
+// Setup registers every reconciler with the manager, and with o.Webhooks the admission
+// webhooks (limited to o.WatchNamespaces when set).
 func Setup(mgr ctrl.Manager, o Options) error {
+	mgr, err := WatchedNamespaces(mgr, o.WatchNamespaces)
+	if err != nil {
+		return err
+	}
 	if o.SigningKey == nil {
 		key, err := EphemeralSigningKey()
 		if err != nil {

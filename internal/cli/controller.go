@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -27,7 +28,7 @@ func init() { register(newControllerCmd) }
 
 func newControllerCmd() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey, stampKey string
-	var gatewayIdentities []string
+	var gatewayIdentities, watchNamespaces []string
 	var leaderElect, devLog, webhooks, allowFileURLs bool
 	var maxFileBytes, maxTotalBytes int64
 	var maxFiles, maxRefs, concurrent, apiBurst int
@@ -44,18 +45,24 @@ func newControllerCmd() *cobra.Command {
 				return fmt.Errorf("--source-max-file-bytes, --source-max-total-bytes, --source-max-files, --source-max-refs, --source-max-timeout and --concurrent must be positive")
 			}
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
+			watched, err := controllers.CheckWatchNamespaces(watchNamespaces)
+			if err != nil {
+				return fmt.Errorf("--watch-namespaces: %w", err)
+			}
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
 				return err
 			}
 			cfg.QPS, cfg.Burst = apiQPS, apiBurst
 			mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-				Scheme:                 v1alpha1.NewScheme(),
-				Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-				HealthProbeBindAddress: probeAddr,
-				LeaderElection:         leaderElect,
-				LeaderElectionID:       "reversi-controller.reversi.dev",
-				WebhookServer:          webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir}),
+				Scheme:                  v1alpha1.NewScheme(),
+				Cache:                   watchCache(watched),
+				Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+				HealthProbeBindAddress:  probeAddr,
+				LeaderElection:          leaderElect,
+				LeaderElectionID:        "reversi-controller.reversi.dev",
+				LeaderElectionNamespace: ownNamespace(),
+				WebhookServer:           webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir}),
 			})
 			if err != nil {
 				return fmt.Errorf("starting the manager: %w", err)
@@ -73,7 +80,7 @@ func newControllerCmd() *cobra.Command {
 				return err
 			}
 			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks, SigningKey: key,
-				StampKey: stamp, GatewayIdentities: ids,
+				StampKey: stamp, GatewayIdentities: ids, WatchNamespaces: watched,
 				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes,
 				SourceMaxFiles: maxFiles, SourceMaxRefs: maxRefs, SourceMaxTimeout: maxTimeout, Concurrent: concurrent}); err != nil {
 				return err
@@ -91,7 +98,8 @@ func newControllerCmd() *cobra.Command {
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
 	f.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "where the metrics endpoint listens (0 turns it off)")
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "where /healthz and /readyz listen")
-	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so only one replica reconciles")
+	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so only one replica reconciles (a Lease in $POD_NAMESPACE, else reversi-system)")
+	f.StringSliceVar(&watchNamespaces, "watch-namespaces", nil, "NS[,NS...]: reconcile and admit objects only in these namespaces (the cache lists and watches nothing else, so namespaced RBAC suffices: config/namespaced); admission requests of other namespaces are refused (default: every namespace)")
 	f.StringVar(&keysSecret, "tool-manifest-keys-secret", controllers.TrustedKeysSecret, "the Secret, in each namespace, with the public keys ToolManifest signatures must verify against")
 	f.StringVar(&tempDir, "temp-dir", "", "where fetched repositories are kept while a registry reconciles (default: the system temp folder)")
 	f.BoolVar(&allowFileURLs, "allow-file-urls", false, "let ManifestRegistries use file:// URLs, which read repositories on the controller's own disk (demos and tests)")
@@ -130,12 +138,31 @@ func parseGatewayIdentities(vals []string) (controllers.GatewayIdentities, error
 	return ids, nil
 }
 
+// ownNamespace is the controller's own namespace: $POD_NAMESPACE (the downward API in
+// config/manager), else reversi-system.
+func ownNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "reversi-system"
+}
+
+// watchCache limits the manager's cache to namespaces (all of them when empty): informers
+// list and watch only there, so the controller needs no cluster-wide read access.
+func watchCache(namespaces []string) cache.Options {
+	if len(namespaces) == 0 {
+		return cache.Options{}
+	}
+	o := cache.Options{DefaultNamespaces: map[string]cache.Config{}}
+	for _, ns := range namespaces {
+		o.DefaultNamespaces[ns] = cache.Config{}
+	}
+	return o
+}
+
 // secretRef is ref (NAMESPACE/NAME) or, when empty, def in $POD_NAMESPACE (else reversi-system).
 func secretRef(flag, ref, def string) (types.NamespacedName, error) {
-	ns, name := os.Getenv("POD_NAMESPACE"), def
-	if ns == "" {
-		ns = "reversi-system"
-	}
+	ns, name := ownNamespace(), def
 	if ref != "" {
 		var ok bool
 		if ns, name, ok = strings.Cut(ref, "/"); !ok || ns == "" || name == "" {
