@@ -35,6 +35,11 @@ const (
 	ReasonRolloutInProgress = "RolloutInProgress"
 	// ReasonApplyFailed: writing an owned object (ConfigMap, RBAC, Deployment, Service) failed.
 	ReasonApplyFailed = "ApplyFailed"
+	// ReasonImageNotAllowed: the gateway's image (spec.image, or the controller's default) does
+	// not match the patterns the controller allows (`reversi controller --gateway-images`).
+	// Nothing is rendered or changed (the Deployment keeps the image it had) until spec.image
+	// is one the controller allows (issue 17; admission refuses such a spec too).
+	ReasonImageNotAllowed = "ImageNotAllowed"
 )
 
 // Event reasons of ReversiGateway.
