@@ -51,6 +51,10 @@ type ReversiGatewayReconciler struct {
 	Recorder recorder.EventRecorder
 	// Image is the gateway image when spec.image is empty (DefaultGatewayImage when empty).
 	Image string
+	// Images are the images a gateway may run (issue 17): a gateway whose image is outside
+	// them is Stalled with reason ImageNotAllowed and nothing is rendered. Nil:
+	// DefaultGatewayImages of the default image.
+	Images *ImagePolicy
 	// MaxShardBytes is the manifest bytes per rendered ConfigMap (bundle.MaxShardBytes when 0).
 	MaxShardBytes int
 	// Key signs the snapshot of the selected ToolManifests and verifies the registries'
@@ -183,10 +187,37 @@ func (r *ReversiGatewayReconciler) image(gw *v1alpha1.ReversiGateway) string {
 	return DefaultGatewayImage
 }
 
+// checkImage refuses a gateway whose image the policy does not allow (issue 17: admission can
+// be bypassed or absent, so the reconciler does not render what it would refuse).
+func (r *ReversiGatewayReconciler) checkImage(gw *v1alpha1.ReversiGateway) *stepError {
+	images := r.Images
+	if images == nil {
+		patterns, err := DefaultGatewayImages(r.image(&v1alpha1.ReversiGateway{}))
+		if err == nil {
+			images, err = NewImagePolicy(patterns)
+		}
+		if err != nil {
+			return fail(v1alpha1.ReasonImageNotAllowed, true, "the controller's default gateway image: %v", err)
+		}
+	}
+	field := "spec.image"
+	if gw.Spec.Image == "" {
+		field = "the controller's default gateway image (--gateway-image)"
+	}
+	if err := images.Check(field, r.image(gw)); err != nil {
+		return fail(v1alpha1.ReasonImageNotAllowed, true, "%v; nothing was rendered or changed", err)
+	}
+	return nil
+}
+
 // reconcile renders and applies everything, in an order that never leaves a pod without
 // access: RBAC first (the Role names the manifest shards), then the ConfigMaps (shard 0
-// last), then the Deployment and Service; then it reads the rollout.
+// last), then the Deployment and Service; then it reads the rollout. A gateway whose image is
+// not allowed renders nothing.
 func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.ReversiGateway) (ctrl.Result, *stepError) {
+	if serr := r.checkImage(gw); serr != nil {
+		return ctrl.Result{}, serr
+	}
 	n := namesOf(gw)
 	rc, err := renderConfig(gw)
 	if err != nil {

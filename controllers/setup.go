@@ -42,6 +42,10 @@ type Options struct {
 	// GatewayImage is the image of ReversiGateways without spec.image (DefaultGatewayImage
 	// when empty).
 	GatewayImage string
+	// GatewayImages are the glob patterns (path.Match) of the images ReversiGateways may run
+	// (ImagePolicy; issue 17). Empty: DefaultGatewayImages of GatewayImage (its repository,
+	// with any tag or digest). They must allow GatewayImage; Setup fails otherwise.
+	GatewayImages []string
 	// SigningKey signs the snapshot of every rendering (EnsureSigningKey reads it from its
 	// Secret). Nil: a key for this process only (EphemeralSigningKey), for tests.
 	SigningKey *SigningKey
@@ -98,8 +102,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := (&ToolManifestReconciler{Client: mgr.GetClient(), KeysSecret: o.ToolManifestKeysSecret}).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	images, err := GatewayImagePolicy(o.GatewayImage, o.GatewayImages)
+	if err != nil {
+		return err
+	}
 	if err := (&ReversiGatewayReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
-		Image: o.GatewayImage, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+		Image: o.GatewayImage, Images: images, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return setupApprovals(mgr, o)

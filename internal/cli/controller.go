@@ -27,8 +27,8 @@ import (
 func init() { register(newControllerCmd) }
 
 func newControllerCmd() *cobra.Command {
-	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey, stampKey string
-	var gatewayIdentities, watchNamespaces []string
+	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey, stampKey, gatewayImage string
+	var gatewayIdentities, watchNamespaces, gatewayImages []string
 	var leaderElect, devLog, webhooks, allowFileURLs bool
 	var maxFileBytes, maxTotalBytes int64
 	var maxFiles, maxRefs, concurrent, apiBurst int
@@ -43,6 +43,10 @@ func newControllerCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if maxFileBytes <= 0 || maxTotalBytes <= 0 || maxFiles <= 0 || maxRefs <= 0 || maxTimeout <= 0 || concurrent <= 0 {
 				return fmt.Errorf("--source-max-file-bytes, --source-max-total-bytes, --source-max-files, --source-max-refs, --source-max-timeout and --concurrent must be positive")
+			}
+			images, err := gatewayImagePatterns(gatewayImage, gatewayImages, cmd.Flags().Changed("gateway-images"))
+			if err != nil {
+				return err
 			}
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
 			watched, err := controllers.CheckWatchNamespaces(watchNamespaces)
@@ -80,7 +84,7 @@ func newControllerCmd() *cobra.Command {
 				return err
 			}
 			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks, SigningKey: key,
-				StampKey: stamp, GatewayIdentities: ids, WatchNamespaces: watched,
+				StampKey: stamp, GatewayIdentities: ids, WatchNamespaces: watched, GatewayImage: gatewayImage, GatewayImages: images,
 				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes,
 				SourceMaxFiles: maxFiles, SourceMaxRefs: maxRefs, SourceMaxTimeout: maxTimeout, Concurrent: concurrent}); err != nil {
 				return err
@@ -115,7 +119,9 @@ func newControllerCmd() *cobra.Command {
 	f.StringVar(&stampKey, "stamp-key-secret", "", "NAMESPACE/NAME of the Secret with the key that stamps Approvals at admission (only stamped Approvals count); created on first start; only the controller should read it (default: NAMESPACE/"+controllers.DefaultStampKeySecret+", NAMESPACE being $POD_NAMESPACE or else reversi-system)")
 	f.StringArrayVar(&gatewayIdentities, "gateway-identity", nil, "NAMESPACE/GATEWAY=USERNAME: the user a standalone gateway (reversi gateway --kubeconfig) named GATEWAY authenticates as; it may create that gateway's ApprovalRequests and ReversiRuns and write its runs' status (NAMESPACE * for every namespace; repeatable). A ReversiGateway's own ServiceAccount needs no flag")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
-	f.BoolVar(&webhooks, "webhooks", true, "serve the admission webhooks of Approvals, ApprovalRequests and ReversiRuns (needs a serving certificate in --webhook-cert-dir)")
+	f.StringVar(&gatewayImage, "gateway-image", controllers.DefaultGatewayImage, "the image of ReversiGateways without spec.image (it runs reversi gateway)")
+	f.StringSliceVar(&gatewayImages, "gateway-images", nil, "the images a ReversiGateway may run: glob patterns matched against the whole image string as spec.image writes it, with Go's path.Match (* is any run of characters but /, ? one character but /, [a-z] a class, \\ quotes), comma-separated or repeated, e.g. ghcr.io/acme/reversi:*,ghcr.io/acme/reversi@sha256:*. Admission refuses a spec.image outside them and the controller renders nothing for one (reason ImageNotAllowed). They must allow --gateway-image (default: its repository with no tag, any tag or any digest, e.g. reversi,reversi:*,reversi@sha256:*)")
+	f.BoolVar(&webhooks, "webhooks", true, "serve the admission webhooks of Approvals, ApprovalRequests, ReversiRuns and ReversiGateways (needs a serving certificate in --webhook-cert-dir)")
 	f.IntVar(&webhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS)")
 	f.StringVar(&webhookCertDir, "webhook-cert-dir", "", "folder with tls.crt and tls.key (default $TMPDIR/k8s-webhook-server/serving-certs)")
 	return cmd
@@ -158,6 +164,23 @@ func watchCache(namespaces []string) cache.Options {
 		o.DefaultNamespaces[ns] = cache.Config{}
 	}
 	return o
+}
+
+// gatewayImagePatterns reads --gateway-images (controllers.ParseImagePatterns) and checks
+// them with --gateway-image (controllers.GatewayImagePolicy) before the controller connects
+// anywhere. A flag given but empty is an error (it would refuse every gateway).
+func gatewayImagePatterns(image string, vals []string, given bool) ([]string, error) {
+	patterns, err := controllers.ParseImagePatterns(vals)
+	if err != nil {
+		return nil, fmt.Errorf("--gateway-images: %w", err)
+	}
+	if given && len(patterns) == 0 {
+		return nil, fmt.Errorf("--gateway-images is empty: every ReversiGateway would be refused; leave it out for the default (the repository of --gateway-image with any tag or digest)")
+	}
+	if _, err := controllers.GatewayImagePolicy(image, patterns); err != nil {
+		return nil, err
+	}
+	return patterns, nil
 }
 
 // secretRef is ref (NAMESPACE/NAME) or, when empty, def in $POD_NAMESPACE (else reversi-system).
