@@ -24,7 +24,8 @@ type Options struct {
 	// MaxShardBytes is the manifest bytes per rendered ConfigMap (0: the default).
 	MaxShardBytes int
 	// Webhooks registers the admission webhooks on the manager's webhook server: Approval
-	// (stamps), ApprovalRequest and ReversiRun (who may create them and write their status).
+	// (stamps), ApprovalRequest and ReversiRun (who may create them and write their status),
+	// ReversiGateway (its author's rights and its image; issue 17).
 	Webhooks bool
 	// StampKey stamps Approvals (the webhook) and verifies the stamps (the ApprovalRequest
 	// reconciler); EnsureStampKey reads it from its Secret. Nil: a key for this process only
@@ -71,9 +72,14 @@ type Options struct {
 }
 
 // Setup registers every reconciler with the manager, and with o.Webhooks the admission
-// webhooks (limited to o.WatchNamespaces when set).
+// webhooks (limited to o.WatchNamespaces when set). Errors: an image policy that does not
+// hold (GatewayImagePolicy), or a reconciler or webhook that cannot be registered.
 func Setup(mgr ctrl.Manager, o Options) error {
-	mgr, err := WatchedNamespaces(mgr, o.WatchNamespaces)
+	images, err := GatewayImagePolicy(o.GatewayImage, o.GatewayImages)
+	if err != nil {
+		return err
+	}
+	mgr, err = WatchedNamespaces(mgr, o.WatchNamespaces)
 	if err != nil {
 		return err
 	}
@@ -102,13 +108,14 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := (&ToolManifestReconciler{Client: mgr.GetClient(), KeysSecret: o.ToolManifestKeysSecret}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	images, err := GatewayImagePolicy(o.GatewayImage, o.GatewayImages)
-	if err != nil {
-		return err
-	}
 	if err := (&ReversiGatewayReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
 		Image: o.GatewayImage, Images: images, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return err
+	}
+	if o.Webhooks {
+		if err := (&ReversiGatewayWebhook{Client: mgr.GetClient(), Images: images}).SetupWebhookWithManager(mgr); err != nil {
+			return err
+		}
 	}
 	return setupApprovals(mgr, o)
 }
