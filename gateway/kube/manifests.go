@@ -69,6 +69,8 @@ type Manifests struct {
 	cs      kubernetes.Interface
 	changed chan struct{}
 
+	rep *reporter // nil without a PodName
+
 	mu      sync.Mutex
 	watches map[string]*watch // "configmaps/<name>" or "secrets/<name>"
 	closed  bool
@@ -107,6 +109,9 @@ func WatchManifests(ctx context.Context, o ManifestOptions) (*Manifests, error) 
 		return nil, fmt.Errorf("kube: a client for the API server: %w", err)
 	}
 	m := &Manifests{o: o, cs: cs, changed: make(chan struct{}, 1), watches: map[string]*watch{}}
+	if o.PodName != "" {
+		m.rep = newReporter("pod "+o.Namespace+"/"+o.PodName, m.writePod, o.Logf)
+	}
 	if err := m.ensure(ctx, "configmaps", o.ConfigMap); err != nil {
 		m.Close()
 		return nil, err
@@ -304,7 +309,10 @@ type Target interface {
 // rendering was refused) on the pod. A refused rendering leaves gw serving the previous
 // manifests (proxy.Gateway.Reload journals reload_failed).
 func (m *Manifests) Run(ctx context.Context, gw Target) {
-	m.report(ctx, gw.Digest(), gw.Revision(), nil)
+	if m.rep != nil {
+		go m.rep.run(ctx)
+	}
+	m.report(gw.Digest(), gw.Revision(), nil)
 	for {
 		select {
 		case <-ctx.Done():
@@ -324,32 +332,34 @@ func (m *Manifests) Run(ctx context.Context, gw Target) {
 		if res.Err == nil && res.Changed {
 			m.o.Logf("reversi-gateway: serving %d manifests, digest %s (%s)", res.Tools, res.Checksum, gw.Revision())
 		}
-		m.report(ctx, res.Checksum, gw.Revision(), res.Err)
+		m.report(res.Checksum, gw.Revision(), res.Err)
 	}
 }
 
-// report writes the served digest and revision, and the last refusal (removed on success),
-// on the pod's annotations with a merge patch.
-func (m *Manifests) report(ctx context.Context, digest, revision string, loadErr error) {
-	if m.o.PodName == "" {
-		return
+// report hands what gw serves now to the reporter (nothing without a PodName).
+func (m *Manifests) report(digest, revision string, loadErr error) {
+	if m.rep != nil {
+		m.rep.set(newReport(digest, revision, loadErr))
 	}
+}
+
+// writePod writes r on the pod's annotations with a merge patch (a refusal's annotation is
+// removed after a successful load).
+func (m *Manifests) writePod(ctx context.Context, r report) error {
 	var errText any // null removes the annotation
-	if loadErr != nil {
-		s := loadErr.Error()
-		if len(s) > 2048 {
-			s = s[:2045] + "..."
-		}
-		errText = s
+	if r.loadErr != "" {
+		errText = r.loadErr
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		v1alpha1.AnnotationManifestDigest:   digest,
-		v1alpha1.AnnotationManifestRevision: revision,
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		v1alpha1.AnnotationManifestDigest:   r.digest,
+		v1alpha1.AnnotationManifestRevision: r.revision,
 		v1alpha1.AnnotationManifestError:    errText,
 	}}})
-	if _, err := m.cs.CoreV1().Pods(m.o.Namespace).Patch(ctx, m.o.PodName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		m.o.Logf("reversi-gateway: reporting the manifest digest on pod %s/%s: %v", m.o.Namespace, m.o.PodName, err)
+	if err != nil {
+		return err
 	}
+	_, err = m.cs.CoreV1().Pods(m.o.Namespace).Patch(ctx, m.o.PodName, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // Close stops every informer.
