@@ -48,7 +48,9 @@ type ManifestOptions struct {
 	// Required with ControllerKeys.
 	Gateway string
 	// PodName is this pod (downward API): after each load the gateway writes the digest it
-	// serves, or why it refused a rendering, as annotations on it. Empty: no report.
+	// serves, or why it refused a rendering, as annotations on the coordination.k8s.io Lease
+	// of this name in Namespace (the ReversiGateway controller creates it once it sees the
+	// pod; until then the report is retried with backoff). Empty: no report.
 	PodName string
 	// SyncTimeout bounds the wait for the first list of each watched object (default 30 s).
 	SyncTimeout time.Duration
@@ -110,7 +112,7 @@ func WatchManifests(ctx context.Context, o ManifestOptions) (*Manifests, error) 
 	}
 	m := &Manifests{o: o, cs: cs, changed: make(chan struct{}, 1), watches: map[string]*watch{}}
 	if o.PodName != "" {
-		m.rep = newReporter("pod "+o.Namespace+"/"+o.PodName, m.writePod, o.Logf)
+		m.rep = newReporter("Lease "+o.Namespace+"/"+o.PodName, m.writeLease, o.Logf)
 	}
 	if err := m.ensure(ctx, "configmaps", o.ConfigMap); err != nil {
 		m.Close()
@@ -305,9 +307,10 @@ type Target interface {
 }
 
 // Run reports what gw serves now, then reloads gw after every change of a watched object
-// (debounced) until ctx ends, and writes the digest and revision it serves (or why the
-// rendering was refused) on the pod. A refused rendering leaves gw serving the previous
-// manifests (proxy.Gateway.Reload journals reload_failed).
+// (debounced) until ctx ends, and reports the digest and revision it serves (or why the
+// rendering was refused) on the pod's Lease, retrying in the background until each latest
+// report is written. A refused rendering leaves gw serving the previous manifests
+// (proxy.Gateway.Reload journals reload_failed).
 func (m *Manifests) Run(ctx context.Context, gw Target) {
 	if m.rep != nil {
 		go m.rep.run(ctx)
@@ -343,23 +346,35 @@ func (m *Manifests) report(digest, revision string, loadErr error) {
 	}
 }
 
-// writePod writes r on the pod's annotations with a merge patch (a refusal's annotation is
-// removed after a successful load).
-func (m *Manifests) writePod(ctx context.Context, r report) error {
+// writeLease writes r on the pod's Lease (coordination.k8s.io/v1, named PodName, in
+// Namespace; the ReversiGateway controller creates it and grants this pod patch on it by
+// name): the three annotations (a refusal's is removed after a successful load),
+// spec.holderIdentity (the pod's name) and spec.renewTime (now, in microseconds), in one merge
+// patch. Errors: the API server's (NotFound or Forbidden until the controller has seen the
+// pod); the reporter retries.
+func (m *Manifests) writeLease(ctx context.Context, r report) error {
+	patch, err := leasePatch(m.o.PodName, r, time.Now())
+	if err != nil {
+		return err
+	}
+	_, err = m.cs.CoordinationV1().Leases(m.o.Namespace).Patch(ctx, m.o.PodName, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// leasePatch is the merge patch of a report on the Lease of pod at now.
+func leasePatch(pod string, r report, now time.Time) ([]byte, error) {
 	var errText any // null removes the annotation
 	if r.loadErr != "" {
 		errText = r.loadErr
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		v1alpha1.AnnotationManifestDigest:   r.digest,
-		v1alpha1.AnnotationManifestRevision: r.revision,
-		v1alpha1.AnnotationManifestError:    errText,
-	}}})
-	if err != nil {
-		return err
-	}
-	_, err = m.cs.CoreV1().Pods(m.o.Namespace).Patch(ctx, m.o.PodName, types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
+	return json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{
+			v1alpha1.AnnotationManifestDigest:   r.digest,
+			v1alpha1.AnnotationManifestRevision: r.revision,
+			v1alpha1.AnnotationManifestError:    errText,
+		}},
+		"spec": map[string]any{"holderIdentity": pod, "renewTime": metav1.NewMicroTime(now)},
+	})
 }
 
 // Close stops every informer.

@@ -9,7 +9,14 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
 )
 
 // fakeTarget is a report target that refuses every write with err while err is set; it
@@ -173,5 +180,59 @@ func TestNewReportBoundsTheError(t *testing.T) {
 	}
 	if r := newReport("sha256:x", "rev", nil); r.loadErr != "" {
 		t.Errorf("a successful load reports %q", r.loadErr)
+	}
+}
+
+// writeLease writes the report on the pod's Lease, in one merge patch: the three annotations
+// (a refusal's removed after a successful load), holderIdentity and renewTime; the Pod of the
+// same name is not touched. Without the Lease the write fails (and the reporter retries).
+func TestWriteLeaseReportsOnThePodsLease(t *testing.T) {
+	const ns, pod = "agents", "pay-gateway-0"
+	cs := fake.NewClientset(
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod, Labels: map[string]string{v1alpha1.LabelGateway: "pay"},
+			Annotations: map[string]string{v1alpha1.AnnotationManifestError: "an older refusal"}}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod, Annotations: map[string]string{"team": "payments"}}},
+	)
+	m := &Manifests{o: ManifestOptions{Namespace: ns, PodName: pod}, cs: cs}
+	before := time.Now().Add(-time.Second)
+	if err := m.writeLease(t.Context(), newReport("sha256:abc", "ManifestRegistry agents/memory main@sha1:0123", nil)); err != nil {
+		t.Fatal(err)
+	}
+	l, err := cs.CoordinationV1().Leases(ns).Get(t.Context(), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := l.Annotations; a[v1alpha1.AnnotationManifestDigest] != "sha256:abc" || a[v1alpha1.AnnotationManifestRevision] != "ManifestRegistry agents/memory main@sha1:0123" {
+		t.Errorf("annotations %v", a)
+	}
+	if _, ok := l.Annotations[v1alpha1.AnnotationManifestError]; ok {
+		t.Errorf("the older refusal stays after a successful load: %v", l.Annotations)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != pod || l.Spec.RenewTime == nil || l.Spec.RenewTime.Before(&metav1.MicroTime{Time: before}) {
+		t.Errorf("spec %+v", l.Spec)
+	}
+	if l.Labels[v1alpha1.LabelGateway] != "pay" {
+		t.Errorf("the controller's labels were dropped: %v", l.Labels)
+	}
+	if err := m.writeLease(t.Context(), newReport("sha256:abc", "rev", errors.New("ConfigMap agents/pay-manifests was refused: not signed"))); err != nil {
+		t.Fatal(err)
+	}
+	l, _ = cs.CoordinationV1().Leases(ns).Get(t.Context(), pod, metav1.GetOptions{})
+	if l.Annotations[v1alpha1.AnnotationManifestError] != "ConfigMap agents/pay-manifests was refused: not signed" || l.Annotations[v1alpha1.AnnotationManifestDigest] != "sha256:abc" {
+		t.Errorf("a refusal: %v", l.Annotations)
+	}
+	p, _ := cs.CoreV1().Pods(ns).Get(t.Context(), pod, metav1.GetOptions{})
+	if len(p.Annotations) != 1 {
+		t.Errorf("the pod was written: %v", p.Annotations)
+	}
+	for _, a := range cs.Actions() {
+		if a.GetVerb() != "get" && a.GetResource().Resource != "leases" {
+			t.Errorf("the report wrote %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+
+	other := &Manifests{o: ManifestOptions{Namespace: ns, PodName: "pay-gateway-1"}, cs: cs}
+	if err := other.writeLease(t.Context(), newReport("sha256:abc", "rev", nil)); !apierrors.IsNotFound(err) {
+		t.Errorf("a report without its Lease: %v, want NotFound", err)
 	}
 }
