@@ -352,8 +352,9 @@ func reportsTo(gw *v1alpha1.ReversiGateway, pod *corev1.Pod) bool {
 // podLeases makes sure every pod that reportsTo gw has its Lease: named as the pod, in the
 // gateway's namespace, labelled gatewayLabels(gw), controlled by gw (created when missing,
 // labels and controller reference restored when they were taken away; its spec and
-// annotations are the pod's report and left alone). It reads the Leases from the API server,
-// not the cache, so a Lease it created a moment ago is not created twice. It returns the
+// annotations are the pod's report and left alone). A Lease the cache does not show as it
+// should be is read again from the API server, so one created a moment ago is not created
+// twice. It returns the
 // names of the Leases gw controls (sorted) and, for each existing Lease of such a name that
 // gw does not control, an *OwnershipConflictError: that Lease is neither adopted nor named in
 // the Role, and its pod cannot report. Errors: reading or writing a Lease failed.
@@ -365,8 +366,13 @@ func (r *ReversiGatewayReconciler) podLeases(ctx context.Context, gw *v1alpha1.R
 		if !reportsTo(gw, p) {
 			continue
 		}
+		key := types.NamespacedName{Namespace: gw.Namespace, Name: p.Name}
 		lease := &coordinationv1.Lease{}
-		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: gw.Namespace, Name: p.Name}, lease)
+		if err := r.Get(ctx, key, lease); err == nil && metav1.IsControlledBy(lease, gw) && hasLabels(lease.Labels, gatewayLabels(gw)) {
+			names = append(names, p.Name) // the cache shows it as it should be: nothing to write
+			continue
+		}
+		err := r.APIReader.Get(ctx, key, lease)
 		switch {
 		case apierrors.IsNotFound(err):
 			lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: gw.Namespace, Name: p.Name, Labels: gatewayLabels(gw)}}
@@ -389,11 +395,10 @@ func (r *ReversiGatewayReconciler) podLeases(ctx context.Context, gw *v1alpha1.R
 				conflicts = append(conflicts, conflict)
 				continue // not ours: not written, not in the Role
 			}
-			want := mergeLabels(maps.Clone(lease.Labels), gatewayLabels(gw))
-			if !metav1.IsControlledBy(lease, gw) || !maps.Equal(want, lease.Labels) {
+			if !metav1.IsControlledBy(lease, gw) || !hasLabels(lease.Labels, gatewayLabels(gw)) {
 				// A patch without a resourceVersion: the pod may be writing its report meanwhile.
 				base := lease.DeepCopy()
-				lease.Labels = want
+				lease.Labels = mergeLabels(maps.Clone(lease.Labels), gatewayLabels(gw))
 				if err := controllerutil.SetControllerReference(gw, lease, r.Scheme()); err != nil {
 					return nil, nil, applyFailure(err, "writing Lease "+p.Name)
 				}
@@ -406,6 +411,16 @@ func (r *ReversiGatewayReconciler) podLeases(ctx context.Context, gw *v1alpha1.R
 	}
 	slices.Sort(names)
 	return names, conflicts, nil
+}
+
+// hasLabels reports whether have holds every label of want.
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // pruneLeases deletes the Leases gw controls in its namespace that are not named in keep

@@ -248,8 +248,7 @@ func gatewayRules(gw *v1alpha1.ReversiGateway, shards int, leases []string) []rb
 		cms = append(cms, n.manifestShard(i))
 	}
 	rules := []rbacv1.PolicyRule{
-		// Its gateway.yaml and manifest shards, by name: one informer per object (a list and
-		// watch with a metadata.name field selector, which resourceNames authorize).
+		// Its gateway.yaml and manifest shards, by name (one informer per object, by field selector).
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: cms, Verbs: []string{"get", "list", "watch"}},
 	}
 	if ref := gw.Spec.TrustedKeysSecretRef; ref != nil {
@@ -257,16 +256,13 @@ func gatewayRules(gw *v1alpha1.ReversiGateway, shards int, leases []string) []rb
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{ref.Name}, Verbs: []string{"get", "list", "watch"}})
 	}
 	if len(leases) > 0 { // an empty resourceNames would grant every Lease in the namespace
-		// Its pods' Leases, by name, patch only: each pod reports the digest it serves on the
-		// Lease named after it (a status report: whoever tampers with it runs no code).
+		// Its pods' Leases, by name, patch only: each reports the digest it serves (no code runs from it).
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: slices.Clone(leases), Verbs: []string{"patch"}})
 	}
 	return append(rules,
-		// Its approval queue: create a request for a held call, read the phases, patch the
-		// reversi.dev/consumedAt mirror. Names are made per call, so none can be listed here.
+		// Its approval queue: create per held call, read phases, patch consumedAt (names made per call).
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
-		// Its runs: one ReversiRun per agent session (names made per session), read back to
-		// follow spec.rollback.
+		// Its runs: one ReversiRun per agent session (names made per session), read for spec.rollback.
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "list", "watch", "create"}},
 		// Its runs' status: the mirror of the ledger (steps, counts, rollback results).
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns/status"}, Verbs: []string{"get", "update", "patch"}},
