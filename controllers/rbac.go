@@ -21,10 +21,11 @@ package controllers
 // ServiceAccount they run as (who gets a Lease). No patch: nothing the controller or a gateway
 // does writes a pod.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// Leases in every namespace: one per gateway pod, created, relabelled and deleted (its pod
-// gone) by the controller, read for the digest the pod reports on it, and granted to the
-// gateway by name (patch: held so it can be granted). This also covers the leader-election
-// Lease in the controller's namespace (below).
+// Leases wherever gateways are reconciled (every namespace, or the watched ones in a
+// namespaced install): one per gateway pod, created, relabelled and deleted (its pod gone) by
+// the controller, read for the digest the pod reports on it, and granted to the gateway by
+// name (patch: held so it can be granted). In the cluster install this also covers the
+// leader-election Lease in the controller's namespace (below).
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
