@@ -502,6 +502,14 @@ func (g *Gateway) previewImpact(ctx context.Context, req *mcp.CallToolRequest, i
 	if err := json.Unmarshal(req.Params.Arguments, &raw); err != nil {
 		return nil, PreviewOut{}, fmt.Errorf("the arguments are not JSON: %w", err)
 	}
+	var sent struct {
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if json.Unmarshal(req.Params.Arguments, &sent) == nil {
+		if err := engine.CheckDuplicateKeys(sent.Arguments); err != nil { // as the call path refuses it
+			return nil, PreviewOut{Tool: in.Tool, Decision: string(engine.Block), Mode: string(e.Mode()), Reason: err.Error()}, nil
+		}
+	}
 	run := g.peekRun(ctx, req)
 	callRun := run
 	if callRun == "" {

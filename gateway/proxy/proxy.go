@@ -385,9 +385,10 @@ func textResult(text string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
 }
 
-// warn writes a journaling problem on stderr.
+// warn writes a problem on stderr, one line: what is not printable in it (tool names and
+// errors from upstreams or clients) is escaped, so that it cannot forge lines.
 func (g *Gateway) warn(format string, args ...any) {
-	fmt.Fprintf(g.stderr, "reversi-gateway: "+format+"\n", args...)
+	fmt.Fprintf(g.stderr, "reversi-gateway: %s\n", engine.EscapeControl(fmt.Sprintf(format, args...)))
 }
 
 // handle is the call path of one tools/call.
@@ -410,8 +411,16 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	}
 	var args map[string]any
 	if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &args); err != nil {
-			text := "the arguments are not a JSON object: " + err.Error()
+		// The raw arguments are forwarded: a key given twice would be checked on the last
+		// value here and may be read on the first upstream.
+		err := engine.CheckDuplicateKeys(raw)
+		if err == nil {
+			if err = json.Unmarshal(raw, &args); err != nil {
+				err = fmt.Errorf("the arguments are not a JSON object: %w", err)
+			}
+		}
+		if err != nil {
+			text := err.Error()
 			g.journalBlocked(ctx, store.Intent{Run: run, Tool: name, Reason: reason, Decision: string(engine.Block),
 				Mode: string(g.engine.Load().Mode())}, text)
 			return textResult(engine.BlockedPrefix + text), nil
