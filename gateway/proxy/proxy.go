@@ -117,6 +117,8 @@ type Gateway struct {
 	metrics *metrics // metrics.go
 	health  health   // health.go
 	sec     security // httpauth.go, operator.go
+
+	limits config.Limits // effectiveLimits of the config's (limits.go)
 }
 
 // New connects to every upstream, lists and names their tools, builds the engine, prints the
@@ -141,6 +143,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if g.name == "" {
 		g.name = Name
 	}
+	g.limits = effectiveLimits(o.Config.Limits)
 	g.mode = engine.Mode(o.Config.Mode)
 	if g.mode == "" { // the automatic choice, made once (seed: Observe first)
 		g.mode = engine.Enforce

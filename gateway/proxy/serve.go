@@ -63,11 +63,15 @@ func writeCloser(w io.Writer) io.WriteCloser {
 // (httpauth.go).
 func (g *Gateway) Handler() http.Handler { return g.httpHandler() }
 
-// ServeListener serves Handler on ln until ctx ends.
+// ServeListener serves Handler on ln until ctx ends, with the HTTP limits of the config's
+// `limits:` (read_timeout for a whole request, write_timeout for a response, per write on the
+// MCP endpoints' streams, idle_timeout between requests, at most connections open at once).
 func (g *Gateway) ServeListener(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	lim := g.limits
+	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: min(10*time.Second, lim.ReadTimeout),
+		ReadTimeout: lim.ReadTimeout, WriteTimeout: lim.WriteTimeout, IdleTimeout: lim.IdleTimeout}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(g.limitListener(ln)) }()
 	select {
 	case err := <-errc:
 		return err

@@ -1,0 +1,250 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/netutil"
+
+	"github.com/reversi-gitops/reversi/gateway/auth"
+)
+
+// HTTP limits of the MCP endpoints (issue 18), between authentication and the SDK's handler:
+//
+//   - the request body is read here, whole, within limits.request_body_bytes (413 before any
+//     decoding) and limits.read_timeout (http.Server.ReadTimeout; 408), and a JSON-RPC batch is
+//     refused, or held to limits.batch_size messages, before the SDK decodes it (a 4 MiB batch
+//     of small messages cost the SDK about 410 MB);
+//   - once the request is read, the read deadline is lifted: net/http cancels a request's
+//     context when its background read passes the deadline, which would end a long call's
+//     stream; the write deadline becomes one per write (limits.write_timeout for each write and
+//     flush), so that SSE streams and long calls live while a client that stops reading is cut.
+//
+// Refusals that leave a body unread close the connection (auth.CloseAfterReply), so that
+// net/http neither waits for the rest of a slow body nor reads it after the answer.
+
+// mcpEndpoint applies the limits above to an MCP endpoint.
+func (g *Gateway) mcpEndpoint(next http.Handler) http.Handler {
+	lim := g.limits
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if r.Method == http.MethodPost {
+			body, ok := g.readMessage(w, r)
+			if !ok {
+				return
+			}
+			r.Body = http.NoBody
+			if len(body) > 0 {
+				r.Body = readCloser(bytes.NewReader(body))
+			}
+			r.ContentLength = int64(len(body))
+		} else if r.ContentLength != 0 {
+			// GET and DELETE carry no body; one would be read after the handler, without a
+			// deadline once it is lifted below.
+			writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, r.Method+" requests to the MCP endpoint carry no body", true)
+			return
+		}
+		_ = rc.SetReadDeadline(time.Time{})
+		_ = rc.SetWriteDeadline(time.Time{})
+		defer func() { _ = rc.SetWriteDeadline(time.Now().Add(lim.WriteTimeout)) }() // the final flush
+		next.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, timeout: lim.WriteTimeout, m: g.metrics}, r)
+	})
+}
+
+// JSON-RPC error codes of the refusals here.
+const (
+	codeParseError     = -32700
+	codeInvalidRequest = -32600
+)
+
+// readMessage reads r's body within limits.request_body_bytes and refuses a batch beyond
+// limits.batch_size; on a refusal it has answered and returns false.
+func (g *Gateway) readMessage(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	max := g.limits.RequestBodyBytes
+	tooLarge := func() ([]byte, bool) {
+		g.metrics.limitHit("request_body_bytes")
+		writeRPCError(w, http.StatusRequestEntityTooLarge, codeInvalidRequest,
+			fmt.Sprintf("the request body is larger than limits.request_body_bytes (%d bytes)", max), true)
+		return nil, false
+	}
+	if r.ContentLength > max {
+		return tooLarge()
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, max))
+	var mbe *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &mbe):
+		return tooLarge()
+	case errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		g.metrics.limitHit("read_timeout")
+		writeRPCError(w, http.StatusRequestTimeout, codeInvalidRequest,
+			fmt.Sprintf("the request was not read within limits.read_timeout (%s)", g.limits.ReadTimeout), true)
+		return nil, false
+	case err != nil:
+		writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, "the request body could not be read: "+err.Error(), true)
+		return nil, false
+	}
+	body := buf.Bytes()
+	if n, batch := batchLen(body, g.limits.BatchSize); batch && n > g.limits.BatchSize {
+		g.metrics.limitHit("batch_size")
+		msg := "JSON-RPC batches are not accepted (limits.batch_size is 0): send one message per request"
+		if g.limits.BatchSize > 0 {
+			msg = fmt.Sprintf("the batch holds more than %d messages (limits.batch_size)", g.limits.BatchSize)
+		}
+		writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, msg, false)
+		return nil, false
+	}
+	return body, true
+}
+
+// batchLen reports whether body is a JSON array (a JSON-RPC batch) and how many of its
+// elements it counted, stopping at max+1: the SDK would decode every element at once.
+func batchLen(body []byte, max int) (n int, batch bool) {
+	t := bytes.TrimLeft(body, " \t\r\n")
+	if len(t) == 0 || t[0] != '[' {
+		return 0, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(t))
+	if _, err := dec.Token(); err != nil {
+		return 1, true // '[' then nothing readable: counted as one, so batch_size 0 refuses it
+	}
+	for dec.More() && n <= max {
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			break // malformed: the SDK answers it, within the count so far
+		}
+		n++
+	}
+	if n == 0 {
+		n = 1 // an empty batch is still a batch
+	}
+	return n, true
+}
+
+// rpcErrorJSON is a JSON-RPC error response with id (nil: null), ending in a newline.
+func rpcErrorJSON(id any, code int, msg string) []byte {
+	type rpcError struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	b, err := json.Marshal(struct {
+		JSONRPC string   `json:"jsonrpc"`
+		ID      any      `json:"id"`
+		Error   rpcError `json:"error"`
+	}{"2.0", id, rpcError{code, msg}})
+	if err != nil { // only an id of another type than those idOf returns
+		b, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": rpcError{code, msg}})
+	}
+	return append(b, '\n')
+}
+
+// writeRPCError answers status with a JSON-RPC error response of id null; closeConn closes the
+// connection after it (the body was not read to its end).
+func writeRPCError(w http.ResponseWriter, status, code int, msg string, closeConn bool) {
+	w.Header().Set("Content-Type", "application/json")
+	if closeConn {
+		auth.CloseAfterReply(w)
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(rpcErrorJSON(nil, code, msg))
+}
+
+// deadlineWriter gives each write and flush of a response limits.write_timeout.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	m       *metrics
+	hit     atomic.Bool
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	n, err := w.ResponseWriter.Write(p)
+	w.check(err)
+	return n, err
+}
+
+// FlushError is what http.ResponseController.Flush (the SDK's flush of each event) calls.
+func (w *deadlineWriter) FlushError() error {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	err := w.rc.Flush()
+	w.check(err)
+	return err
+}
+
+// Flush implements http.Flusher.
+func (w *deadlineWriter) Flush() { _ = w.FlushError() }
+
+// Unwrap lets http.ResponseController reach the connection's other controls.
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *deadlineWriter) check(err error) {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && w.hit.CompareAndSwap(false, true) {
+		w.m.limitHit("write_timeout")
+	}
+}
+
+// refusalWriter closes the connection after any error status written through it: the
+// authentication middleware's 401 and 403 go out at once, and net/http does not first read
+// what is left of the request's body (which a slow client may never finish).
+type refusalWriter struct{ http.ResponseWriter }
+
+func (w refusalWriter) WriteHeader(code int) {
+	if code >= 400 {
+		auth.CloseAfterReply(w.ResponseWriter)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// limitListener bounds ln to limits.connections open connections (netutil.LimitListener: the
+// next connection waits in the listen backlog until one closes) and counts each time the bound
+// is reached.
+func (g *Gateway) limitListener(ln net.Listener) net.Listener {
+	max := int64(g.limits.Connections)
+	return netutil.LimitListener(&countingListener{Listener: ln, max: max, m: g.metrics}, int(max))
+}
+
+type countingListener struct {
+	net.Listener
+	open atomic.Int64
+	max  int64
+	m    *metrics
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if l.open.Add(1) >= l.max {
+		l.m.limitHit("connections")
+	}
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	l    *countingListener
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.l.open.Add(-1) })
+	return c.Conn.Close()
+}
