@@ -166,7 +166,7 @@ func (g *Gateway) httpHandler() http.Handler {
 	// kept as a second bound.
 	opts := &mcp.StreamableHTTPOptions{SessionTimeout: SessionTimeout, DisableLocalhostProtection: sec.guard != nil,
 		MaxRequestBodyBytes: g.limits.RequestBodyBytes}
-	agent := g.mcpEndpoint(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, opts))
+	agent := g.mcpEndpoint(g.server, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, opts))
 	guard := func(h http.Handler) http.Handler {
 		if sec.guard == nil {
 			return h
@@ -175,7 +175,7 @@ func (g *Gateway) httpHandler() http.Handler {
 	}
 	if sec.auth != nil {
 		agent = g.requireRole(auth.Agent, "agent", agent)
-		op := g.mcpEndpoint(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return sec.opServer }, opts))
+		op := g.mcpEndpoint(sec.opServer, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return sec.opServer }, opts))
 		mux.Handle(PathOperator, guard(g.requireRole(auth.Auditor, "operator", op)))
 		mux.Handle(PathResourceMetadata, guard(sdkauth.ProtectedResourceMetadataHandler(g.resourceMetadata())))
 		mux.Handle("/metrics", guard(g.requireRole(auth.Auditor, "metrics", g.metrics.handler())))

@@ -2,16 +2,19 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/net/netutil"
 
 	"github.com/reversi-gitops/reversi/gateway/auth"
@@ -26,13 +29,38 @@ import (
 //   - once the request is read, the read deadline is lifted: net/http cancels a request's
 //     context when its background read passes the deadline, which would end a long call's
 //     stream; the write deadline becomes one per write (limits.write_timeout for each write and
-//     flush), so that SSE streams and long calls live while a client that stops reading is cut.
+//     flush), so that SSE streams and long calls live while a client that stops reading is cut;
+//   - a DELETE of a session cancels the session's calls in flight, and a POST that ends before
+//     its calls' results were sent (the client went away) cancels those calls (limits.go).
 //
 // Refusals that leave a body unread close the connection (auth.CloseAfterReply), so that
 // net/http neither waits for the rest of a slow body nor reads it after the answer.
 
-// mcpEndpoint applies the limits above to an MCP endpoint.
-func (g *Gateway) mcpEndpoint(next http.Handler) http.Handler {
+// postHeader carries, from mcpEndpoint to callMiddleware, the number of the POST that brought a
+// call: the SDK hands a call the POST's header (RequestExtra.Header), not its context. The
+// gateway sets the header on every POST, replacing any value the client sent.
+const postHeader = "Reversi-Gateway-Post"
+
+// posts are the POSTs being served, by their postHeader value.
+type posts struct {
+	seq atomic.Uint64
+	m   sync.Map // string -> context.Context of the request
+}
+
+// postContext returns the context of the HTTP request that carried req, or nil (stdio,
+// in-memory transports, or a request already answered).
+func (g *Gateway) postContext(req *mcp.CallToolRequest) context.Context {
+	if req.Extra == nil || req.Extra.Header == nil {
+		return nil
+	}
+	if v, ok := g.posts.m.Load(req.Extra.Header.Get(postHeader)); ok {
+		return v.(context.Context)
+	}
+	return nil
+}
+
+// mcpEndpoint applies the limits above to an MCP endpoint served by s.
+func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 	lim := g.limits
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
@@ -46,11 +74,18 @@ func (g *Gateway) mcpEndpoint(next http.Handler) http.Handler {
 				r.Body = readCloser(bytes.NewReader(body))
 			}
 			r.ContentLength = int64(len(body))
+			id := strconv.FormatUint(g.posts.seq.Add(1), 10)
+			r.Header.Set(postHeader, id)
+			g.posts.m.Store(id, r.Context())
+			defer g.posts.m.Delete(id)
 		} else if r.ContentLength != 0 {
 			// GET and DELETE carry no body; one would be read after the handler, without a
 			// deadline once it is lifted below.
 			writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, r.Method+" requests to the MCP endpoint carry no body", true)
 			return
+		}
+		if r.Method == http.MethodDelete {
+			g.closingSession(s, r)
 		}
 		_ = rc.SetReadDeadline(time.Time{})
 		_ = rc.SetWriteDeadline(time.Time{})
@@ -160,6 +195,25 @@ func writeRPCError(w http.ResponseWriter, status, code int, msg string, closeCon
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(rpcErrorJSON(nil, code, msg))
+}
+
+// closingSession cancels the calls in flight of the session a DELETE names, when the caller is
+// the session's principal (the SDK answers 403 or 404 otherwise): the SDK's Close waits for
+// them, so that without this a DELETE hung as long as the slowest call.
+func (g *Gateway) closingSession(s *mcp.Server, r *http.Request) {
+	id := r.Header.Get("Mcp-Session-Id")
+	if id == "" || s == nil {
+		return
+	}
+	principal := g.cfg.Actor
+	if who := auth.FromContext(r.Context()); who != nil {
+		principal = who.Principal
+	}
+	for ss := range s.Sessions() {
+		if ss.ID() == id {
+			g.calls.cancelSession(ss, principal, ErrSessionClosed)
+		}
+	}
 }
 
 // deadlineWriter gives each write and flush of a response limits.write_timeout.

@@ -119,6 +119,8 @@ type Gateway struct {
 	sec     security // httpauth.go, operator.go
 
 	limits config.Limits // effectiveLimits of the config's (limits.go)
+	calls  *inflight     // tools/call in flight (limits.go)
+	posts  posts         // HTTP POSTs being served (httplimits.go)
 }
 
 // New connects to every upstream, lists and names their tools, builds the engine, prints the
@@ -144,6 +146,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		g.name = Name
 	}
 	g.limits = effectiveLimits(o.Config.Limits)
+	g.calls = newInflight(g.limits)
 	g.mode = engine.Mode(o.Config.Mode)
 	if g.mode == "" { // the automatic choice, made once (seed: Observe first)
 		g.mode = engine.Enforce
@@ -198,7 +201,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.publish(toolSet{}, ts)
 	g.addAgentTools(g.server)
 	g.addOperatorServer(o.PageSize)
-	g.server.AddReceivingMiddleware(g.listMiddleware, g.passMiddleware)
+	g.server.AddReceivingMiddleware(g.callMiddleware, g.listMiddleware, g.passMiddleware)
 	g.metrics = newMetrics(g)
 	g.metrics.setRevision(o.Revision)
 	close(g.started)
@@ -485,6 +488,9 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	case ferr != nil:
 		out.Status = store.Uncertain
 		notes = append(notes, "the upstream did not answer: "+ferr.Error())
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(ferr, cause) {
+			notes = append(notes, "cancelled: "+cause.Error()) // the session's end (limits.go)
+		}
 	case res.IsError:
 		out.Status = store.Failed
 	default:

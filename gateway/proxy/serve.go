@@ -76,6 +76,7 @@ func (g *Gateway) ServeListener(ctx context.Context, ln net.Listener) error {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+		g.calls.cancelAll(ErrGatewayStopping) // the sessions' Close waits for their calls
 		// End the MCP sessions first: their streams would otherwise keep connections busy.
 		for _, s := range []*mcp.Server{g.server, g.sec.opServer} {
 			for ss := range s.Sessions() {
