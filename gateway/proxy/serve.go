@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -24,10 +25,11 @@ const SessionTimeout = 30 * time.Minute
 // unless auth.keys or auth.oidc is set.
 func (g *Gateway) Serve(ctx context.Context) error {
 	if g.cfg.Listen == nil {
-		if g.stdin == nil || g.stdout == nil {
-			return g.server.Run(ctx, &mcp.StdioTransport{})
+		in, out := io.Reader(os.Stdin), io.Writer(os.Stdout)
+		if g.stdin != nil && g.stdout != nil {
+			in, out = g.stdin, g.stdout
 		}
-		return g.server.Run(ctx, &mcp.IOTransport{Reader: readCloser(g.stdin), Writer: writeCloser(g.stdout)})
+		return g.serveStdio(ctx, in, out)
 	}
 	if !g.cfg.Listen.Loopback() && g.sec.auth == nil {
 		return refuseBeyondLoopback(g.cfg.Listen.Host)
