@@ -7,6 +7,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reversi-gitops/reversi/gateway/config"
@@ -172,8 +173,8 @@ var (
 // callMiddleware runs before every tools/call on the agent and operator endpoints: it admits
 // the call within limits.calls_per_session and limits.calls_per_principal (a refusal is
 // journaled, counted and answered at once), ties the call's context to its session and to the
-// HTTP request that carried it (postContext). Refusals go to the gateway journal, since no run
-// step is opened for them.
+// HTTP request that carried it (postContext), and journals the SDK's refusal of an unknown
+// tool. Refusals go to the gateway journal, since no run step is opened for them.
 func (g *Gateway) callMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if method != "tools/call" {
@@ -202,12 +203,17 @@ func (g *Gateway) callMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			stop := context.AfterFunc(pctx, func() { cancel(ErrClientGone) })
 			defer stop()
 		}
-		return next(cctx, method, req)
+		res, err := next(cctx, method, req)
+		var je *jsonrpc.Error
+		if errors.As(err, &je) && je.Message == fmt.Sprintf("unknown tool %q", name) {
+			g.journalRefusal(ctx, principal, name, je.Message)
+		}
+		return res, err
 	}
 }
 
-// journalRefusal writes a tools/call refused before any run step was opened for it (a limit)
-// as a note of the gateway journal. What the client
+// journalRefusal writes a tools/call refused before any run step was opened for it (a limit, an
+// unknown tool, a run id that cannot be used) as a note of the gateway journal. What the client
 // chose (the tool name, a run id in why) is clipped, so that a note stays small.
 func (g *Gateway) journalRefusal(ctx context.Context, principal, tool, why string) {
 	note := fmt.Sprintf("refused a tools/call of %s to %q: %s", principal, clip(tool, 200), clip(why, 1000))

@@ -335,9 +335,9 @@ func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string,
 // it. Run ids belong to one gateway (issue 16): a run of this store opened by another gateway
 // (a store shared by name), or, with runs kept in Kubernetes, a ReversiRun of that name that
 // another gateway owns (kube.Runs.CreateRun claims the name before the run opens), is refused
-// with store.OtherGatewayError, the same text in both cases, and journaled in the gateway
-// journal. Errors: that refusal, store.ErrNotOwner (another principal's run of this gateway),
-// or the store's.
+// with store.OtherGatewayError, the same text in both cases. Errors: that refusal,
+// store.ErrNotOwner (another principal's run of this gateway), or the store's; handle
+// journals the refusal in the gateway journal.
 func (g *Gateway) openNamed(ctx context.Context, id, actor string) (store.Run, error) {
 	run, err := g.store.GetRun(ctx, id)
 	switch {
@@ -353,10 +353,6 @@ func (g *Gateway) openNamed(ctx context.Context, id, actor string) (store.Run, e
 	}
 	if errors.Is(err, store.ErrOtherGateway) {
 		err = store.OtherGatewayError(id) // one text, wherever the refusal came from
-		if _, jerr := g.store.AppendEvent(context.WithoutCancel(ctx), store.Event{Run: store.GatewayJournal, Kind: store.KindNote,
-			Note: fmt.Sprintf("refused the run id %s of %s: %v", id, actor, err)}); jerr != nil {
-			g.warn("journal the refused run id %s: %v", id, jerr)
-		}
 	}
 	return run, err
 }
@@ -410,7 +406,9 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	}
 	run, err := g.runFor(ctx, req)
 	if err != nil {
-		return textResult(engine.BlockedPrefix + "the run could not be opened: " + err.Error()), nil
+		text := "the run could not be opened: " + err.Error()
+		g.journalRefusal(ctx, g.principal(req), name, text)
+		return textResult(engine.BlockedPrefix + text), nil
 	}
 	if res, halted := g.blockHalted(ctx, run, name, reason); halted {
 		return res, nil
