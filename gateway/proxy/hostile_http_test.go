@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -324,4 +325,35 @@ func (h hostRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Host = h.host
 	r.Header.Set("Authorization", "Bearer "+h.key)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestHostileConnections: with limits.connections 3, three connections that send nothing take
+// every slot: a fourth client is not served until one of them closes, then it is; reaching the
+// bound is counted.
+func TestHostileConnections(t *testing.T) {
+	h := startHostile(t, false, func(c *config.Gateway) { c.Limits.Connections = 3 })
+	http.DefaultClient.CloseIdleConnections()
+	held := []net.Conn{h.rawConn(t), h.rawConn(t), h.rawConn(t)}
+	get := func(timeout time.Duration) error {
+		c := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+		res, err := c.Get(h.base + "/healthz")
+		if err == nil {
+			_ = res.Body.Close()
+		}
+		return err
+	}
+	if err := get(time.Second); err == nil {
+		t.Fatal("a fourth connection was served while three held every slot")
+	}
+	_ = held[0].Close()
+	if err := get(5 * time.Second); err != nil {
+		t.Fatalf("not served once a slot was free: %v", err)
+	}
+	if got := limitHits(h.gw, "connections"); got < 1 {
+		t.Errorf("limit_hits{connections} = %v, want at least 1", got)
+	}
+	for _, c := range held[1:] {
+		_ = c.Close()
+	}
+	h.stillServes(t)
 }
