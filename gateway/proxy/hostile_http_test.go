@@ -357,3 +357,27 @@ func TestHostileConnections(t *testing.T) {
 	}
 	h.stillServes(t)
 }
+
+// TestHostileLongCallOutlivesTimeouts: read_timeout and write_timeout bound reading a request
+// and each write, not a stream: with both at 1 s, a 3 s call answers on its SSE stream, with the
+// client's standalone GET stream open throughout.
+func TestHostileLongCallOutlivesTimeouts(t *testing.T) {
+	h := startHostile(t, false, func(c *config.Gateway) { c.Limits.ReadTimeout, c.Limits.WriteTimeout = time.Second, time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "long", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.base + PathAgent}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	start := time.Now()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "everything.trigger-long-running-operation", Arguments: map[string]any{"duration": 3, "steps": 3}})
+	if err != nil || res.IsError || !strings.Contains(texts(res)[0], "completed") {
+		t.Fatalf("a 3 s call with 1 s timeouts: %v %v", err, res)
+	}
+	t.Logf("answered after %s", time.Since(start).Round(time.Millisecond))
+	if r := call(t, cs, "memory.read_graph", map[string]any{}); r.IsError {
+		t.Fatalf("the session after the long call: %v", texts(r))
+	}
+	h.stillServes(t)
+}

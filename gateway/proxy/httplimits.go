@@ -26,10 +26,10 @@ import (
 //     decoding) and limits.read_timeout (http.Server.ReadTimeout; 408), and a JSON-RPC batch is
 //     refused, or held to limits.batch_size messages, before the SDK decodes it (a 4 MiB batch
 //     of small messages cost the SDK about 410 MB);
-//   - once the request is read, the read deadline is lifted: net/http cancels a request's
-//     context when its background read passes the deadline, which would end a long call's
-//     stream; the write deadline becomes one per write (limits.write_timeout for each write and
-//     flush), so that SSE streams and long calls live while a client that stops reading is cut;
+//   - the write deadline is one per write (limits.write_timeout for each write and flush), not
+//     http.Server.WriteTimeout's one per response, so that SSE streams and long calls live while
+//     a client that stops reading is cut (the read deadline needs nothing: net/http clears it
+//     once the body is read, when it starts watching the connection);
 //   - a DELETE of a session cancels the session's calls in flight, and a POST that ends before
 //     its calls' results were sent (the client went away) cancels those calls (limits.go).
 //
@@ -78,16 +78,10 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 			r.Header.Set(postHeader, id)
 			g.posts.m.Store(id, r.Context())
 			defer g.posts.m.Delete(id)
-		} else if r.ContentLength != 0 {
-			// GET and DELETE carry no body; one would be read after the handler, without a
-			// deadline once it is lifted below.
-			writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, r.Method+" requests to the MCP endpoint carry no body", true)
-			return
 		}
 		if r.Method == http.MethodDelete {
 			g.closingSession(s, r)
 		}
-		_ = rc.SetReadDeadline(time.Time{})
 		_ = rc.SetWriteDeadline(time.Time{})
 		defer func() { _ = rc.SetWriteDeadline(time.Now().Add(lim.WriteTimeout)) }() // the final flush
 		next.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, timeout: lim.WriteTimeout, m: g.metrics}, r)
