@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -71,7 +72,7 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 			}
 			r.Body = http.NoBody
 			if len(body) > 0 {
-				r.Body = readCloser(bytes.NewReader(body))
+				r.Body = &drainReader{b: body}
 			}
 			r.ContentLength = int64(len(body))
 			id := strconv.FormatUint(g.posts.seq.Add(1), 10)
@@ -87,6 +88,24 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 		next.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, timeout: lim.WriteTimeout, m: g.metrics}, r)
 	})
 }
+
+// drainReader reads b once and drops it at its end: the SDK copies the body it reads, and the
+// request (a call's may last minutes) must not keep a second copy alive.
+type drainReader struct{ b []byte }
+
+func (r *drainReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		r.b = nil
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	if r.b = r.b[n:]; len(r.b) == 0 {
+		r.b = nil
+	}
+	return n, nil
+}
+
+func (r *drainReader) Close() error { r.b = nil; return nil }
 
 // JSON-RPC error codes of the refusals here.
 const (
