@@ -11,6 +11,9 @@
 //	          (`make bench`)
 //	auth-load 200 concurrent authenticated HTTP sessions (API keys and OIDC) for 60 s: no
 //	          error, goroutines and heap back to the baseline (issue 7)
+//	hostile-client
+//	          a gateway process's idle and peak RSS under hostile clients on 127.0.0.1:
+//	          batches, oversized bodies, slow bodies (issue 18)
 //
 // The figures are recorded in BENCHMARKS.md.
 package main
@@ -22,7 +25,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./hack/bench suite|gateway|auth-load [flags]  (-h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: go run ./hack/bench suite|gateway|auth-load|hostile-client [flags]  (-h for the flags)")
 		os.Exit(2)
 	}
 	var err error
@@ -33,8 +36,10 @@ func main() {
 		err = authLoadMain(os.Args[2:])
 	case "suite":
 		err = suiteMain(os.Args[2:])
+	case "hostile-client":
+		err = hostileMain(os.Args[2:])
 	default:
-		fmt.Fprintf(os.Stderr, "bench: unknown subcommand %q; use suite, gateway or auth-load\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "bench: unknown subcommand %q; use suite, gateway, auth-load or hostile-client\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {
