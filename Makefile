@@ -36,12 +36,14 @@ generate:
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 ## manifests: the CRDs (config/crd/bases), the manager's RBAC (config/rbac/role.yaml, from
-## the +kubebuilder:rbac markers in controllers/) and the webhook configurations
-## (config/webhook/manifests.yaml, from the +kubebuilder:webhook markers).
+## the +kubebuilder:rbac markers in controllers/), the webhook configurations
+## (config/webhook/manifests.yaml, from the +kubebuilder:webhook markers) and the same RBAC as
+## Roles for config/namespaced (hack/namespaced-rbac, from config/rbac).
 manifests:
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths=./api/... paths=./controllers/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
+	$(GO) run ./hack/namespaced-rbac config
 
 vet:
 	$(GO) vet ./...

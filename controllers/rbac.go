@@ -14,10 +14,19 @@ package controllers
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // What a ReversiGateway owns, and the RBAC its ServiceAccount gets (a Role can only grant
-// what its writer holds: pods get/patch and the reversi.dev verbs are held above and here).
-// The controller reads pods for the manifest digest each gateway pod reports.
+// what its writer holds: the configmaps, secrets, leases and reversi.dev verbs of the gateway
+// Role are all held here).
 // +kubebuilder:rbac:groups="",resources=serviceaccounts;services;persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// Pods are only read: which pods a gateway has, whether they are ready and which
+// ServiceAccount they run as (who gets a Lease). No patch: nothing the controller or a gateway
+// does writes a pod.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// Leases wherever gateways are reconciled (every namespace, or the watched ones in a
+// namespaced install): one per gateway pod, created, relabelled and deleted (its pod gone) by
+// the controller, read for the digest the pod reports on it, and granted to the gateway by
+// name (patch: held so it can be granted). In the cluster install this also covers the
+// leader-election Lease in the controller's namespace (below).
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 
@@ -26,7 +35,9 @@ package controllers
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Leader election: a Lease in the controller's own namespace (kustomize's namespace
-// transformer keeps it in step with config/default). A Role, not a ClusterRole.
+// transformer keeps it in step with config/default). The cluster-wide leases rule above holds
+// these verbs too; this Role keeps the leader-election right when that rule is narrowed (a
+// namespaced controller).
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=reversi-system
 
 // The controller's own signing key and its Approval stamp key (Secrets it creates on first
@@ -35,3 +46,8 @@ package controllers
 // its own namespace. SelfSubjectReview (who the controller is, for admission) needs no RBAC.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create,namespace=reversi-system
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update,namespace=reversi-system
+
+// ReversiGateway admission (issue 17): the webhook asks the API server whether a gateway's
+// author may create Deployments and get each Secret the spec names (SubjectAccessReview, with
+// the author's user info). Creating a review reads nothing and grants nothing.
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create

@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,14 +45,22 @@ import (
 // (sqlite) PersistentVolumeClaim. A merge that fails (a tool defined twice, a source not
 // ready, a signature that does not verify) leaves the last good rendering in place.
 //
+// Each gateway pod that runs as the gateway's ServiceAccount gets a coordination.k8s.io Lease
+// of its own name, created and controlled by the ReversiGateway (podLeases), which the Role
+// lets the gateway patch by name: the pod reports the digest it serves there
+// (reversi.dev/manifest-digest after each load), so the gateway needs no right on pods.
+//
 // Status: kstatus conditions, readyReplicas from the Deployment, the desired manifest digest
-// and how many ready pods report it (the pods annotate themselves with
-// reversi.dev/manifest-digest after each load).
+// and how many ready pods report it on their Lease.
 type ReversiGatewayReconciler struct {
 	client.Client
 	Recorder recorder.EventRecorder
 	// Image is the gateway image when spec.image is empty (DefaultGatewayImage when empty).
 	Image string
+	// Images are the images a gateway may run (issue 17): a gateway whose image is outside
+	// them is Stalled with reason ImageNotAllowed and nothing is rendered. Nil:
+	// DefaultGatewayImages of the default image.
+	Images *ImagePolicy
 	// MaxShardBytes is the manifest bytes per rendered ConfigMap (bundle.MaxShardBytes when 0).
 	MaxShardBytes int
 	// Key signs the snapshot of the selected ToolManifests and verifies the registries'
@@ -65,8 +75,8 @@ type ReversiGatewayReconciler struct {
 // when no watch fires.
 const gatewayRetry = 30 * time.Second
 
-// SetupWithManager watches gateways, what they own, and what they read: the registries'
-// ConfigMaps, ToolManifests, Secrets and the gateway pods' reports.
+// SetupWithManager watches gateways, what they own (the pods' Leases carry their reports),
+// and what they read: the registries' ConfigMaps, ToolManifests, Secrets and the gateway pods.
 func (r *ReversiGatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ReversiGateway{}, builder.WithPredicates(predicate.Or(
@@ -78,6 +88,7 @@ func (r *ReversiGatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.PersistentVolumeClaim{}).
+		Owns(&coordinationv1.Lease{}).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysForRegistryConfigMap)).
 		Watches(&v1alpha1.ManifestRegistry{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysForRegistry)).
 		Watches(&v1alpha1.ToolManifest{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysInNamespace)).
@@ -183,10 +194,37 @@ func (r *ReversiGatewayReconciler) image(gw *v1alpha1.ReversiGateway) string {
 	return DefaultGatewayImage
 }
 
+// checkImage refuses a gateway whose image the policy does not allow (issue 17: admission can
+// be bypassed or absent, so the reconciler does not render what it would refuse).
+func (r *ReversiGatewayReconciler) checkImage(gw *v1alpha1.ReversiGateway) *stepError {
+	images := r.Images
+	if images == nil {
+		patterns, err := DefaultGatewayImages(r.image(&v1alpha1.ReversiGateway{}))
+		if err == nil {
+			images, err = NewImagePolicy(patterns)
+		}
+		if err != nil {
+			return fail(v1alpha1.ReasonImageNotAllowed, true, "the controller's default gateway image: %v", err)
+		}
+	}
+	field := "spec.image"
+	if gw.Spec.Image == "" {
+		field = "the controller's default gateway image (--gateway-image)"
+	}
+	if err := images.Check(field, r.image(gw)); err != nil {
+		return fail(v1alpha1.ReasonImageNotAllowed, true, "%v; nothing was rendered or changed", err)
+	}
+	return nil
+}
+
 // reconcile renders and applies everything, in an order that never leaves a pod without
 // access: RBAC first (the Role names the manifest shards), then the ConfigMaps (shard 0
-// last), then the Deployment and Service; then it reads the rollout.
+// last), then the Deployment and Service; then it reads the rollout. A gateway whose image is
+// not allowed renders nothing.
 func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.ReversiGateway) (ctrl.Result, *stepError) {
+	if serr := r.checkImage(gw); serr != nil {
+		return ctrl.Result{}, serr
+	}
 	n := namesOf(gw)
 	rc, err := renderConfig(gw)
 	if err != nil {
@@ -232,8 +270,21 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 	if e := own(&corev1.ServiceAccount{ObjectMeta: meta(n.object)}, func() error { return nil }); e != nil {
 		return ctrl.Result{}, e
 	}
+	// The pods' Leases before the Role that names them; Leases of pods that are gone after it.
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(gw.Namespace), client.MatchingLabels(selectorLabels(gw))); err != nil {
+		return ctrl.Result{}, fail(v1alpha1.ReasonApplyFailed, false, "listing the gateway's pods: %v", err)
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) }) // a stable status
+	leases, conflicts, e := r.podLeases(ctx, gw, pods.Items)
+	if e != nil {
+		return ctrl.Result{}, e
+	}
 	role := &rbacv1.Role{ObjectMeta: meta(n.object)}
-	if e := own(role, func() error { role.Rules = gatewayRules(gw, len(shards)); return nil }); e != nil {
+	if e := own(role, func() error { role.Rules = gatewayRules(gw, len(shards), leases); return nil }); e != nil {
+		return ctrl.Result{}, e
+	}
+	if e := r.pruneLeases(ctx, gw, leases); e != nil {
 		return ctrl.Result{}, e
 	}
 	rb := &rbacv1.RoleBinding{ObjectMeta: meta(n.object)}
@@ -310,7 +361,117 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 	}); e != nil {
 		return ctrl.Result{}, e
 	}
-	return r.rollout(ctx, gw, dep, b, digest, sources, trust != nil)
+	res, e := r.rollout(ctx, gw, dep, pods.Items, b, digest, sources, trust != nil)
+	if e == nil && len(conflicts) > 0 {
+		// The rest is rendered; the pods whose Lease name is taken cannot report (not loaded).
+		msgs := make([]string, len(conflicts))
+		for i, c := range conflicts {
+			msgs[i] = c.Error()
+		}
+		return ctrl.Result{}, fail(v1alpha1.ReasonOwnershipConflict, false, "%s", strings.Join(msgs, "; "))
+	}
+	return res, e
+}
+
+// reportsTo reports whether pod reports on a Lease of gw: it runs as the gateway's own
+// ServiceAccount (whoever may create such a pod may already act as that ServiceAccount, so
+// its Lease grants nothing new) and is not being deleted. pod matches selectorLabels(gw).
+func reportsTo(gw *v1alpha1.ReversiGateway, pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp.IsZero() && pod.Spec.ServiceAccountName == namesOf(gw).object
+}
+
+// podLeases makes sure every pod that reportsTo gw has its Lease: named as the pod, in the
+// gateway's namespace, labelled gatewayLabels(gw), controlled by gw (created when missing,
+// labels and controller reference restored when they were taken away; its spec and
+// annotations are the pod's report and left alone). A Lease the cache does not show as it
+// should be is read again from the API server, so one created a moment ago is not created
+// twice. It returns the
+// names of the Leases gw controls (sorted) and, for each existing Lease of such a name that
+// gw does not control, an *OwnershipConflictError: that Lease is neither adopted nor named in
+// the Role, and its pod cannot report. Errors: reading or writing a Lease failed.
+func (r *ReversiGatewayReconciler) podLeases(ctx context.Context, gw *v1alpha1.ReversiGateway, pods []corev1.Pod) ([]string, []*OwnershipConflictError, *stepError) {
+	var names []string
+	var conflicts []*OwnershipConflictError
+	for i := range pods {
+		p := &pods[i]
+		if !reportsTo(gw, p) {
+			continue
+		}
+		key := types.NamespacedName{Namespace: gw.Namespace, Name: p.Name}
+		lease := &coordinationv1.Lease{}
+		if err := r.Get(ctx, key, lease); err == nil && metav1.IsControlledBy(lease, gw) && hasLabels(lease.Labels, gatewayLabels(gw)) {
+			names = append(names, p.Name) // the cache shows it as it should be: nothing to write
+			continue
+		}
+		err := r.APIReader.Get(ctx, key, lease)
+		switch {
+		case apierrors.IsNotFound(err):
+			lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: gw.Namespace, Name: p.Name, Labels: gatewayLabels(gw)}}
+			if err := controllerutil.SetControllerReference(gw, lease, r.Scheme()); err != nil {
+				return nil, nil, applyFailure(err, "creating Lease "+p.Name)
+			}
+			if err := r.Create(ctx, lease, client.FieldOwner(FieldManager)); err != nil {
+				return nil, nil, applyFailure(err, "creating Lease "+p.Name)
+			}
+		case err != nil:
+			return nil, nil, applyFailure(err, "reading Lease "+p.Name)
+		default:
+			err := claim(lease, gw, "Lease")
+			if c := metav1.GetControllerOf(lease); err == nil && c != nil && c.UID != gw.UID {
+				// It refers to gw but another object controls it: not ours either.
+				err = &OwnershipConflictError{Kind: "Lease", Namespace: lease.Namespace, Name: lease.Name, OwnerKind: "ReversiGateway", Owner: gw.Name}
+			}
+			var conflict *OwnershipConflictError
+			if errors.As(err, &conflict) {
+				conflicts = append(conflicts, conflict)
+				continue // not ours: not written, not in the Role
+			}
+			if !metav1.IsControlledBy(lease, gw) || !hasLabels(lease.Labels, gatewayLabels(gw)) {
+				// A patch without a resourceVersion: the pod may be writing its report meanwhile.
+				base := lease.DeepCopy()
+				lease.Labels = mergeLabels(maps.Clone(lease.Labels), gatewayLabels(gw))
+				if err := controllerutil.SetControllerReference(gw, lease, r.Scheme()); err != nil {
+					return nil, nil, applyFailure(err, "writing Lease "+p.Name)
+				}
+				if err := r.Patch(ctx, lease, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
+					return nil, nil, applyFailure(err, "writing Lease "+p.Name)
+				}
+			}
+		}
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	return names, conflicts, nil
+}
+
+// hasLabels reports whether have holds every label of want.
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// pruneLeases deletes the Leases gw controls in its namespace that are not named in keep
+// (their pod is gone, is being deleted, or no longer runs as the gateway's ServiceAccount).
+// Errors: listing or deleting failed.
+func (r *ReversiGatewayReconciler) pruneLeases(ctx context.Context, gw *v1alpha1.ReversiGateway, keep []string) *stepError {
+	var list coordinationv1.LeaseList
+	if err := r.List(ctx, &list, client.InNamespace(gw.Namespace)); err != nil {
+		return fail(v1alpha1.ReasonApplyFailed, false, "listing Leases: %v", err)
+	}
+	for i := range list.Items {
+		l := &list.Items[i]
+		if !metav1.IsControlledBy(l, gw) || slices.Contains(keep, l.Name) {
+			continue
+		}
+		if err := r.Delete(ctx, l, client.Preconditions{UID: &l.UID}); client.IgnoreNotFound(err) != nil {
+			return fail(v1alpha1.ReasonApplyFailed, false, "deleting Lease %s of a pod that is gone: %v", l.Name, err)
+		}
+	}
+	return nil
 }
 
 // kindOf is the Kind of an object the gateway renders, for messages.
@@ -330,6 +491,8 @@ func kindOf(obj client.Object) string {
 		return "Service"
 	case *corev1.ConfigMap:
 		return "ConfigMap"
+	case *coordinationv1.Lease:
+		return "Lease"
 	}
 	return fmt.Sprintf("%T", obj)
 }
@@ -348,9 +511,11 @@ func applyFailure(err error, what string) *stepError {
 	return fail(v1alpha1.ReasonApplyFailed, false, "%v", err)
 }
 
-// rollout fills the status from the Deployment and the pods' reports, and sets Ready when
-// every desired pod is ready and serves the desired manifests.
-func (r *ReversiGatewayReconciler) rollout(ctx context.Context, gw *v1alpha1.ReversiGateway, dep *appsv1.Deployment, b bundle.Bundle, digest, sources string, signed bool) (ctrl.Result, *stepError) {
+// rollout fills the status from the Deployment and the reports on the pods' Leases, and sets
+// Ready when every desired pod is ready and serves the desired manifests. Only a Lease gw
+// controls, of a pod that reportsTo gw, counts: the pods' own annotations are ignored (anyone
+// with pods patch in the namespace could write them).
+func (r *ReversiGatewayReconciler) rollout(ctx context.Context, gw *v1alpha1.ReversiGateway, dep *appsv1.Deployment, pods []corev1.Pod, b bundle.Bundle, digest, sources string, signed bool) (ctrl.Result, *stepError) {
 	want := int32(1)
 	if gw.Spec.Replicas != nil {
 		want = *gw.Spec.Replicas
@@ -359,9 +524,15 @@ func (r *ReversiGatewayReconciler) rollout(ctx context.Context, gw *v1alpha1.Rev
 	gw.Status.Selector = sel.String()
 	gw.Status.Replicas = dep.Status.Replicas
 	gw.Status.ReadyReplicas = dep.Status.ReadyReplicas
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(gw.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return ctrl.Result{}, fail(v1alpha1.ReasonApplyFailed, false, "listing the gateway's pods: %v", err)
+	var leaseList coordinationv1.LeaseList
+	if err := r.List(ctx, &leaseList, client.InNamespace(gw.Namespace), client.MatchingLabels{v1alpha1.LabelGateway: gw.Name}); err != nil {
+		return ctrl.Result{}, fail(v1alpha1.ReasonApplyFailed, false, "listing the gateway pods' Leases: %v", err)
+	}
+	reports := map[string]map[string]string{} // pod → its Lease's annotations
+	for i := range leaseList.Items {
+		if l := &leaseList.Items[i]; metav1.IsControlledBy(l, gw) {
+			reports[l.Name] = l.Annotations
+		}
 	}
 	ms := &v1alpha1.GatewayManifestsStatus{DesiredRevision: digest, Tools: int32(len(b.Entries))}
 	for _, ss := range b.Snapshots {
@@ -378,20 +549,27 @@ func (r *ReversiGatewayReconciler) rollout(ctx context.Context, gw *v1alpha1.Rev
 			}
 		}
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range pods {
+		p := &pods[i]
 		if !p.DeletionTimestamp.IsZero() || !podReady(p) {
 			continue
 		}
-		switch {
-		case p.Annotations[v1alpha1.AnnotationManifestDigest] == digest:
+		var report map[string]string // nil: no Lease of gw, or a pod that does not report to it
+		if reportsTo(gw, p) {
+			report = reports[p.Name]
+		}
+		switch served := report[v1alpha1.AnnotationManifestDigest]; {
+		case served != "" && served == digest:
 			ms.LoadedReplicas++
 		default:
-			if e := p.Annotations[v1alpha1.AnnotationManifestError]; e != "" {
+			if e := report[v1alpha1.AnnotationManifestError]; e != "" {
 				ms.LastLoadError = truncate(p.Name+": "+e, 4096)
 			}
+			if served == "" {
+				served = v1alpha1.UnreportedDigest
+			}
 			if len(ms.OtherDigests) < 10 {
-				ms.OtherDigests = append(ms.OtherDigests, p.Name+"="+p.Annotations[v1alpha1.AnnotationManifestDigest])
+				ms.OtherDigests = append(ms.OtherDigests, p.Name+"="+served)
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -63,10 +64,66 @@ func get(t *testing.T, ns, name string, obj client.Object) {
 	}
 }
 
+// payRules are the rules of the Role of TestGatewayRendersOwnedObjects' gateway "pay", with a
+// leases rule naming leases when there are any.
+func payRules(leases ...string) []rbacv1.PolicyRule {
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"pay-config", "pay-manifests"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"manifest-keys"}, Verbs: []string{"get", "list", "watch"}},
+	}
+	if len(leases) > 0 {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: leases, Verbs: []string{"patch"}})
+	}
+	return append(rules,
+		rbacv1.PolicyRule{APIGroups: []string{"reversi.dev"}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "list", "watch", "create"}},
+		rbacv1.PolicyRule{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns/status"}, Verbs: []string{"get", "update", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{"reversi.dev"}, Resources: []string{"approvals"}, Verbs: []string{"get", "list", "watch"}},
+	)
+}
+
+// waitRole waits until the Role's rules are exactly want.
+func waitRole(t *testing.T, ns, name string, want []rbacv1.PolicyRule) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() string {
+		var role rbacv1.Role
+		get(t, ns, name, &role)
+		if !reflect.DeepEqual(role.Rules, want) {
+			return fmt.Sprintf("Role %s rules:\n%+v\nwant\n%+v", name, role.Rules, want)
+		}
+		return ""
+	})
+}
+
+// waitLease waits until the Lease exists and returns it.
+func waitLease(t *testing.T, ns, name string) *coordinationv1.Lease {
+	t.Helper()
+	l := &coordinationv1.Lease{}
+	eventually(t, 10*time.Second, func() string {
+		if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, l); err != nil {
+			return "Lease " + name + ": " + err.Error()
+		}
+		return ""
+	})
+	return l
+}
+
+// patchLease merge-patches the Lease's annotations (nil removes one), as a gateway pod reports.
+func patchLease(t *testing.T, l *coordinationv1.Lease, annotations map[string]any) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Patch(t.Context(), l.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The reconciler renders every owned object from the spec: gateway.yaml (secrets only as
 // ${ENV} references the Deployment fills from secretKeyRefs), the registry's signed manifests,
 // a Role with exactly the gateway's permissions, a hardened Deployment and a Service; the
-// status follows the pods' reports of the digest they serve.
+// status follows the pods' reports of the digest they serve, on their Leases.
 func TestGatewayRendersOwnedObjects(t *testing.T) {
 	ns := namespace(t)
 	k := newKey(t)
@@ -143,20 +200,12 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 		t.Fatalf("parsed %+v", g)
 	}
 
-	// RBAC: exactly these rules, bound to the gateway's ServiceAccount.
+	// RBAC: exactly these rules, bound to the gateway's ServiceAccount. No pod yet: no Lease,
+	// so no leases rule at all (an empty resourceNames would mean every Lease); no pods rule.
 	var role rbacv1.Role
 	get(t, ns, "pay-gateway", &role)
-	wantRules := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"pay-config", "pay-manifests"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"manifest-keys"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
-		{APIGroups: []string{"reversi.dev"}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
-		{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "list", "watch", "create"}},
-		{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns/status"}, Verbs: []string{"get", "update", "patch"}},
-		{APIGroups: []string{"reversi.dev"}, Resources: []string{"approvals"}, Verbs: []string{"get", "list", "watch"}},
-	}
-	if !reflect.DeepEqual(role.Rules, wantRules) {
-		t.Fatalf("Role rules:\n%+v\nwant\n%+v", role.Rules, wantRules)
+	if want := payRules(); !reflect.DeepEqual(role.Rules, want) {
+		t.Fatalf("Role rules:\n%+v\nwant\n%+v", role.Rules, want)
 	}
 	var rb rbacv1.RoleBinding
 	get(t, ns, "pay-gateway", &rb)
@@ -226,11 +275,13 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 		return "no ManifestsRendered event with the digest and revision"
 	})
 
-	// A pod reports the digest it serves; with the Deployment rolled out the gateway is Ready.
-	// (envtest runs no kubelet or Deployment controller: the test plays their part.)
+	// A pod of the Deployment gets a Lease of its name, controlled by the gateway, and the
+	// Role may patch exactly that Lease. (envtest runs no kubelet or Deployment controller:
+	// the test plays their part.) The pod's own annotation claims the desired digest: pods'
+	// annotations are anyone's with pods patch, so it counts for nothing.
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pay-gateway-abc", Labels: dep.Spec.Template.Labels,
-		Annotations: map[string]string{v1alpha1.AnnotationManifestDigest: "sha256:old"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "gateway", Image: "reversi:latest"}}}}
+		Annotations: map[string]string{v1alpha1.AnnotationManifestDigest: b.Digest()}},
+		Spec: corev1.PodSpec{ServiceAccountName: "pay-gateway", Containers: []corev1.Container{{Name: "gateway", Image: "reversi:latest"}}}}
 	create(t, p)
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	if err := k8s.Status().Update(t.Context(), p); err != nil {
@@ -240,21 +291,33 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 	if err := k8s.Status().Update(t.Context(), &dep); err != nil {
 		t.Fatal(err)
 	}
+	lease := waitLease(t, ns, "pay-gateway-abc")
+	if !metav1.IsControlledBy(lease, gw) || lease.Labels[v1alpha1.LabelGateway] != "pay" || lease.Labels["app.kubernetes.io/name"] != "reversi-gateway" {
+		t.Fatalf("Lease %+v", lease.ObjectMeta)
+	}
+	waitRole(t, ns, "pay-gateway", payRules("pay-gateway-abc"))
 	gw = waitGateway(t, ns, "pay", func(gw *v1alpha1.ReversiGateway) string {
-		if gw.Status.ReadyReplicas != 1 {
-			return fmt.Sprintf("readyReplicas %d", gw.Status.ReadyReplicas)
+		if gw.Status.ReadyReplicas != 1 || len(gw.Status.Manifests.OtherDigests)+int(gw.Status.Manifests.LoadedReplicas) == 0 {
+			return fmt.Sprintf("readyReplicas %d, the ready pod not seen yet: %+v", gw.Status.ReadyReplicas, gw.Status.Manifests)
 		}
 		return readyIs(metav1.ConditionFalse, v1alpha1.ReasonRolloutInProgress)(gw)
 	})
-	if gw.Status.Manifests.LoadedReplicas != 0 || len(gw.Status.Manifests.OtherDigests) != 1 || gw.Status.Manifests.OtherDigests[0] != "pay-gateway-abc=sha256:old" ||
-		!strings.Contains(condition(gw.Status.Conditions, v1alpha1.ConditionReady).Message, "pods serving another digest: pay-gateway-abc=sha256:old") {
+	if m := gw.Status.Manifests; m.LoadedReplicas != 0 || !reflect.DeepEqual(m.OtherDigests, []string{"pay-gateway-abc=unreported"}) ||
+		!strings.Contains(condition(gw.Status.Conditions, v1alpha1.ConditionReady).Message, "pods serving another digest: pay-gateway-abc=unreported") {
+		t.Fatalf("a pod without a report on its Lease (its own annotation forged): %+v", m)
+	}
+	// The pod reports on its Lease: another digest and a refusal, then the desired digest.
+	patchLease(t, lease, map[string]any{v1alpha1.AnnotationManifestDigest: "sha256:old", v1alpha1.AnnotationManifestError: "not signed"})
+	gw = waitGateway(t, ns, "pay", func(gw *v1alpha1.ReversiGateway) string {
+		if m := gw.Status.Manifests; !reflect.DeepEqual(m.OtherDigests, []string{"pay-gateway-abc=sha256:old"}) || m.LastLoadError != "pay-gateway-abc: not signed" {
+			return fmt.Sprintf("status.manifests %+v", m)
+		}
+		return readyIs(metav1.ConditionFalse, v1alpha1.ReasonRolloutInProgress)(gw)
+	})
+	if gw.Status.Manifests.LoadedReplicas != 0 || !strings.Contains(condition(gw.Status.Conditions, v1alpha1.ConditionReady).Message, "pods serving another digest: pay-gateway-abc=sha256:old") {
 		t.Fatalf("a pod serving another digest: %+v", gw.Status.Manifests)
 	}
-	patch := client.MergeFrom(p.DeepCopy())
-	p.Annotations[v1alpha1.AnnotationManifestDigest] = b.Digest()
-	if err := k8s.Patch(t.Context(), p, patch); err != nil {
-		t.Fatal(err)
-	}
+	patchLease(t, lease, map[string]any{v1alpha1.AnnotationManifestDigest: b.Digest(), v1alpha1.AnnotationManifestError: nil})
 	gw = waitGateway(t, ns, "pay", readyIs(metav1.ConditionTrue, v1alpha1.ReasonSucceeded))
 	if gw.Status.Manifests.LoadedReplicas != 1 || condition(gw.Status.Conditions, v1alpha1.ConditionReconciling) != nil ||
 		condition(gw.Status.Conditions, v1alpha1.ConditionStalled) != nil || gw.Status.Selector == "" {

@@ -5,11 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -38,8 +40,9 @@ const (
 	// DefaultGatewayImage is the image of a ReversiGateway without spec.image when the
 	// controller was not given one (Options.GatewayImage).
 	DefaultGatewayImage = "reversi:latest"
-	// PodNameEnv tells a gateway pod its own name (downward API), so it can report the
-	// manifest digest it serves on itself.
+	// PodNameEnv tells a gateway pod its own name (downward API): the name of the Lease it
+	// reports the manifest digest it serves on (the controller creates that Lease), and its
+	// replica name (consumedBy, status.rollback.replica).
 	PodNameEnv = "POD_NAME"
 	// DatabaseURLEnv carries the postgres store's URL (internal/cli reads it).
 	DatabaseURLEnv = "REVERSI_DATABASE_URL"
@@ -231,29 +234,39 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 	return rc, nil
 }
 
-// gatewayRules are the gateway's permissions, exactly (least privilege): read its own
-// ConfigMaps and the trusted-keys Secret by name; report on its own pod (pods cannot be named
-// in advance, so get and patch are not narrowed further); create its ApprovalRequests and
-// patch them (the reversi.dev/consumedAt mirror), create its ReversiRuns and write their
-// status, read Approvals. Nothing updates a run's spec (spec.rollback is the operators'), and
-// admission (GatewayObjectsWebhook) keeps each gateway to its own objects (issue 16).
-func gatewayRules(gw *v1alpha1.ReversiGateway, shards int) []rbacv1.PolicyRule {
+// gatewayRules are the gateway's permissions, exactly (least privilege, issue 17): every rule
+// says why it is there, and names its objects wherever the names are known in advance. shards
+// is the number of manifest ConfigMaps; leases are the names of the pods' Leases the
+// ReversiGateway controls (podLeases), sorted. Nothing here reaches pods: the replica's name
+// comes from $POD_NAME (downward API) and its report goes to its Lease. Nothing updates a
+// run's spec (spec.rollback is the operators'), and admission (GatewayObjectsWebhook) keeps
+// each gateway to its own ApprovalRequests and ReversiRuns (issue 16).
+func gatewayRules(gw *v1alpha1.ReversiGateway, shards int, leases []string) []rbacv1.PolicyRule {
 	n := namesOf(gw)
 	cms := []string{n.config}
 	for i := range max(shards, 1) {
 		cms = append(cms, n.manifestShard(i))
 	}
 	rules := []rbacv1.PolicyRule{
+		// Its gateway.yaml and manifest shards, by name (one informer per object, by field selector).
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: cms, Verbs: []string{"get", "list", "watch"}},
 	}
 	if ref := gw.Spec.TrustedKeysSecretRef; ref != nil {
+		// The trusted writer keys, by name: the pods verify every manifest's signature again.
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{ref.Name}, Verbs: []string{"get", "list", "watch"}})
 	}
+	if len(leases) > 0 { // an empty resourceNames would grant every Lease in the namespace
+		// Its pods' Leases, by name, patch only: each reports the digest it serves (no code runs from it).
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: slices.Clone(leases), Verbs: []string{"patch"}})
+	}
 	return append(rules,
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
+		// Its approval queue: create per held call, read phases, patch consumedAt (names made per call).
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"approvalrequests"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
+		// Its runs: one ReversiRun per agent session (names made per session), read for spec.rollback.
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "list", "watch", "create"}},
+		// Its runs' status: the mirror of the ledger (steps, counts, rollback results).
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns/status"}, Verbs: []string{"get", "update", "patch"}},
+		// The approvers' decisions on its requests, read only (the controller counts them).
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"approvals"}, Verbs: []string{"get", "list", "watch"}},
 	)
 }

@@ -24,7 +24,8 @@ type Options struct {
 	// MaxShardBytes is the manifest bytes per rendered ConfigMap (0: the default).
 	MaxShardBytes int
 	// Webhooks registers the admission webhooks on the manager's webhook server: Approval
-	// (stamps), ApprovalRequest and ReversiRun (who may create them and write their status).
+	// (stamps), ApprovalRequest and ReversiRun (who may create them and write their status),
+	// ReversiGateway (its author's rights and its image; issue 17).
 	Webhooks bool
 	// StampKey stamps Approvals (the webhook) and verifies the stamps (the ApprovalRequest
 	// reconciler); EnsureStampKey reads it from its Secret. Nil: a key for this process only
@@ -42,6 +43,10 @@ type Options struct {
 	// GatewayImage is the image of ReversiGateways without spec.image (DefaultGatewayImage
 	// when empty).
 	GatewayImage string
+	// GatewayImages are the glob patterns (path.Match) of the images ReversiGateways may run
+	// (ImagePolicy; issue 17). Empty: DefaultGatewayImages of GatewayImage (its repository,
+	// with any tag or digest). They must allow GatewayImage; Setup fails otherwise.
+	GatewayImages []string
 	// SigningKey signs the snapshot of every rendering (EnsureSigningKey reads it from its
 	// Secret). Nil: a key for this process only (EphemeralSigningKey), for tests.
 	SigningKey *SigningKey
@@ -58,10 +63,26 @@ type Options struct {
 	// registries reconcile at once (0: 4).
 	SourceMaxTimeout time.Duration
 	Concurrent       int
+	// WatchNamespaces are the only namespaces the controller works in (`reversi controller
+	// --watch-namespaces`); empty: every namespace. The manager's cache must be limited to
+	// the same namespaces (cache.Options.DefaultNamespaces): Setup cannot change the cache, but
+	// it puts every admission webhook it registers behind a gate that refuses objects of other
+	// namespaces (WatchedNamespaces, NamespaceNotWatchedError).
+	WatchNamespaces []string
 }
 
-// Setup registers every reconciler with the manager.
+// Setup registers every reconciler with the manager, and with o.Webhooks the admission
+// webhooks (limited to o.WatchNamespaces when set). Errors: an image policy that does not
+// hold (GatewayImagePolicy), or a reconciler or webhook that cannot be registered.
 func Setup(mgr ctrl.Manager, o Options) error {
+	images, err := GatewayImagePolicy(o.GatewayImage, o.GatewayImages)
+	if err != nil {
+		return err
+	}
+	mgr, err = WatchedNamespaces(mgr, o.WatchNamespaces)
+	if err != nil {
+		return err
+	}
 	if o.SigningKey == nil {
 		key, err := EphemeralSigningKey()
 		if err != nil {
@@ -88,8 +109,13 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return err
 	}
 	if err := (&ReversiGatewayReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
-		Image: o.GatewayImage, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+		Image: o.GatewayImage, Images: images, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return err
+	}
+	if o.Webhooks {
+		if err := (&ReversiGatewayWebhook{Client: mgr.GetClient(), Images: images}).SetupWebhookWithManager(mgr); err != nil {
+			return err
+		}
 	}
 	return setupApprovals(mgr, o)
 }

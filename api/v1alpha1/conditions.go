@@ -87,7 +87,9 @@ const (
 	// ReasonOwnershipConflict: an object the controller would render (a ConfigMap,
 	// ServiceAccount, Role, RoleBinding, PersistentVolumeClaim, Deployment or Service) exists
 	// and is not controlled by this object; the controller adopts nothing, so nothing was
-	// written. The message names the object (issue 17).
+	// written. The message names the object (issue 17). For a gateway pod's Lease the rest is
+	// rendered; that Lease is neither written nor named in the gateway's Role, and its pod
+	// cannot report (it counts as not loaded).
 	ReasonOwnershipConflict = "OwnershipConflict"
 )
 

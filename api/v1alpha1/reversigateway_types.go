@@ -384,7 +384,8 @@ type GatewayManifestsStatus struct {
 	// +optional
 	Tools int32 `json:"tools,omitempty"`
 
-	// LoadedReplicas is how many ready pods report that they enforce DesiredRevision.
+	// LoadedReplicas is how many ready pods report, on their Lease, that they enforce
+	// DesiredRevision.
 	// +optional
 	LoadedReplicas int32 `json:"loadedReplicas,omitempty"`
 
@@ -395,7 +396,8 @@ type GatewayManifestsStatus struct {
 	LastLoadError string `json:"lastLoadError,omitempty"`
 
 	// OtherDigests names the ready pods that serve another digest than DesiredRevision (still
-	// loading, or refusing the desired set: see LastLoadError), at most 10, as `pod=digest`.
+	// loading, or refusing the desired set: see LastLoadError), at most 10, as `pod=digest`,
+	// or `pod=unreported` for a ready pod without a report on its Lease.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=10

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/reversi-gitops/reversi/gateway/config"
 )
@@ -142,13 +143,26 @@ func (gd *Guard) Check(r *http.Request) string {
 	return ""
 }
 
-// Wrap refuses, with 403 and the reason, the requests Check refuses.
+// Wrap refuses, with 403 and the reason, the requests Check refuses, and closes their
+// connection (the body is not read).
 func (gd *Guard) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if why := gd.Check(r); why != "" {
+			CloseAfterReply(w)
 			http.Error(w, why, http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// CloseAfterReply makes the response being written on w the connection's last, and stops
+// reading the request's body: call it before WriteHeader when refusing a request whose body
+// was not read. Otherwise net/http reads up to 256 KiB of what is left of the body, before the
+// answer (a handler that returns without writing) or after it (when closing the body), which a
+// client that trickles its body turns into a connection held for the whole read timeout.
+func CloseAfterReply(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	// An expired read deadline fails the body's reads at once; the write deadline is apart.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }

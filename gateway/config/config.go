@@ -122,7 +122,8 @@ type Limits struct {
 	PagesPerListing int
 	// MessageBytes is the largest JSON-RPC message read from an upstream (message_bytes).
 	MessageBytes int64
-	// RequestBodyBytes is the largest HTTP request body a client may send (request_body_bytes).
+	// RequestBodyBytes is the largest HTTP request body a client may send, and the longest line
+	// a stdio client may send (request_body_bytes).
 	RequestBodyBytes int64
 	// BatchSize is the most messages one JSON-RPC batch may hold; 0 refuses batches
 	// (batch_size).
@@ -132,9 +133,10 @@ type Limits struct {
 	CallsPerSession, CallsPerPrincipal int
 	// Connections is the most HTTP connections open at once (connections).
 	Connections int
-	// ReadTimeout bounds reading a whole HTTP request, WriteTimeout writing a non-streaming
-	// response, IdleTimeout a keep-alive connection between requests (read_timeout,
-	// write_timeout, idle_timeout).
+	// ReadTimeout bounds reading a whole HTTP request, WriteTimeout writing a response (on the
+	// MCP endpoints each write and flush of it, so that SSE streams and long calls live),
+	// IdleTimeout a keep-alive connection between requests (read_timeout, write_timeout,
+	// idle_timeout).
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
 

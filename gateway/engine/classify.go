@@ -29,8 +29,11 @@ type ToolClass struct {
 	Status manifest.Status // "" without a manifest
 }
 
-// Line is the banner line: `WARN fs.write_file - no manifest; ...`.
-func (t ToolClass) Line() string { return fmt.Sprintf("%s %s - %s", t.Class, t.Tool, t.Detail) }
+// Line is the banner line: `WARN fs.write_file - no manifest; ...`. The tool name comes from
+// an upstream: one that is not printable is quoted (Printable), so it cannot forge lines.
+func (t ToolClass) Line() string {
+	return fmt.Sprintf("%s %s - %s", t.Class, Printable(t.Tool), t.Detail)
+}
 
 // Classification is the banner's data.
 type Classification struct {

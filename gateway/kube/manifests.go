@@ -48,7 +48,9 @@ type ManifestOptions struct {
 	// Required with ControllerKeys.
 	Gateway string
 	// PodName is this pod (downward API): after each load the gateway writes the digest it
-	// serves, or why it refused a rendering, as annotations on it. Empty: no report.
+	// serves, or why it refused a rendering, as annotations on the coordination.k8s.io Lease
+	// of this name in Namespace (the ReversiGateway controller creates it once it sees the
+	// pod; until then the report is retried with backoff). Empty: no report.
 	PodName string
 	// SyncTimeout bounds the wait for the first list of each watched object (default 30 s).
 	SyncTimeout time.Duration
@@ -68,6 +70,8 @@ type Manifests struct {
 	o       ManifestOptions
 	cs      kubernetes.Interface
 	changed chan struct{}
+
+	rep *reporter // nil without a PodName
 
 	mu      sync.Mutex
 	watches map[string]*watch // "configmaps/<name>" or "secrets/<name>"
@@ -107,6 +111,9 @@ func WatchManifests(ctx context.Context, o ManifestOptions) (*Manifests, error) 
 		return nil, fmt.Errorf("kube: a client for the API server: %w", err)
 	}
 	m := &Manifests{o: o, cs: cs, changed: make(chan struct{}, 1), watches: map[string]*watch{}}
+	if o.PodName != "" {
+		m.rep = newReporter("Lease "+o.Namespace+"/"+o.PodName, m.writeLease, o.Logf)
+	}
 	if err := m.ensure(ctx, "configmaps", o.ConfigMap); err != nil {
 		m.Close()
 		return nil, err
@@ -300,11 +307,15 @@ type Target interface {
 }
 
 // Run reports what gw serves now, then reloads gw after every change of a watched object
-// (debounced) until ctx ends, and writes the digest and revision it serves (or why the
-// rendering was refused) on the pod. A refused rendering leaves gw serving the previous
-// manifests (proxy.Gateway.Reload journals reload_failed).
+// (debounced) until ctx ends, and reports the digest and revision it serves (or why the
+// rendering was refused) on the pod's Lease, retrying in the background until each latest
+// report is written. A refused rendering leaves gw serving the previous manifests
+// (proxy.Gateway.Reload journals reload_failed).
 func (m *Manifests) Run(ctx context.Context, gw Target) {
-	m.report(ctx, gw.Digest(), gw.Revision(), nil)
+	if m.rep != nil {
+		go m.rep.run(ctx)
+	}
+	m.report(gw.Digest(), gw.Revision(), nil)
 	for {
 		select {
 		case <-ctx.Done():
@@ -324,32 +335,46 @@ func (m *Manifests) Run(ctx context.Context, gw Target) {
 		if res.Err == nil && res.Changed {
 			m.o.Logf("reversi-gateway: serving %d manifests, digest %s (%s)", res.Tools, res.Checksum, gw.Revision())
 		}
-		m.report(ctx, res.Checksum, gw.Revision(), res.Err)
+		m.report(res.Checksum, gw.Revision(), res.Err)
 	}
 }
 
-// report writes the served digest and revision, and the last refusal (removed on success),
-// on the pod's annotations with a merge patch.
-func (m *Manifests) report(ctx context.Context, digest, revision string, loadErr error) {
-	if m.o.PodName == "" {
-		return
+// report hands what gw serves now to the reporter (nothing without a PodName).
+func (m *Manifests) report(digest, revision string, loadErr error) {
+	if m.rep != nil {
+		m.rep.set(newReport(digest, revision, loadErr))
 	}
+}
+
+// writeLease writes r on the pod's Lease (coordination.k8s.io/v1, named PodName, in
+// Namespace; the ReversiGateway controller creates it and grants this pod patch on it by
+// name): the three annotations (a refusal's is removed after a successful load),
+// spec.holderIdentity (the pod's name) and spec.renewTime (now, in microseconds), in one merge
+// patch. Errors: the API server's (NotFound or Forbidden until the controller has seen the
+// pod); the reporter retries.
+func (m *Manifests) writeLease(ctx context.Context, r report) error {
+	patch, err := leasePatch(m.o.PodName, r, time.Now())
+	if err != nil {
+		return err
+	}
+	_, err = m.cs.CoordinationV1().Leases(m.o.Namespace).Patch(ctx, m.o.PodName, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// leasePatch is the merge patch of a report on the Lease of pod at now.
+func leasePatch(pod string, r report, now time.Time) ([]byte, error) {
 	var errText any // null removes the annotation
-	if loadErr != nil {
-		s := loadErr.Error()
-		if len(s) > 2048 {
-			s = s[:2045] + "..."
-		}
-		errText = s
+	if r.loadErr != "" {
+		errText = r.loadErr
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		v1alpha1.AnnotationManifestDigest:   digest,
-		v1alpha1.AnnotationManifestRevision: revision,
-		v1alpha1.AnnotationManifestError:    errText,
-	}}})
-	if _, err := m.cs.CoreV1().Pods(m.o.Namespace).Patch(ctx, m.o.PodName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		m.o.Logf("reversi-gateway: reporting the manifest digest on pod %s/%s: %v", m.o.Namespace, m.o.PodName, err)
-	}
+	return json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{
+			v1alpha1.AnnotationManifestDigest:   r.digest,
+			v1alpha1.AnnotationManifestRevision: r.revision,
+			v1alpha1.AnnotationManifestError:    errText,
+		}},
+		"spec": map[string]any{"holderIdentity": pod, "renewTime": metav1.NewMicroTime(now)},
+	})
 }
 
 // Close stops every informer.

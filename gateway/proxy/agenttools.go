@@ -301,11 +301,15 @@ func ledgerErr(err error) error {
 	return fmt.Errorf("the ledger could not be read: %w; try again, or ask the gateway's operator", err)
 }
 
-// ownRun returns run id if it belongs to the principal of req; otherwise "not found".
+// ownRun returns run id if it belongs to the principal of req; otherwise "not found", the
+// same text and the same gateway journal note for a run that does not exist and for another
+// principal's, so that neither tells whether the run exists.
 func (g *Gateway) ownRun(ctx context.Context, req *mcp.CallToolRequest, id string) (store.Run, error) {
 	r, err := g.store.GetRun(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !g.mayRead(req, r.Actor)) {
-		return store.Run{}, errNotFound(id)
+		err := errNotFound(id)
+		g.journalRefusal(ctx, g.principal(req), req.Params.Name, err.Error())
+		return store.Run{}, err
 	}
 	if err != nil {
 		return store.Run{}, ledgerErr(err)
@@ -501,6 +505,14 @@ func (g *Gateway) previewImpact(ctx context.Context, req *mcp.CallToolRequest, i
 	}
 	if err := json.Unmarshal(req.Params.Arguments, &raw); err != nil {
 		return nil, PreviewOut{}, fmt.Errorf("the arguments are not JSON: %w", err)
+	}
+	var sent struct {
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if json.Unmarshal(req.Params.Arguments, &sent) == nil {
+		if err := engine.CheckDuplicateKeys(sent.Arguments); err != nil { // as the call path refuses it
+			return nil, PreviewOut{Tool: in.Tool, Decision: string(engine.Block), Mode: string(e.Mode()), Reason: err.Error()}, nil
+		}
 	}
 	run := g.peekRun(ctx, req)
 	callRun := run

@@ -21,34 +21,12 @@ const (
 	ListWait = 2 * time.Second
 )
 
-// LimitError is a limit of gateway.yaml that an upstream reached: Limit is its field under
-// `limits:` (e.g. "tools_per_upstream"), Value the limit, and What what went over it.
-type LimitError struct {
-	Upstream string
-	Limit    string
-	Value    int64
-	What     string
-}
-
-func (e *LimitError) Error() string {
-	return fmt.Sprintf("upstream %s: %s: limits.%s is %d; raise limits.%s in gateway.yaml if the upstream is trusted to need more",
-		e.Upstream, e.What, e.Limit, e.Value, e.Limit)
-}
-
-// limitsOf is cfg's limits with every field left at zero set to its default (a config built
-// in Go rather than by config.Load, such as the tests', is bounded too: fail closed).
-func limitsOf(cfg *config.Gateway) config.Limits {
-	l, d := cfg.Limits, config.DefaultLimits()
-	if l.ToolsPerUpstream <= 0 {
-		l.ToolsPerUpstream = d.ToolsPerUpstream
-	}
-	if l.PagesPerListing <= 0 {
-		l.PagesPerListing = d.PagesPerListing
-	}
-	if l.MessageBytes <= 0 {
-		l.MessageBytes = d.MessageBytes
-	}
-	return l
+// upstreamLimit is the *LimitError (limits.go) of an upstream that reached the limit field
+// of limits: (whose value is max) with what.
+func upstreamLimit(upstream, field string, max int, what string) *LimitError {
+	return &LimitError{Limit: field, Max: int64(max),
+		Text: fmt.Sprintf("upstream %s: %s: limits.%s is %d; raise limits.%s in gateway.yaml if the upstream is trusted to need more",
+			upstream, what, field, max, field)}
 }
 
 // callTimeoutOf is cfg's call_timeout, its default when unset.

@@ -158,9 +158,15 @@ func scopeOf(req *mcp.CallToolRequest, e *engine.Engine) []string {
 // httpHandler is Handler: the endpoints above.
 func (g *Gateway) httpHandler() http.Handler {
 	mux := http.NewServeMux()
-	opts := &mcp.StreamableHTTPOptions{SessionTimeout: SessionTimeout}
-	agent := http.Handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, opts))
 	sec := &g.sec
+	// The gateway's own Host/Origin guard (auth.Guard) replaces the SDK's localhost check,
+	// which refused a loopback listener's requests for any other Host: behind a reverse proxy
+	// (allowed_hosts naming the public name) every request was a 403, and so were LOCALHOST and
+	// localhost. (issue 18). The body limit is the gateway's too (mcpEndpoint); the SDK's is
+	// kept as a second bound.
+	opts := &mcp.StreamableHTTPOptions{SessionTimeout: SessionTimeout, DisableLocalhostProtection: sec.guard != nil,
+		MaxRequestBodyBytes: g.limits.RequestBodyBytes}
+	agent := g.mcpEndpoint(g.server, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, opts))
 	guard := func(h http.Handler) http.Handler {
 		if sec.guard == nil {
 			return h
@@ -169,7 +175,7 @@ func (g *Gateway) httpHandler() http.Handler {
 	}
 	if sec.auth != nil {
 		agent = g.requireRole(auth.Agent, "agent", agent)
-		op := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return sec.opServer }, opts)
+		op := g.mcpEndpoint(sec.opServer, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return sec.opServer }, opts))
 		mux.Handle(PathOperator, guard(g.requireRole(auth.Auditor, "operator", op)))
 		mux.Handle(PathResourceMetadata, guard(sdkauth.ProtectedResourceMetadataHandler(g.resourceMetadata())))
 		mux.Handle("/metrics", guard(g.requireRole(auth.Auditor, "metrics", g.metrics.handler())))
@@ -224,13 +230,19 @@ func (g *Gateway) requireRole(min auth.Role, endpoint string, next http.Handler)
 			http.Error(w, fmt.Sprintf("Forbidden: %s needs the %s role or higher; %s has %s", endpointPath(endpoint), min, principalOf(id), role), http.StatusForbidden)
 			return
 		}
+		if rw, ok := w.(refusalWriter); ok {
+			w = rw.ResponseWriter // admitted: the endpoint writes as it would
+		}
 		next.ServeHTTP(w, r)
 	})
-	return sdkauth.RequireBearerToken(verify, &sdkauth.RequireBearerTokenOptions{
+	bearer := sdkauth.RequireBearerToken(verify, &sdkauth.RequireBearerTokenOptions{
 		ResourceMetadataURL: g.ResourceMetadataURL(),
 		// API keys do not expire; OIDC tokens always carry exp, which go-oidc enforces.
 		AllowMissingExpiration: true,
 	})(check)
+	// Authentication reads only the header: a refusal goes out before the body is read, and
+	// closes the connection instead of waiting for the rest of the body.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { bearer.ServeHTTP(refusalWriter{w}, r) })
 }
 
 func endpointPath(endpoint string) string {

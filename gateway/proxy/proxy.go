@@ -117,6 +117,10 @@ type Gateway struct {
 	metrics *metrics // metrics.go
 	health  health   // health.go
 	sec     security // httpauth.go, operator.go
+
+	limits config.Limits // effectiveLimits of the config's (limits.go)
+	calls  *inflight     // tools/call in flight (limits.go)
+	posts  posts         // HTTP POSTs being served (httplimits.go)
 }
 
 // New connects to every upstream, lists and names their tools, builds the engine, prints the
@@ -141,6 +145,8 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if g.name == "" {
 		g.name = Name
 	}
+	g.limits = effectiveLimits(o.Config.Limits)
+	g.calls = newInflight(g.limits)
 	g.mode = engine.Mode(o.Config.Mode)
 	if g.mode == "" { // the automatic choice, made once (seed: Observe first)
 		g.mode = engine.Enforce
@@ -198,7 +204,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.publish(toolSet{}, ts)
 	g.addAgentTools(g.server)
 	g.addOperatorServer(o.PageSize)
-	g.server.AddReceivingMiddleware(g.listMiddleware, g.passMiddleware)
+	g.server.AddReceivingMiddleware(g.callMiddleware, g.listMiddleware, g.passMiddleware)
 	g.metrics.setRevision(o.Revision)
 	close(g.started)
 	for _, up := range g.upstreams {
@@ -338,9 +344,9 @@ func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string,
 // it. Run ids belong to one gateway (issue 16): a run of this store opened by another gateway
 // (a store shared by name), or, with runs kept in Kubernetes, a ReversiRun of that name that
 // another gateway owns (kube.Runs.CreateRun claims the name before the run opens), is refused
-// with store.OtherGatewayError, the same text in both cases, and journaled in the gateway
-// journal. Errors: that refusal, store.ErrNotOwner (another principal's run of this gateway),
-// or the store's.
+// with store.OtherGatewayError, the same text in both cases. Errors: that refusal,
+// store.ErrNotOwner (another principal's run of this gateway), or the store's; handle
+// journals the refusal in the gateway journal.
 func (g *Gateway) openNamed(ctx context.Context, id, actor string) (store.Run, error) {
 	run, err := g.store.GetRun(ctx, id)
 	switch {
@@ -356,10 +362,6 @@ func (g *Gateway) openNamed(ctx context.Context, id, actor string) (store.Run, e
 	}
 	if errors.Is(err, store.ErrOtherGateway) {
 		err = store.OtherGatewayError(id) // one text, wherever the refusal came from
-		if _, jerr := g.store.AppendEvent(context.WithoutCancel(ctx), store.Event{Run: store.GatewayJournal, Kind: store.KindNote,
-			Note: fmt.Sprintf("refused the run id %s of %s: %v", id, actor, err)}); jerr != nil {
-			g.warn("journal the refused run id %s: %v", id, jerr)
-		}
 	}
 	return run, err
 }
@@ -394,9 +396,10 @@ func textResult(text string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
 }
 
-// warn writes a journaling problem on stderr.
+// warn writes a problem on stderr, one line: what is not printable in it (tool names and
+// errors from upstreams or clients) is escaped, so that it cannot forge lines.
 func (g *Gateway) warn(format string, args ...any) {
-	fmt.Fprintf(g.stderr, "reversi-gateway: "+format+"\n", args...)
+	fmt.Fprintf(g.stderr, "reversi-gateway: %s\n", engine.EscapeControl(fmt.Sprintf(format, args...)))
 }
 
 // handle is the call path of one tools/call.
@@ -412,15 +415,25 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	}
 	run, err := g.runFor(ctx, req)
 	if err != nil {
-		return textResult(engine.BlockedPrefix + "the run could not be opened: " + err.Error()), nil
+		text := "the run could not be opened: " + err.Error()
+		g.journalRefusal(ctx, g.principal(req), name, text)
+		return textResult(engine.BlockedPrefix + text), nil
 	}
 	if res, halted := g.blockHalted(ctx, run, name, reason); halted {
 		return res, nil
 	}
 	var args map[string]any
 	if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &args); err != nil {
-			text := "the arguments are not a JSON object: " + err.Error()
+		// The raw arguments are forwarded: a key given twice would be checked on the last
+		// value here and may be read on the first upstream.
+		err := engine.CheckDuplicateKeys(raw)
+		if err == nil {
+			if err = json.Unmarshal(raw, &args); err != nil {
+				err = fmt.Errorf("the arguments are not a JSON object: %w", err)
+			}
+		}
+		if err != nil {
+			text := err.Error()
 			g.journalBlocked(ctx, store.Intent{Run: run, Tool: name, Reason: reason, Decision: string(engine.Block),
 				Mode: string(g.engine.Load().Mode())}, text)
 			return textResult(engine.BlockedPrefix + text), nil
@@ -485,6 +498,9 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	case ferr != nil:
 		out.Status = store.Uncertain
 		notes = append(notes, "the upstream did not answer: "+ferr.Error())
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(ferr, cause) {
+			notes = append(notes, "cancelled: "+cause.Error()) // the session's end (limits.go)
+		}
 	case res.IsError:
 		out.Status = store.Failed
 	default:
@@ -582,7 +598,8 @@ func (e *CallTimeoutError) Error() string {
 
 func (e *CallTimeoutError) Unwrap() error { return e.Err }
 
-// ErrCallCancelled is returned (wrapped) for a forwarded call whose agent cancelled it or whose
+// ErrCallCancelled is returned (wrapped, with the context's cause: ErrSessionClosed,
+// ErrClientGone, or the client's cancel) for a forwarded call whose agent cancelled it or whose
 // session ended before the upstream answered: the upstream was sent notifications/cancelled
 // (by the go-sdk client, when the call's context ends), and the step is journaled uncertain.
 var ErrCallCancelled = errors.New("the agent cancelled the call, or its session ended, before the upstream answered; the upstream was sent notifications/cancelled")
@@ -620,7 +637,7 @@ func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d 
 		if i > 0 {
 			select {
 			case <-ctx.Done():
-				return nil, nil, fmt.Errorf("%w: %v", ErrCallCancelled, ctx.Err())
+				return nil, nil, fmt.Errorf("%w: %v", ErrCallCancelled, context.Cause(ctx))
 			case <-time.After(wait):
 			}
 			wait = min(2*wait, max)
@@ -634,8 +651,8 @@ func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d 
 		slot.release() // an unanswered call's slot is not kept
 		switch {
 		case err == nil:
-		case ctx.Err() != nil:
-			err = fmt.Errorf("%w: %v", ErrCallCancelled, err)
+		case ctx.Err() != nil: // the cause: the session's end or the client gone (limits.go), or a cancel
+			err = fmt.Errorf("%w: %v", ErrCallCancelled, context.Cause(ctx))
 		case cctx.Err() != nil:
 			if byDefault {
 				g.metrics.limitHit("call_timeout")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -24,10 +25,11 @@ const SessionTimeout = 30 * time.Minute
 // unless auth.keys or auth.oidc is set.
 func (g *Gateway) Serve(ctx context.Context) error {
 	if g.cfg.Listen == nil {
-		if g.stdin == nil || g.stdout == nil {
-			return g.server.Run(ctx, &mcp.StdioTransport{})
+		in, out := io.Reader(os.Stdin), io.Writer(os.Stdout)
+		if g.stdin != nil && g.stdout != nil {
+			in, out = g.stdin, g.stdout
 		}
-		return g.server.Run(ctx, &mcp.IOTransport{Reader: readCloser(g.stdin), Writer: writeCloser(g.stdout)})
+		return g.serveStdio(ctx, in, out)
 	}
 	if !g.cfg.Listen.Loopback() && g.sec.auth == nil {
 		return refuseBeyondLoopback(g.cfg.Listen.Host)
@@ -63,15 +65,20 @@ func writeCloser(w io.Writer) io.WriteCloser {
 // (httpauth.go).
 func (g *Gateway) Handler() http.Handler { return g.httpHandler() }
 
-// ServeListener serves Handler on ln until ctx ends.
+// ServeListener serves Handler on ln until ctx ends, with the HTTP limits of the config's
+// `limits:` (read_timeout for a whole request, write_timeout for a response, per write on the
+// MCP endpoints' streams, idle_timeout between requests, at most connections open at once).
 func (g *Gateway) ServeListener(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	lim := g.limits
+	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: min(10*time.Second, lim.ReadTimeout),
+		ReadTimeout: lim.ReadTimeout, WriteTimeout: lim.WriteTimeout, IdleTimeout: lim.IdleTimeout}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(g.limitListener(ln)) }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+		g.calls.cancelAll(ErrGatewayStopping) // the sessions' Close waits for their calls
 		// End the MCP sessions first: their streams would otherwise keep connections busy.
 		for _, s := range []*mcp.Server{g.server, g.sec.opServer} {
 			for ss := range s.Sessions() {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/reversi-gitops/reversi/gateway/config"
+	"github.com/reversi-gitops/reversi/gateway/engine"
 )
 
 // upstream is one upstream MCP server. Its session is replaced when the upstream goes away and
@@ -77,7 +78,7 @@ func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, ListTimeout)
 	defer cancel()
-	l := limitsOf(u.dial.cfg)
+	l := effectiveLimits(u.dial.cfg.Limits)
 	var tools []*mcp.Tool
 	seen := map[[sha256.Size]byte]bool{} // hashes, not cursors: a cursor can be megabytes
 	params := &mcp.ListToolsParams{}
@@ -91,8 +92,8 @@ func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 		}
 		if n := len(tools) + len(res.Tools); n > l.ToolsPerUpstream {
 			u.dial.limitHit("tools_per_upstream")
-			return nil, &LimitError{Upstream: u.name, Limit: "tools_per_upstream", Value: int64(l.ToolsPerUpstream),
-				What: fmt.Sprintf("tools/list offers more than %d tools (%d by page %d)", l.ToolsPerUpstream, n, page)}
+			return nil, upstreamLimit(u.name, "tools_per_upstream", l.ToolsPerUpstream,
+				fmt.Sprintf("tools/list offers more than %d tools (%d by page %d)", l.ToolsPerUpstream, n, page))
 		}
 		tools = append(tools, res.Tools...)
 		if res.NextCursor == "" {
@@ -106,8 +107,8 @@ func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 		seen[sum] = true
 		if page >= l.PagesPerListing {
 			u.dial.limitHit("pages_per_listing")
-			return nil, &LimitError{Upstream: u.name, Limit: "pages_per_listing", Value: int64(l.PagesPerListing),
-				What: fmt.Sprintf("tools/list has more than %d pages", l.PagesPerListing)}
+			return nil, upstreamLimit(u.name, "pages_per_listing", l.PagesPerListing,
+				fmt.Sprintf("tools/list has more than %d pages", l.PagesPerListing))
 		}
 		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
 	}
@@ -167,15 +168,16 @@ func (d dialer) limitHit(limit string) {
 	}
 }
 
+// warn writes one line on stderr, escaped as Gateway.warn does (upstreams' bytes reach it).
 func (d dialer) warn(format string, args ...any) {
-	fmt.Fprintf(d.stderr, "reversi-gateway: "+format+"\n", args...)
+	fmt.Fprintf(d.stderr, "reversi-gateway: %s\n", engine.EscapeControl(fmt.Sprintf(format, args...)))
 }
 
 // transport builds the client transport of one upstream. Both kinds bound the size of a
 // message read from the upstream to limits.message_bytes, failing only the call it answers
 // (stdioconn.go, upstreamhttp.go).
 func transport(d dialer, u config.Upstream) mcp.Transport {
-	limit := limitsOf(d.cfg).MessageBytes
+	limit := effectiveLimits(d.cfg.Limits).MessageBytes
 	if u.Stdio() {
 		cmd := exec.Command(u.Command, u.Args...)
 		cmd.Env = Env(u)

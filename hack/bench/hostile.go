@@ -2,491 +2,390 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/reversi-gitops/reversi/gateway/store"
 	"github.com/reversi-gitops/reversi/test/syncbuf"
-	"github.com/reversi-gitops/reversi/test/upstreams"
 )
 
-// hostile (issue 18): the idle and peak RSS of a `reversi gateway` process (HTTP mode, SQLite
-// journal) in front of the hostile server (test/upstreams/hostile), one process per case. Idle
-// is VmRSS once the gateway serves (after one call), peak is VmHWM at the end of the case (for
-// a gateway that refuses to start: the exited process's maximum RSS, against the idle of a
-// normal start). Each case also checks that the gateway keeps serving and that the journal
-// passes integrity_check with one outcome per intent. Fails when a case breaks that or its
-// peak passes idle + -bound.
+// hostile-client (issue 18): the resident memory a hostile client on 127.0.0.1 can make a
+// gateway process spend. Each case runs against a fresh `reversi gateway` process in HTTP mode
+// in front of server-memory (so one case's garbage does not raise the next one's idle), and
+// the table gives the process's RSS when idle, its peak during the case (VmHWM, reset before
+// the case, and 5 ms samples of VmRSS), and what the requests were answered. -reversi runs a
+// binary of another commit, for a before/after comparison.
+
+const mib = 1 << 20
 
 type hostileCase struct {
-	name  string
-	args  []string // the hostile server's flags
-	http  string   // "", "json" or "sse": the upstream over Streamable HTTP
-	start bool     // the gateway must refuse to start
-	run   func(h *hostileRun) (string, error)
-}
-
-type hostileRun struct {
-	url      string // the gateway's /mcp
-	cancels  string // the hostile server's -cancel-log
-	stderr   *syncbuf.Buffer
-	sessions []*mcp.ClientSession
+	name string
+	run  func(h *hostileGW) (answers string, err error)
 }
 
 func hostileMain(argv []string) error {
-	fs := flag.NewFlagSet("hostile", flag.ContinueOnError)
-	reversi := fs.String("reversi", "", "reversi binary (default: go build of this module)")
-	bound := fs.Int("bound", 200, "allowed peak RSS growth over idle, MiB")
-	kill := fs.Int("kill", 1024, "kill a gateway whose RSS passes this many MiB (a safety for measuring a gateway without the bounds)")
-	keep := fs.Bool("keep", false, "keep the temporary folder")
+	fs := flag.NewFlagSet("hostile-client", flag.ContinueOnError)
+	reversi := fs.String("reversi", "", "the reversi binary to run (default: build this module's)")
+	n := fs.Int("n", 4, "requests sent at once in each case")
+	only := fs.String("case", "", "run only the case of this name")
 	if err := fs.Parse(argv); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "reversi-hostile-bench-")
+	if *n < 1 || *n > 64 {
+		return errors.New("-n must be 1 to 64")
+	}
+	dir, err := os.MkdirTemp("", "reversi-hostile-")
 	if err != nil {
 		return err
 	}
-	if *keep {
-		fmt.Fprintln(os.Stderr, "bench: keeping", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
-	if *reversi == "" {
-		*reversi = filepath.Join(dir, "reversi")
-		fmt.Fprintln(os.Stderr, "bench: go build -o", *reversi, ".")
-		build := exec.Command("go", "build", "-o", *reversi, ".")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("go build of the reversi binary (run the bench from the module root, or pass -reversi): %w", err)
-		}
-	}
-	hostile, err := upstreams.BuildHostile()
+	defer os.RemoveAll(dir)
+	e, err := setup(dir, *reversi) // "": setup builds this module's binary
 	if err != nil {
 		return err
 	}
-	big := map[string]any{"bytes": 20 << 20}
 	cases := []hostileCase{
-		{name: "normal listing (the idle baseline)", run: func(h *hostileRun) (string, error) { return "serves", nil }},
-		{name: "start: cyclic cursor", args: []string{"-list", "cycle"}, start: true},
-		{name: "start: endless cursors, 64 KiB per tool", args: []string{"-list", "endless", "-pad", "65536"}, start: true},
-		{name: "start: 2,500 tools", args: []string{"-list", "many"}, start: true},
-		{name: "refresh after list_changed: endless cursors, 64 KiB per tool", run: func(h *hostileRun) (string, error) {
-			if _, err := h.call(0, "h.relist", map[string]any{"list": "endless"}, false); err != nil {
+		{"idle", func(*hostileGW) (string, error) { time.Sleep(time.Second); return "-", nil }},
+		{fmt.Sprintf("%d batches of 4 MiB of pings at once (protocol 2025-03-26)", *n), func(h *hostileGW) (string, error) {
+			sid, err := h.session("2025-03-26")
+			if err != nil {
 				return "", err
 			}
-			return "said: " + h.waitStderr("the tool list was not refreshed", 30*time.Second), nil
-		}, args: []string{"-pad", "65536"}},
-		{name: "banner + a garbage line before every message, 200 calls of noise", args: []string{"-banner", "hostile v1", "-garbage"},
-			run: func(h *hostileRun) (string, error) {
-				for range 200 {
-					if _, err := h.call(0, "h.noise", map[string]any{}, false); err != nil {
-						return "", err
-					}
-				}
-				return "200 calls ok", nil
-			}},
-		{name: "stdio: 5 answers of 20 MiB, another session calling", run: func(h *hostileRun) (string, error) {
-			return h.bigAnswers(5, big)
+			return h.concurrent(*n, func(i int) (*http.Request, error) {
+				return h.post(sid, bytes.NewReader(pingBatch(4*mib-1024, i*1_000_000)), -2)
+			})
 		}},
-		{name: "stdio: 5 messages of 20 MiB without an id (call_timeout 2s)", args: []string{"-calltimeout"}, run: func(h *hostileRun) (string, error) {
-			return h.bigAnswersTool(5, "h.big_noid", big, "call_timeout")
-		}},
-		{name: "HTTP upstream, JSON: 5 answers of 20 MiB", http: "json", run: func(h *hostileRun) (string, error) { return h.bigAnswers(5, big) }},
-		{name: "HTTP upstream, SSE: 5 answers of 20 MiB", http: "sse", run: func(h *hostileRun) (string, error) { return h.bigAnswers(5, big) }},
-		{name: "never-answering tool: 20 sessions cancel mid-call", run: func(h *hostileRun) (string, error) { return h.cancelled(20) }},
-		{name: "crash mid-call, restart", run: func(h *hostileRun) (string, error) {
-			if _, err := h.call(0, "h.crash", map[string]any{}, true); err != nil {
+		{fmt.Sprintf("%d chunked bodies of 5 MiB at once", *n), func(h *hostileGW) (string, error) {
+			sid, err := h.session("2025-06-18")
+			if err != nil {
 				return "", err
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				if _, err := h.call(0, "h.echo", map[string]any{"text": "x"}, false); err == nil {
-					return "restarted; said: " + h.waitStderr("upstream h stopped", time.Second), nil
-				}
-				if time.Now().After(deadline) {
-					return "", errors.New("not restarted within 30s")
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
+			return h.concurrent(*n, func(int) (*http.Request, error) {
+				return h.post(sid, io.MultiReader(strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"ping","params":{"_meta":{"pad":"`),
+					io.LimitReader(repeatX{}, 5*mib)), -1)
+			})
 		}},
-	}
-	type row struct {
-		name, result string
-		idle, peak   int64 // KiB
-		err          error
-	}
-	var rows []row
-	var idle int64
-	for i, c := range cases {
-		fmt.Fprintf(os.Stderr, "bench: hostile %d/%d: %s\n", i+1, len(cases), c.name)
-		r := row{name: c.name}
-		r.result, r.idle, r.peak, r.err = runHostileCase(*reversi, hostile, filepath.Join(dir, strconv.Itoa(i)), c, int64(*kill)<<10)
-		if i == 0 {
-			idle = r.idle
-		}
-		if c.start {
-			r.idle = idle
-		}
-		if r.err == nil && r.peak-r.idle > int64(*bound)<<10 {
-			r.err = fmt.Errorf("peak RSS %d MiB is over idle %d MiB + %d MiB", r.peak>>10, r.idle>>10, *bound)
-		}
-		rows = append(rows, r)
-	}
-	fmt.Printf("Gateway process (`reversi gateway`, HTTP mode, SQLite) against test/upstreams/hostile; bound: peak ≤ idle + %d MiB\n\n", *bound)
-	fmt.Println("| case | what the gateway did | idle RSS MiB | peak RSS MiB | peak − idle MiB | met |")
-	fmt.Println("| - | - | -: | -: | -: | - |")
-	var errs []error
-	for _, r := range rows {
-		met := "yes"
-		if r.err != nil {
-			met = "**no**"
-			r.result, _, _ = strings.Cut(r.err.Error(), "\n") // the table keeps the first line
-			errs = append(errs, fmt.Errorf("%s: %w", r.name, r.err))
-		}
-		fmt.Printf("| %s | %s | %.1f | %.1f | %+.1f | %s |\n", r.name, strings.ReplaceAll(r.result, "|", "/"),
-			float64(r.idle)/1024, float64(r.peak)/1024, float64(r.peak-r.idle)/1024, met)
-	}
-	return errors.Join(errs...)
-}
-
-// runHostileCase runs one case in its own gateway process and returns what happened, the
-// idle and peak RSS in KiB.
-func runHostileCase(reversi, hostile, dir string, c hostileCase, kill int64) (result string, idle, peak int64, err error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", 0, 0, err
-	}
-	cancels := filepath.Join(dir, "cancelled")
-	args := append([]string{"-cancel-log", cancels}, c.args...)
-	callTimeout := "60s"
-	if i := indexOf(args, "-calltimeout"); i >= 0 { // the bench's own flag: a short call_timeout
-		args = append(args[:i], args[i+1:]...)
-		callTimeout = "2s"
-	}
-	up := map[string]any{"name": "h", "command": hostile, "args": args, "env": map[string]string{}}
-	if c.http != "" {
-		hargs := append([]string{"-http", "127.0.0.1:0"}, args...)
-		if c.http == "sse" {
-			hargs = append(hargs, "-sse")
-		}
-		srv := exec.Command(hostile, hargs...)
-		serr := &syncbuf.Buffer{}
-		srv.Stderr = serr
-		if err := srv.Start(); err != nil {
-			return "", 0, 0, err
-		}
-		defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-		url, err := waitFor(serr, "listening on ", 10*time.Second)
-		if err != nil {
-			return "", 0, 0, err
-		}
-		up = map[string]any{"name": "h", "url": url}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", 0, 0, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	cfg, _ := json.Marshal(map[string]any{"mode": "observe", "upstreams": []any{up}, "call_timeout": callTimeout,
-		"listen": map[string]any{"host": "127.0.0.1", "port": port}})
-	cfgFile := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(cfgFile, cfg, 0o600); err != nil {
-		return "", 0, 0, err
-	}
-	data := filepath.Join(dir, "data")
-	cmd := exec.Command(reversi, "gateway", "--config", cfgFile, "--store", "sqlite", "--data", data)
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	errw := &syncbuf.Buffer{}
-	cmd.Stderr = errw
-	if err := cmd.Start(); err != nil {
-		return "", 0, 0, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	var killed atomic.Int64 // the RSS (KiB) at which the watchdog killed the gateway
-	go func() {
-		for {
-			select {
-			case <-exited:
-				return
-			case <-time.After(50 * time.Millisecond):
+		{fmt.Sprintf("%d bodies of 4 MiB within the limit at once (tools/call, padded _meta)", *n), func(h *hostileGW) (string, error) {
+			sid, err := h.session("2025-06-18")
+			if err != nil {
+				return "", err
 			}
-			if rss, _, err := procRSS(cmd.Process.Pid); err == nil && rss > kill {
-				killed.Store(rss)
-				_ = cmd.Process.Kill()
-				return
-			}
+			pad := strings.Repeat("x", 4*mib-200)
+			return h.concurrent(*n, func(i int) (*http.Request, error) {
+				msg := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"memory.read_graph","arguments":{},"_meta":{"pad":"%s"}}}`, 100+i, pad)
+				return h.post(sid, strings.NewReader(msg), len(msg))
+			})
+		}},
+		{"200 slow bodies held until the read timeout (5 s)", func(h *hostileGW) (string, error) { return h.slowBodies(200) }},
+	}
+	fmt.Printf("gateway: %s; upstream @modelcontextprotocol/server-memory (stdio), SQLite journal; limits at their defaults but read_timeout 5s\n\n", e.reversi)
+	fmt.Println("| case | answers | RSS idle MiB | RSS peak MiB | peak − idle MiB | took |")
+	fmt.Println("| - | - | -: | -: | -: | -: |")
+	for _, c := range cases {
+		if *only != "" && !strings.Contains(c.name, *only) {
+			continue
 		}
-	}()
-	defer func() {
-		if k := killed.Load(); k > 0 {
-			result, peak, err = "", k, fmt.Errorf("killed at %d MiB RSS (over -kill %d MiB)", k>>10, kill>>10)
-		}
-	}()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	// The peak of a case that failed is measured too (for a gateway without the bounds).
-	peakNow := func() int64 {
-		_, hwm, _ := procRSS(cmd.Process.Pid)
-		return hwm
-	}
-	if c.start {
-		select {
-		case <-exited:
-		case <-time.After(60 * time.Second):
-			peak = peakNow()
-			stop()
-			return "", 0, peak, errors.New("the gateway did not refuse to start within 60s")
-		}
-		ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-		if cmd.ProcessState.ExitCode() == 0 || ru == nil {
-			return "", 0, 0, fmt.Errorf("the gateway exited %s:\n%s", cmd.ProcessState, errw)
-		}
-		msg := lastLine(errw.String())
-		return "refused: " + msg, 0, ru.Maxrss, nil
-	}
-	defer stop()
-	if _, err := waitFor(errw, "reversi-gateway: listening on ", 60*time.Second); err != nil {
-		return "", 0, 0, fmt.Errorf("%w\n%s", err, errw)
-	}
-	h := &hostileRun{url: fmt.Sprintf("http://127.0.0.1:%d/mcp", port), cancels: cancels, stderr: errw}
-	for range 2 {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, DisableStandaloneSSE: true}, nil)
-		cancel()
-		if err != nil {
-			return "", 0, 0, err
-		}
-		defer cs.Close()
-		h.sessions = append(h.sessions, cs)
-	}
-	if _, err := h.call(0, "h.echo", map[string]any{"text": "idle"}, false); err != nil {
-		return "", 0, 0, err
-	}
-	time.Sleep(500 * time.Millisecond)
-	if idle, _, err = procRSS(cmd.Process.Pid); err != nil {
-		return "", 0, 0, err
-	}
-	if result, err = c.run(h); err != nil {
-		return "", idle, peakNow(), fmt.Errorf("%w\ngateway stderr:\n%s", err, errw)
-	}
-	if _, err := h.call(1, "h.echo", map[string]any{"text": "still serving"}, false); err != nil {
-		return "", idle, peakNow(), fmt.Errorf("after the case: %w", err)
-	}
-	if _, peak, err = procRSS(cmd.Process.Pid); err != nil {
-		return "", 0, 0, err
-	}
-	for _, cs := range h.sessions {
-		_ = cs.Close()
-	}
-	stop()
-	return result, idle, peak, checkHostileJournal(data)
-}
-
-func indexOf(s []string, v string) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
-}
-
-// call calls tool on session i; wantError: the result must be an isError one.
-func (h *hostileRun) call(i int, tool string, args any, wantError bool) (*mcp.CallToolResult, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := h.sessions[i].CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("%s: %w", tool, err)
-	case res.IsError != wantError:
-		text := ""
-		if len(res.Content) > 0 {
-			if tc, ok := res.Content[0].(*mcp.TextContent); ok {
-				text = tc.Text
-			}
-		}
-		if len(text) > 200 {
-			text = text[:200] + "…"
-		}
-		return nil, fmt.Errorf("%s: isError %v, want %v: %q", tool, res.IsError, wantError, text)
-	}
-	return res, nil
-}
-
-func (h *hostileRun) bigAnswers(n int, args any) (string, error) {
-	return h.bigAnswersTool(n, "h.big", args, "limits.message_bytes")
-}
-
-// bigAnswersTool calls tool n times on session 0, each while session 1 calls slow: the first
-// must fail naming want, the second succeed.
-func (h *hostileRun) bigAnswersTool(n int, tool string, args any, want string) (string, error) {
-	for range n {
-		var wg sync.WaitGroup
-		var slowErr error
-		wg.Go(func() { _, slowErr = h.call(1, "h.slow", map[string]any{"ms": 300}, false) })
-		res, err := h.call(0, tool, args, true)
-		wg.Wait()
-		if err != nil {
-			return "", err
-		}
-		if slowErr != nil {
-			return "", fmt.Errorf("the other session: %w", slowErr)
-		}
-		if tc, ok := res.Content[0].(*mcp.TextContent); !ok || !strings.Contains(tc.Text, want) {
-			return "", fmt.Errorf("%s: %v, want %q", tool, res.Content, want)
-		}
-	}
-	return fmt.Sprintf("%d calls failed (%s), the other session's %d calls ok", n, want, n), nil
-}
-
-// cancelled: n calls of the never-answering tool, cancelled by their clients mid-call; the
-// upstream must receive n notifications/cancelled.
-func (h *hostileRun) cancelled(n int) (string, error) {
-	began := time.Now()
-	var wg sync.WaitGroup
-	for range n {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		wg.Go(func() {
-			defer cancel()
-			_, _ = h.sessions[0].CallTool(ctx, &mcp.CallToolParams{Name: "h.hang", Arguments: map[string]any{}})
-		})
-	}
-	wg.Wait()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		b, _ := os.ReadFile(h.cancels)
-		got := len(strings.Fields(string(b)))
-		if got == n {
-			return fmt.Sprintf("%d cancellations upstream after %s", got, time.Since(began).Round(100*time.Millisecond)), nil
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("the upstream received %d notifications/cancelled, want %d", got, n)
-		}
-	}
-}
-
-// waitStderr waits for a line of the gateway's stderr containing s and returns it.
-func (h *hostileRun) waitStderr(s string, within time.Duration) string {
-	rest, err := waitFor(h.stderr, s, within)
-	if err != nil {
-		return "(the gateway did not say " + strconv.Quote(s) + ")"
-	}
-	if strings.HasPrefix(rest, "(") {
-		return s + " " + rest
-	}
-	return s + rest
-}
-
-// waitFor waits for marker in b and returns the rest of its line.
-func waitFor(b *syncbuf.Buffer, marker string, within time.Duration) (string, error) {
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if _, rest, ok := strings.Cut(b.String(), marker); ok {
-			line, _, _ := strings.Cut(rest, "\n")
-			return strings.TrimSpace(line), nil
-		}
-	}
-	return "", fmt.Errorf("no %q within %s", marker, within)
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
-}
-
-// procRSS reads VmRSS and VmHWM (KiB) of a process.
-func procRSS(pid int) (rss, hwm int64, err error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
-		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		switch k {
-		case "VmRSS":
-			rss = n
-		case "VmHWM":
-			hwm = n
-		}
-	}
-	if rss == 0 || hwm == 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS or VmHWM", pid)
-	}
-	return rss, hwm, sc.Err()
-}
-
-// checkHostileJournal: integrity_check, one outcome per intent, nothing pending.
-func checkHostileJournal(data string) error {
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(data, store.SQLiteFile)+"?mode=ro")
-	if err != nil {
-		return err
-	}
-	var ok string
-	err = db.QueryRow("PRAGMA integrity_check").Scan(&ok)
-	_ = db.Close()
-	if err != nil || ok != "ok" {
-		return fmt.Errorf("integrity_check: %q %v", ok, err)
-	}
-	st, err := store.OpenSQLite(data, nil)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	ctx := context.Background()
-	runs, err := st.ListRuns(ctx, store.RunFilter{})
-	if err != nil {
-		return err
-	}
-	for _, r := range runs {
-		recs, err := st.Records(ctx, r.ID, 0, 0)
+		h, err := startHostileGW(e, filepath.Join(dir, fmt.Sprintf("case-%d", time.Now().UnixNano())))
 		if err != nil {
 			return err
 		}
-		outcomes := map[int64]int{}
-		intents := 0
-		for _, rec := range recs {
-			switch rec.Kind {
-			case store.KindIntent:
-				intents++
-			case store.KindOutcome:
-				outcomes[rec.Step]++
-			}
+		time.Sleep(2 * time.Second) // settle after the start
+		idle, err := h.resetPeak()
+		if err != nil {
+			h.stop()
+			return err
 		}
-		for _, n := range outcomes {
-			if n != 1 {
-				return fmt.Errorf("run %s: a step with %d outcomes", r.ID, n)
-			}
+		stop := h.sample()
+		start := time.Now()
+		answers, cerr := c.run(h)
+		took := time.Since(start)
+		peak := stop()
+		h.stop()
+		if cerr != nil {
+			return fmt.Errorf("%s: %w\ngateway stderr:\n%s", c.name, cerr, h.stderr)
 		}
-		if len(outcomes) != intents {
-			return fmt.Errorf("run %s: %d intents, %d outcomes", r.ID, intents, len(outcomes))
-		}
+		fmt.Printf("| %s | %s | %.0f | %.0f | %+.0f | %s |\n", c.name, answers, float64(idle)/mib, float64(peak)/mib, float64(peak-idle)/mib, took.Round(10*time.Millisecond))
 	}
 	return nil
+}
+
+// hostileGW is one gateway process under test.
+type hostileGW struct {
+	cmd    *exec.Cmd
+	base   string
+	stderr *syncbuf.Buffer
+	done   chan struct{}
+}
+
+func startHostileGW(e *env, data string) (*hostileGW, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	upEnv := map[string]string{}
+	for _, kv := range e.memEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		upEnv[k] = v
+	}
+	cfg := map[string]any{
+		"mode": "observe", "actor": actor, "listen": map[string]any{"host": "127.0.0.1", "port": port},
+		"upstreams": []map[string]any{{"name": "memory", "command": e.memCmd, "args": e.memArgs, "env": upEnv}},
+	}
+	// Parsed (and then ignored) by a gateway from before issue 18 too.
+	cfg["limits"] = map[string]any{"read_timeout": "5s"}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	file := data + ".yaml"
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		return nil, err
+	}
+	h := &hostileGW{stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
+	h.cmd = exec.Command(e.reversi, "gateway", "--config", file, "--data", data, "--store", "sqlite")
+	h.cmd.Dir = filepath.Dir(data)
+	h.cmd.Stderr = h.stderr
+	if err := h.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = h.cmd.Wait(); close(h.done) }()
+	const marker = "reversi-gateway: listening on "
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if s := h.stderr.String(); strings.Contains(s, marker) {
+			h.base = fmt.Sprintf("http://127.0.0.1:%d", port)
+			return h, nil
+		}
+		select {
+		case <-h.done:
+			return nil, fmt.Errorf("the gateway exited: %s", h.stderr)
+		default:
+		}
+	}
+	h.stop()
+	return nil, fmt.Errorf("the gateway did not listen within 30 s: %s", h.stderr)
+}
+
+func (h *hostileGW) stop() {
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.done:
+	case <-time.After(10 * time.Second):
+		_ = h.cmd.Process.Kill()
+		<-h.done
+	}
+}
+
+// status reads a field of /proc/<pid>/status in bytes.
+func (h *hostileGW) status(field string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field+":" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, h.cmd.Process.Pid)
+}
+
+// resetPeak resets the process's VmHWM to its VmRSS (clear_refs 5) and returns that.
+func (h *hostileGW) resetPeak() (int64, error) {
+	_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", h.cmd.Process.Pid), []byte("5"), 0)
+	return h.status("VmRSS")
+}
+
+// sample samples VmRSS every 5 ms until stop, which returns the peak (VmHWM included).
+func (h *hostileGW) sample() (stop func() int64) {
+	done, out := make(chan struct{}), make(chan int64)
+	go func() {
+		var peak int64
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if v, err := h.status("VmRSS"); err == nil {
+				peak = max(peak, v)
+			}
+			select {
+			case <-done:
+				if v, err := h.status("VmHWM"); err == nil {
+					peak = max(peak, v)
+				}
+				out <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() int64 { close(done); return <-out }
+}
+
+// session opens an MCP session with raw requests at protocol.
+func (h *hostileGW) session(protocol string) (string, error) {
+	init := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"hostile","version":"1"}}}`, protocol)
+	req, err := h.post("", strings.NewReader(init), len(init))
+	if err != nil {
+		return "", err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	sid := res.Header.Get("Mcp-Session-Id")
+	if res.StatusCode != 200 || sid == "" {
+		return "", fmt.Errorf("initialize: %s", res.Status)
+	}
+	note := `{"jsonrpc":"2.0","method":"notifications/initialized"}`
+	req, err = h.post(sid, strings.NewReader(note), len(note))
+	if err != nil {
+		return "", err
+	}
+	if protocol >= "2025-06-18" {
+		req.Header.Set("Mcp-Protocol-Version", protocol)
+	}
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	_ = res.Body.Close()
+	return sid, nil
+}
+
+// post builds a POST to /mcp in session sid; length -1 sends it chunked, -2 lets net/http
+// measure a bytes.Reader.
+func (h *hostileGW) post(sid string, body io.Reader, length int) (*http.Request, error) {
+	req, err := http.NewRequest(http.MethodPost, h.base+"/mcp", body)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case length >= 0:
+		req.ContentLength = int64(length)
+	case length == -1:
+		req.ContentLength = -1
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	return req, nil
+}
+
+// concurrent sends n requests at once and tells their answers, e.g. "4× 400".
+func (h *hostileGW) concurrent(n int, mk func(i int) (*http.Request, error)) (string, error) {
+	codes := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		req, err := mk(i)
+		if err != nil {
+			return "", err
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			res, err := http.DefaultClient.Do(req.WithContext(ctx))
+			if err != nil {
+				codes[i] = "error"
+				return
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close()
+			codes[i] = strconv.Itoa(res.StatusCode)
+		})
+	}
+	wg.Wait()
+	return summarize(codes), nil
+}
+
+// slowBodies opens n connections that send a request head announcing 1,000 bytes and 20 of
+// them, and waits until the gateway has answered or closed every one (the client gives up
+// after 30 s: "closed").
+func (h *hostileGW) slowBodies(n int) (string, error) {
+	host := strings.TrimPrefix(h.base, "http://")
+	head := "POST /mcp HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n" + `{"jsonrpc":"2.0","id":`
+	codes := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c, err := net.DialTimeout("tcp", host, 5*time.Second)
+			if err != nil {
+				codes[i] = "dial error"
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.WriteString(c, head); err != nil {
+				codes[i] = "write error"
+				return
+			}
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				codes[i] = "closed"
+				return
+			}
+			_ = res.Body.Close()
+			codes[i] = strconv.Itoa(res.StatusCode)
+		})
+	}
+	wg.Wait()
+	return summarize(codes), nil
+}
+
+func summarize(codes []string) string {
+	count := map[string]int{}
+	var order []string
+	for _, c := range codes {
+		if count[c] == 0 {
+			order = append(order, c)
+		}
+		count[c]++
+	}
+	var parts []string
+	for _, c := range order {
+		parts = append(parts, fmt.Sprintf("%d× %s", count[c], c))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// pingBatch is a JSON-RPC batch of pings of about size bytes, ids from first.
+func pingBatch(size, first int) []byte {
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i := 0; b.Len() < size-64; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"jsonrpc":"2.0","id":%d,"method":"ping"}`, first+i)
+	}
+	b.WriteByte(']')
+	return b.Bytes()
+}
+
+// repeatX reads as an endless run of 'x'.
+type repeatX struct{}
+
+func (repeatX) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'x'
+	}
+	return len(p), nil
 }

@@ -11,7 +11,12 @@
 //	          (`make bench`)
 //	auth-load 200 concurrent authenticated HTTP sessions (API keys and OIDC) for 60 s: no
 //	          error, goroutines and heap back to the baseline (issue 7)
-//	hostile   idle and peak RSS of a gateway process per hostile-upstream case (issue 18)
+//	hostile-client
+//	          a gateway process's idle and peak RSS under hostile clients on 127.0.0.1:
+//	          batches, oversized bodies, slow bodies (issue 18)
+//	hostile-upstream
+//	          a gateway process's idle and peak RSS in front of a hostile upstream: listings,
+//	          framing faults, oversized answers, hangs, crashes (issue 18)
 //
 // The figures are recorded in BENCHMARKS.md.
 package main
@@ -23,7 +28,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./hack/bench suite|gateway|auth-load|hostile [flags]  (-h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: go run ./hack/bench suite|gateway|auth-load|hostile-client|hostile-upstream [flags]  (-h for the flags)")
 		os.Exit(2)
 	}
 	var err error
@@ -34,10 +39,12 @@ func main() {
 		err = authLoadMain(os.Args[2:])
 	case "suite":
 		err = suiteMain(os.Args[2:])
-	case "hostile":
+	case "hostile-client":
 		err = hostileMain(os.Args[2:])
+	case "hostile-upstream":
+		err = hostileUpstreamMain(os.Args[2:])
 	default:
-		fmt.Fprintf(os.Stderr, "bench: unknown subcommand %q; use suite, gateway, auth-load or hostile\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "bench: unknown subcommand %q; use suite, gateway, auth-load, hostile-client or hostile-upstream\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {

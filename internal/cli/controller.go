@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -26,8 +27,8 @@ import (
 func init() { register(newControllerCmd) }
 
 func newControllerCmd() *cobra.Command {
-	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey, stampKey string
-	var gatewayIdentities []string
+	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey, stampKey, gatewayImage string
+	var gatewayIdentities, watchNamespaces, gatewayImages []string
 	var leaderElect, devLog, webhooks, allowFileURLs bool
 	var maxFileBytes, maxTotalBytes int64
 	var maxFiles, maxRefs, concurrent, apiBurst int
@@ -43,19 +44,29 @@ func newControllerCmd() *cobra.Command {
 			if maxFileBytes <= 0 || maxTotalBytes <= 0 || maxFiles <= 0 || maxRefs <= 0 || maxTimeout <= 0 || concurrent <= 0 {
 				return fmt.Errorf("--source-max-file-bytes, --source-max-total-bytes, --source-max-files, --source-max-refs, --source-max-timeout and --concurrent must be positive")
 			}
+			images, err := gatewayImagePatterns(gatewayImage, gatewayImages, cmd.Flags().Changed("gateway-images"))
+			if err != nil {
+				return err
+			}
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
+			watched, err := controllers.CheckWatchNamespaces(watchNamespaces)
+			if err != nil {
+				return fmt.Errorf("--watch-namespaces: %w", err)
+			}
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
 				return err
 			}
 			cfg.QPS, cfg.Burst = apiQPS, apiBurst
 			mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-				Scheme:                 v1alpha1.NewScheme(),
-				Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-				HealthProbeBindAddress: probeAddr,
-				LeaderElection:         leaderElect,
-				LeaderElectionID:       "reversi-controller.reversi.dev",
-				WebhookServer:          webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir}),
+				Scheme:                  v1alpha1.NewScheme(),
+				Cache:                   watchCache(watched),
+				Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+				HealthProbeBindAddress:  probeAddr,
+				LeaderElection:          leaderElect,
+				LeaderElectionID:        "reversi-controller.reversi.dev",
+				LeaderElectionNamespace: ownNamespace(),
+				WebhookServer:           webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir}),
 			})
 			if err != nil {
 				return fmt.Errorf("starting the manager: %w", err)
@@ -73,7 +84,7 @@ func newControllerCmd() *cobra.Command {
 				return err
 			}
 			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks, SigningKey: key,
-				StampKey: stamp, GatewayIdentities: ids,
+				StampKey: stamp, GatewayIdentities: ids, WatchNamespaces: watched, GatewayImage: gatewayImage, GatewayImages: images,
 				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes,
 				SourceMaxFiles: maxFiles, SourceMaxRefs: maxRefs, SourceMaxTimeout: maxTimeout, Concurrent: concurrent}); err != nil {
 				return err
@@ -91,7 +102,8 @@ func newControllerCmd() *cobra.Command {
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
 	f.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "where the metrics endpoint listens (0 turns it off)")
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "where /healthz and /readyz listen")
-	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so only one replica reconciles")
+	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so only one replica reconciles (a Lease in $POD_NAMESPACE, else reversi-system)")
+	f.StringSliceVar(&watchNamespaces, "watch-namespaces", nil, "NS[,NS...]: reconcile and admit objects only in these namespaces (the cache lists and watches nothing else, so namespaced RBAC suffices: config/namespaced); admission requests of other namespaces are refused (default: every namespace)")
 	f.StringVar(&keysSecret, "tool-manifest-keys-secret", controllers.TrustedKeysSecret, "the Secret, in each namespace, with the public keys ToolManifest signatures must verify against")
 	f.StringVar(&tempDir, "temp-dir", "", "where fetched repositories are kept while a registry reconciles (default: the system temp folder)")
 	f.BoolVar(&allowFileURLs, "allow-file-urls", false, "let ManifestRegistries use file:// URLs, which read repositories on the controller's own disk (demos and tests)")
@@ -107,7 +119,9 @@ func newControllerCmd() *cobra.Command {
 	f.StringVar(&stampKey, "stamp-key-secret", "", "NAMESPACE/NAME of the Secret with the key that stamps Approvals at admission (only stamped Approvals count); created on first start; only the controller should read it (default: NAMESPACE/"+controllers.DefaultStampKeySecret+", NAMESPACE being $POD_NAMESPACE or else reversi-system)")
 	f.StringArrayVar(&gatewayIdentities, "gateway-identity", nil, "NAMESPACE/GATEWAY=USERNAME: the user a standalone gateway (reversi gateway --kubeconfig) named GATEWAY authenticates as; it may create that gateway's ApprovalRequests and ReversiRuns and write its runs' status (NAMESPACE * for every namespace; repeatable). A ReversiGateway's own ServiceAccount needs no flag")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
-	f.BoolVar(&webhooks, "webhooks", true, "serve the admission webhooks of Approvals, ApprovalRequests and ReversiRuns (needs a serving certificate in --webhook-cert-dir)")
+	f.StringVar(&gatewayImage, "gateway-image", controllers.DefaultGatewayImage, "the image of ReversiGateways without spec.image (it runs reversi gateway)")
+	f.StringSliceVar(&gatewayImages, "gateway-images", nil, "the images a ReversiGateway may run: glob patterns matched against the whole image string as spec.image writes it, with Go's path.Match (* is any run of characters but /, ? one character but /, [a-z] a class, \\ quotes), comma-separated or repeated, e.g. ghcr.io/acme/reversi:*,ghcr.io/acme/reversi@sha256:*. Admission refuses a spec.image outside them and the controller renders nothing for one (reason ImageNotAllowed). They must allow --gateway-image (default: its repository with no tag, any tag or any digest, e.g. reversi,reversi:*,reversi@sha256:*)")
+	f.BoolVar(&webhooks, "webhooks", true, "serve the admission webhooks of Approvals, ApprovalRequests, ReversiRuns and ReversiGateways (needs a serving certificate in --webhook-cert-dir)")
 	f.IntVar(&webhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS)")
 	f.StringVar(&webhookCertDir, "webhook-cert-dir", "", "folder with tls.crt and tls.key (default $TMPDIR/k8s-webhook-server/serving-certs)")
 	return cmd
@@ -130,12 +144,48 @@ func parseGatewayIdentities(vals []string) (controllers.GatewayIdentities, error
 	return ids, nil
 }
 
+// ownNamespace is the controller's own namespace: $POD_NAMESPACE (the downward API in
+// config/manager), else reversi-system.
+func ownNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "reversi-system"
+}
+
+// watchCache limits the manager's cache to namespaces (all of them when empty): informers
+// list and watch only there, so the controller needs no cluster-wide read access.
+func watchCache(namespaces []string) cache.Options {
+	if len(namespaces) == 0 {
+		return cache.Options{}
+	}
+	o := cache.Options{DefaultNamespaces: map[string]cache.Config{}}
+	for _, ns := range namespaces {
+		o.DefaultNamespaces[ns] = cache.Config{}
+	}
+	return o
+}
+
+// gatewayImagePatterns reads --gateway-images (controllers.ParseImagePatterns) and checks
+// them with --gateway-image (controllers.GatewayImagePolicy) before the controller connects
+// anywhere. A flag given but empty is an error (it would refuse every gateway).
+func gatewayImagePatterns(image string, vals []string, given bool) ([]string, error) {
+	patterns, err := controllers.ParseImagePatterns(vals)
+	if err != nil {
+		return nil, fmt.Errorf("--gateway-images: %w", err)
+	}
+	if given && len(patterns) == 0 {
+		return nil, fmt.Errorf("--gateway-images is empty: every ReversiGateway would be refused; leave it out for the default (the repository of --gateway-image with any tag or digest)")
+	}
+	if _, err := controllers.GatewayImagePolicy(image, patterns); err != nil {
+		return nil, err
+	}
+	return patterns, nil
+}
+
 // secretRef is ref (NAMESPACE/NAME) or, when empty, def in $POD_NAMESPACE (else reversi-system).
 func secretRef(flag, ref, def string) (types.NamespacedName, error) {
-	ns, name := os.Getenv("POD_NAMESPACE"), def
-	if ns == "" {
-		ns = "reversi-system"
-	}
+	ns, name := ownNamespace(), def
 	if ref != "" {
 		var ok bool
 		if ns, name, ok = strings.Cut(ref, "/"); !ok || ns == "" || name == "" {

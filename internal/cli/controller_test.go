@@ -18,3 +18,51 @@ func TestParseGatewayIdentities(t *testing.T) {
 		t.Errorf("no namespace: %v", err)
 	}
 }
+
+// --watch-namespaces limits the manager's cache to those namespaces (and only then); a value
+// that is no namespace name (an unexpanded $(POD_NAMESPACE)) is refused before anything
+// connects to a cluster.
+func TestWatchNamespaces(t *testing.T) {
+	if o := watchCache(nil); o.DefaultNamespaces != nil {
+		t.Errorf("no --watch-namespaces: the cache is limited to %v, want every namespace", o.DefaultNamespaces)
+	}
+	o := watchCache([]string{"agents", "team-a"})
+	if _, ok := o.DefaultNamespaces["agents"]; !ok || len(o.DefaultNamespaces) != 2 {
+		t.Errorf("--watch-namespaces agents,team-a: the cache watches %v", o.DefaultNamespaces)
+	}
+	cmd := newControllerCmd()
+	cmd.SetArgs([]string{"--watch-namespaces", "agents,$(POD_NAMESPACE)", "--kubeconfig", "/nonexistent"})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), `--watch-namespaces: watch namespace "$(POD_NAMESPACE)" is not a namespace name`) {
+		t.Errorf("an unexpanded $(POD_NAMESPACE): %v", err)
+	}
+}
+
+// --gateway-images (issue 17): comma-separated or repeated patterns, checked before the
+// controller connects: empty, malformed, or refusing --gateway-image is an error.
+func TestGatewayImagePatterns(t *testing.T) {
+	got, err := gatewayImagePatterns("ghcr.io/acme/reversi:1", []string{"ghcr.io/acme/reversi:*", "ghcr.io/acme/reversi@sha256:*"}, true)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("%q %v", got, err)
+	}
+	if got, err := gatewayImagePatterns("", nil, false); err != nil || got != nil {
+		t.Errorf("the default: %q %v", got, err)
+	}
+	if _, err := gatewayImagePatterns("Bad:Image", nil, false); err == nil || !strings.Contains(err.Error(), `--gateway-image: image "Bad:Image"`) {
+		t.Errorf("an invalid --gateway-image: %v", err)
+	}
+	for _, c := range []struct {
+		image string
+		vals  []string
+		want  string
+	}{
+		{"", nil, "--gateway-images is empty"},
+		{"", []string{"reversi:[1"}, `gateway image pattern "reversi:[1"`},
+		{"", []string{"ghcr.io/acme/*"}, `--gateway-image "reversi:latest" is not allowed`},
+		{"Bad:Image", []string{"reversi:*"}, "--gateway-image \"Bad:Image\" is not a valid image reference"},
+	} {
+		if _, err := gatewayImagePatterns(c.image, c.vals, true); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q %q: %v, want %q", c.image, c.vals, err, c.want)
+		}
+	}
+}

@@ -17,7 +17,9 @@ import (
 const ControllerKeysEnv = "REVERSI_CONTROLLER_KEYS"
 
 // PodNameEnv names this pod (set by the rendered Deployment from the downward API): the
-// gateway reports the manifest digest it serves as an annotation on that pod.
+// gateway reports the manifest digest it serves as annotations on the coordination.k8s.io
+// Lease of that name in its namespace, which the ReversiGateway controller creates for the pod
+// (the gateway may only patch it; it has no right on pods). Unset: no report.
 const PodNameEnv = "POD_NAME"
 
 // kubeManifests starts following the rendered manifests of `gateway --kube-configmap

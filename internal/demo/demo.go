@@ -32,6 +32,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -96,14 +97,17 @@ type Report struct {
 	// StillHeld is the answer to create_relations after the forged commit (still held for
 	// approval: the rules of the last signed commit).
 	StillHeld string
-	// HandEdit is the refusal the gateway pod reports (annotation reversi.dev/manifest-error)
+	// HandEdit is the refusal the gateway pod reports (annotation reversi.dev/manifest-error
+	// on its Lease)
 	// after the ConfigMap was edited by hand to an unsigned, looser manifest, and
 	// HandEditHeld its answer to create_relations afterwards. Replay is its refusal of the
 	// complete, signed rendering from before the PR put back (an older snapshot), and
 	// ReplayHeld its answer to create_relations then.
 	HandEdit, HandEditHeld, Replay, ReplayHeld string
-	// Forbidden is kubectl's answer to the gateway's identity reading another Secret.
-	Forbidden string
+	// Forbidden is kubectl's answer to the gateway's identity reading another Secret;
+	// PatchPods and PatchOwnLease its answers to `kubectl auth can-i` patch pods and patch its
+	// pod's Lease ("no" and "yes", issue 17).
+	Forbidden, PatchPods, PatchOwnLease string
 	// GatewayArgs is the argv the gateway process ran with (the Deployment's, localised).
 	GatewayArgs []string
 	// PIDs are the processes the story started (controller, gateway), and Dir its folder:
@@ -621,10 +625,14 @@ spec:
 	desired := gw.Status.Manifests.DesiredRevision
 	if err := podrun.Poll(ctx, 60*time.Second, func() string {
 		if d := s.podDigest(ctx); d != desired {
-			return fmt.Sprintf("pod %s reports manifest digest %q, want %s", s.podName, d, desired)
+			return fmt.Sprintf("pod %s reports manifest digest %q on its Lease, want %s", s.podName, d, desired)
 		}
 		return ""
 	}); err != nil {
+		return err
+	}
+	s.say("The pod reports what it serves on the Lease of its name, which the controller created for it (the gateway has no right on pods):")
+	if _, err := s.kubectl(ctx, "get", "lease", s.podName, "-n", Namespace, "-o", `jsonpath={.metadata.annotations.reversi\.dev/manifest-digest} held by {.spec.holderIdentity}{"\n"}`); err != nil {
 		return err
 	}
 	if _, err := s.kubectl(ctx, "get", "reversigateway", Gateway, "-n", Namespace, "-o", "wide"); err != nil {
@@ -637,12 +645,19 @@ spec:
 	return nil
 }
 
-func (s *story) podDigest(ctx context.Context) string {
-	p := &corev1.Pod{}
-	if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.podName}, p); err != nil {
+// podReport is an annotation of the Lease the gateway pod reports on (named as the pod,
+// created by the controller; the gateway may patch only it): "" when absent.
+func (s *story) podReport(ctx context.Context, annotation string) string {
+	l := &coordinationv1.Lease{}
+	if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.podName}, l); err != nil {
 		return ""
 	}
-	return p.Annotations[v1alpha1.AnnotationManifestDigest]
+	return l.Annotations[annotation]
+}
+
+// podDigest is the manifest digest the gateway pod reports serving.
+func (s *story) podDigest(ctx context.Context) string {
+	return s.podReport(ctx, v1alpha1.AnnotationManifestDigest)
 }
 
 // call makes one tool call as the agent: the text and whether it is an error.
@@ -975,8 +990,8 @@ func (s *story) handEdit(ctx context.Context) error {
 }
 
 // replaceRefused writes cm to file, replaces the ConfigMap with it by kubectl, waits until the
-// gateway pod reports a refusal holding want, and calls create_relations: it returns the
-// refusal and the gateway's answer.
+// gateway pod reports a refusal holding want (on its Lease), and calls create_relations: it
+// returns the refusal and the gateway's answer.
 func (s *story) replaceRefused(ctx context.Context, cm corev1.ConfigMap, file, what, want string) (refusal, answer string, err error) {
 	cm.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}
 	y, err := yaml.Marshal(cm)
@@ -992,19 +1007,15 @@ func (s *story) replaceRefused(ctx context.Context, cm corev1.ConfigMap, file, w
 		return "", "", err
 	}
 	if err := podrun.Poll(ctx, 30*time.Second, func() string {
-		p := &corev1.Pod{}
-		if err := s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: s.podName}, p); err != nil {
-			return err.Error()
-		}
-		if e := p.Annotations[v1alpha1.AnnotationManifestError]; strings.Contains(e, want) {
+		if e := s.podReport(ctx, v1alpha1.AnnotationManifestError); strings.Contains(e, want) {
 			refusal = e
 			return ""
 		}
-		return fmt.Sprintf("the gateway pod reports no refusal naming %q", want)
+		return fmt.Sprintf("the gateway pod reports no refusal naming %q on its Lease", want)
 	}); err != nil {
 		return "", "", err
 	}
-	if _, err := s.kubectl(ctx, "get", "pod", s.podName, "-n", Namespace, "-o", `jsonpath={.metadata.annotations.reversi\.dev/manifest-error}{"\n"}`); err != nil {
+	if _, err := s.kubectl(ctx, "get", "lease", s.podName, "-n", Namespace, "-o", `jsonpath={.metadata.annotations.reversi\.dev/manifest-error}{"\n"}`); err != nil {
 		return "", "", err
 	}
 	text, isErr, err := s.call(ctx, "memory.create_relations", relation)
@@ -1026,7 +1037,8 @@ func (s *story) replay(ctx context.Context) (err error) {
 	return err
 }
 
-// rbac: the gateway's identity reads its own keys but no other Secret.
+// rbac: the gateway's identity reads its own keys but no other Secret, and patches no pod
+// (only its pod's Lease).
 func (s *story) rbac(ctx context.Context) error {
 	s.section("8. The gateway's RBAC is its own")
 	if _, err := s.kubectlAs(ctx, s.gwKube, "", "get", "secret", "manifest-keys", "-n", Namespace, "-o", "name"); err != nil {
@@ -1037,6 +1049,15 @@ func (s *story) rbac(ctx context.Context) error {
 		return fmt.Errorf("the gateway's ServiceAccount read Secret committers: %v\n%s", err, out)
 	}
 	s.report.Forbidden = strings.TrimSpace(out)
+	// Its only write outside its own objects is its pod's report, on the Lease of the pod's
+	// name: it cannot patch a pod (another team's image, say).
+	out, _ = s.try(ctx, s.dir, []string{"KUBECONFIG=" + s.gwKube}, "", s.kubectlB, "auth", "can-i", "patch", "pods", "-n", Namespace)
+	s.report.PatchPods = strings.TrimSpace(out)
+	out, _ = s.try(ctx, s.dir, []string{"KUBECONFIG=" + s.gwKube}, "", s.kubectlB, "auth", "can-i", "patch", "lease/"+s.podName, "-n", Namespace)
+	s.report.PatchOwnLease = strings.TrimSpace(out)
+	if s.report.PatchPods != "no" || s.report.PatchOwnLease != "yes" {
+		return fmt.Errorf("the gateway's ServiceAccount: patch pods %q, patch its Lease %q; want no and yes", s.report.PatchPods, s.report.PatchOwnLease)
+	}
 	return nil
 }
 
@@ -1057,7 +1078,7 @@ func (s *story) summary() {
 	s.say("  forged       the controller refused an unsigned commit, %s", kept)
 	s.say("  hand edit    an unsigned ConfigMap edit was refused by the gateway itself; the rule held")
 	s.say("  replay       the signed rendering from before the PR, put back, was refused as older; the rule held")
-	s.say("  RBAC         the gateway's ServiceAccount cannot read other Secrets")
+	s.say("  RBAC         the gateway's ServiceAccount cannot read other Secrets nor patch pods; it reports on its pod's Lease")
 	s.say("Everything the demo started is stopped now.")
 }
 

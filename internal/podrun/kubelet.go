@@ -62,8 +62,9 @@ func (k *Kubelet) CreatePod(ctx context.Context, dep *appsv1.Deployment, name st
 
 // Container is one container of a pod, ready to run as a local process.
 type Container struct {
-	// Args are the container's args with every mount path replaced by its local folder and
-	// an empty --kubeconfig (in-cluster credentials) replaced by Kubeconfig.
+	// Args are the container's args with $(VAR) references expanded from its env (as the
+	// kubelet does), every mount path replaced by its local folder and an empty --kubeconfig
+	// (in-cluster credentials) replaced by Kubeconfig.
 	Args []string
 	// Env is Kubelet.BaseEnv, TMPDIR (the /tmp mount's folder when there is one) and the
 	// container's env, every valueFrom resolved.
@@ -104,28 +105,64 @@ func (k *Kubelet) Prepare(ctx context.Context, pod *corev1.Pod, container string
 	if out.Mounts, restamped, err = k.volumes(ctx, pod, *c); err != nil {
 		return nil, err
 	}
-	out.Args = make([]string, len(c.Args))
-	for i, a := range c.Args {
-		out.Args[i] = Localise(a, out.Mounts)
-		if i > 0 && c.Args[i-1] == "--kubeconfig" && a == "" {
-			out.Args[i] = out.Kubeconfig // in-cluster credentials: the ServiceAccount's token
-		}
-	}
 	out.Env = append([]string(nil), k.BaseEnv...)
 	if tmp, ok := out.Mounts["/tmp"]; ok {
 		out.Env = append(out.Env, "TMPDIR="+tmp)
 	}
+	vars := map[string]string{}
 	for _, e := range c.Env {
 		v, err := k.envValue(ctx, pod, e)
 		if err != nil {
 			return nil, err
 		}
+		vars[e.Name] = v
 		if local, ok := restamped[v]; ok {
 			v = local // a digest of a file the player localised (REVERSI_CONFIG_DIGEST): the copy's
 		}
 		out.Env = append(out.Env, e.Name+"="+v)
 	}
+	out.Args = make([]string, len(c.Args))
+	for i, a := range c.Args {
+		out.Args[i] = Localise(ExpandVars(a, vars), out.Mounts)
+		if i > 0 && c.Args[i-1] == "--kubeconfig" && a == "" {
+			out.Args[i] = out.Kubeconfig // in-cluster credentials: the ServiceAccount's token
+		}
+	}
 	return out, nil
+}
+
+// ExpandVars replaces each $(NAME) in s by vars[NAME], as the kubelet expands a container's
+// args with its env: "$$" is a literal "$", and $(NAME) of a variable not in vars stays as it
+// is.
+func ExpandVars(s string, vars map[string]string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			name := s[i+2 : i+2+end]
+			if v, ok := vars[name]; ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(s[i : i+3+end])
+			}
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
 }
 
 // Start prepares the container (Prepare) and starts it as a process named name running bin,

@@ -66,3 +66,22 @@ func TestProcessStopsItsGroup(t *testing.T) {
 	}
 	p.Stop() // a second Stop does nothing
 }
+
+// A container's args expand $(VAR) from its env as the kubelet does: $$ escapes, an unknown
+// variable stays as written.
+func TestExpandVars(t *testing.T) {
+	vars := map[string]string{"POD_NAMESPACE": "agents", "EMPTY": ""}
+	for in, want := range map[string]string{
+		"--watch-namespaces=$(POD_NAMESPACE)": "--watch-namespaces=agents",
+		"$(POD_NAMESPACE),$(POD_NAMESPACE)":   "agents,agents",
+		"$$(POD_NAMESPACE)":                   "$(POD_NAMESPACE)",
+		"$(UNKNOWN)/x":                        "$(UNKNOWN)/x",
+		"a$(EMPTY)b":                          "ab",
+		"cost: $5, open $(":                   "cost: $5, open $(",
+		"trailing $":                          "trailing $",
+	} {
+		if got := ExpandVars(in, vars); got != want {
+			t.Errorf("ExpandVars(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -15,13 +15,20 @@ type Options struct {
 	// server calls the webhooks at a local address with a CA envtest makes; serve them with
 	// WebhookServer.
 	Webhooks bool
+	// WebhookPaths are the files (or folders) of webhook configurations Webhooks installs
+	// instead of config/webhook/manifests.yaml, such as the output of `kubectl kustomize
+	// config/namespaced` (envtest reads only the webhook configurations of a file and keeps
+	// their namespaceSelector).
+	WebhookPaths []string
 }
 
 func (o Options) apply(env *envtest.Environment) {
 	if o.Webhooks {
-		env.WebhookInstallOptions = envtest.WebhookInstallOptions{
-			Paths: []string{filepath.Join(Root, "config", "webhook", "manifests.yaml")},
+		paths := o.WebhookPaths
+		if len(paths) == 0 {
+			paths = []string{filepath.Join(Root, "config", "webhook", "manifests.yaml")}
 		}
+		env.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: paths}
 	}
 }
 

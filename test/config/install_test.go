@@ -81,7 +81,10 @@ func TestInstallWithKubectl(t *testing.T) {
 		{[]string{"create", "secrets", "-n", "agents"}, "no"},
 		{[]string{"create", "events", "-n", "agents"}, "yes"},
 		{[]string{"update", "leases.coordination.k8s.io", "-n", "reversi-system"}, "yes"},
-		{[]string{"update", "leases.coordination.k8s.io", "-n", "agents"}, "no"},
+		// The gateway pods' Leases (issue 17), in every namespace a ReversiGateway may be in.
+		{[]string{"update", "leases.coordination.k8s.io", "-n", "agents"}, "yes"},
+		{[]string{"get", "pods", "-n", "agents"}, "yes"},
+		{[]string{"patch", "pods", "-n", "agents"}, "no"},               // issue 17: nothing writes a pod
 		{[]string{"create", "deployments.apps", "-n", "agents"}, "yes"}, // ReversiGateway
 		{[]string{"create", "roles.rbac.authorization.k8s.io", "-n", "agents"}, "yes"},
 		{[]string{"create", "pods", "-n", "agents"}, "no"},

@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -246,16 +248,25 @@ func (w *world) wantEvent(t testing.TB, kind, name string, since time.Time, typ,
 	}
 }
 
-func (w *world) patchPodAnnotations(t testing.TB, pod string, annotations map[string]any) {
+// patchLeaseAnnotations merge-patches the annotations of the Lease a gateway pod reports on
+// (named as the pod; issue 17), as the admin.
+func (w *world) patchLeaseAnnotations(t testing.TB, pod string, annotations map[string]any) {
 	t.Helper()
-	w.annotate(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}}, annotations)
+	w.annotate(t, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}}, annotations)
 }
 
-func (g *gateway) podAnnotation(t testing.TB, key string) string {
+// leaseAnnotation is an annotation of the Lease the gateway's pod reports on ("" when the
+// Lease or the annotation is missing).
+func (g *gateway) leaseAnnotation(t testing.TB, key string) string {
 	t.Helper()
-	p := &corev1.Pod{}
-	must(t, g.w.k8s.Get(g.w.ctx, types.NamespacedName{Namespace: ns, Name: g.pod.Name}, p))
-	return p.Annotations[key]
+	l := &coordinationv1.Lease{}
+	if err := g.w.k8s.Get(g.w.ctx, types.NamespacedName{Namespace: ns, Name: g.pod.Name}, l); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ""
+		}
+		t.Fatal(err)
+	}
+	return l.Annotations[key]
 }
 
 // call makes one tool call as the agent.
@@ -310,13 +321,13 @@ func (g *gateway) requireAllowed(t testing.TB, tool string, args map[string]any)
 }
 
 // settled waits until the gateway serves what its one registry renders: the registry's
-// rendering, the gateway's and the digest its pod reports are the same set.
+// rendering, the gateway's and the digest its pod reports (on its Lease) are the same set.
 func (g *gateway) settled(t testing.TB, registry string) error {
 	t.Helper()
 	return podrun.Poll(g.w.ctx, 30*time.Second, func() string {
 		reg := g.w.configMap(t, registry+"-manifests").Data[bundle.KeyDigest]
 		gw := g.w.configMap(t, g.name+"-manifests").Data[bundle.KeyDigest]
-		pod := g.podAnnotation(t, v1alpha1.AnnotationManifestDigest)
+		pod := g.leaseAnnotation(t, v1alpha1.AnnotationManifestDigest)
 		if reg != gw || gw != pod {
 			return fmt.Sprintf("not settled: registry %s renders %s, gateway %s renders %s, its pod serves %s", registry, reg, g.name, gw, pod)
 		}
@@ -364,20 +375,22 @@ func (g *gateway) metricsRevision(t testing.TB) string {
 	return ""
 }
 
-// podReports records every manifest digest and revision a pod reports while it runs.
+// podReports records every manifest digest and revision a pod reports on its Lease while it
+// runs.
 type podReports struct {
 	mu                 sync.Mutex
 	digests, revisions []string
 	cancel             context.CancelFunc
 }
 
-// watchPod starts recording the reports on the pod (from its current annotations on).
+// watchPod starts recording the reports of the pod on its Lease (from its current
+// annotations on).
 func (w *world) watchPod(t testing.TB, pod string) *podReports {
 	t.Helper()
 	wc, err := client.NewWithWatch(w.env.Config, client.Options{Scheme: w.env.Scheme})
 	must(t, err)
 	ctx, cancel := context.WithCancel(w.ctx)
-	watcher, err := wc.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingFields{"metadata.name": pod})
+	watcher, err := wc.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(ns), client.MatchingFields{"metadata.name": pod})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -386,13 +399,13 @@ func (w *world) watchPod(t testing.TB, pod string) *podReports {
 	go func() {
 		defer watcher.Stop()
 		for ev := range watcher.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
+			l, ok := ev.Object.(*coordinationv1.Lease)
 			if !ok {
 				continue
 			}
 			r.mu.Lock()
-			r.digests = appendNew(r.digests, p.Annotations[v1alpha1.AnnotationManifestDigest])
-			r.revisions = appendNew(r.revisions, p.Annotations[v1alpha1.AnnotationManifestRevision])
+			r.digests = appendNew(r.digests, l.Annotations[v1alpha1.AnnotationManifestDigest])
+			r.revisions = appendNew(r.revisions, l.Annotations[v1alpha1.AnnotationManifestRevision])
 			r.mu.Unlock()
 		}
 	}()

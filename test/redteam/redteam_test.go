@@ -64,6 +64,7 @@ func TestRedTeam(t *testing.T) {
 	t.Run("LargeBlob", w.testLargeBlob)
 	t.Run("FileURLWithoutFlag", w.testFileURL)
 	t.Run("ReversiGatewayAdoptsNothing", w.testNoAdoption)
+	t.Run("GatewayRightsAreItsOwn", w.testGatewayRightsAreItsOwn)
 }
 
 // testHonestPath: the world works as designed before any attack. The gateway runs as the

@@ -141,7 +141,7 @@ func (w *world) testReplaceWithOlderRendering(t *testing.T) {
 	reports := w.watchPod(t, w.pay.pod.Name)
 	w.writeAsMallory(t, payGW+"-manifests", w.v1Gateway)
 	err := podrun.Poll(w.ctx, 15*time.Second, func() string {
-		if reports.seen(v1Digest, "") || w.pay.podAnnotation(t, v1alpha1.AnnotationManifestError) != "" {
+		if reports.seen(v1Digest, "") || w.pay.leaseAnnotation(t, v1alpha1.AnnotationManifestError) != "" {
 			return ""
 		}
 		return "the gateway has neither loaded nor refused the older rendering"
@@ -158,15 +158,15 @@ func (w *world) testReplaceWithOlderRendering(t *testing.T) {
 		t.Logf("the restarted gateway refused to start: %s", oneLine(w.pay.proc.Tail(600)))
 	} else if text, isErr := w.pay.call(t, "memory.create_entities", createArgs); !isErr {
 		t.Errorf("after a restart the gateway serves the older rendering: memory.create_entities was allowed without approval: %s (pod reports digest %s, v1 is %s)",
-			oneLine(text), w.pay.podAnnotation(t, v1alpha1.AnnotationManifestDigest), v1Digest)
+			oneLine(text), w.pay.leaseAnnotation(t, v1alpha1.AnnotationManifestDigest), v1Digest)
 	}
 	w.startController(t)
 }
 
 // testEditRevision: mallory edits (or adds) the unsigned `revision` key of a rendering. The
-// revision the gateway reports (its pod's annotation, the /metrics label) must never show the
-// edited value: first in `memory-manifests` with the controller running, then in
-// `pay-manifests` with the controller stopped.
+// revision the gateway reports (the annotation on its pod's Lease, the /metrics label) must
+// never show the edited value: first in `memory-manifests` with the controller running, then
+// in `pay-manifests` with the controller stopped.
 func (w *world) testEditRevision(t *testing.T) {
 	setRevision := func(rev string) func(map[string]string) map[string]string {
 		return func(d map[string]string) map[string]string {
@@ -183,18 +183,18 @@ func (w *world) testEditRevision(t *testing.T) {
 
 	w.stopController()
 	// A mark that only the gateway's next report replaces: it reports after each reload.
-	w.patchPodAnnotations(t, w.pay.pod.Name, map[string]any{v1alpha1.AnnotationManifestRevision: "unreported"})
+	w.patchLeaseAnnotations(t, w.pay.pod.Name, map[string]any{v1alpha1.AnnotationManifestRevision: "unreported"})
 	w.writeAsMallory(t, payGW+"-manifests", setRevision(forgedRevision2)(w.configMap(t, payGW+"-manifests").Data))
 	if err := podrun.Poll(w.ctx, 15*time.Second, func() string {
-		if w.pay.podAnnotation(t, v1alpha1.AnnotationManifestRevision) == "unreported" {
+		if w.pay.leaseAnnotation(t, v1alpha1.AnnotationManifestRevision) == "unreported" {
 			return "the gateway has not reported since the edit"
 		}
 		return ""
 	}); err != nil {
 		t.Logf("%v", err)
 	}
-	if got := w.pay.podAnnotation(t, v1alpha1.AnnotationManifestRevision); strings.Contains(got, forgedRevision2) {
-		t.Errorf("the gateway's pod reports the unsigned revision mallory wrote: %s=%q", v1alpha1.AnnotationManifestRevision, got)
+	if got := w.pay.leaseAnnotation(t, v1alpha1.AnnotationManifestRevision); strings.Contains(got, forgedRevision2) {
+		t.Errorf("the gateway's pod reports the unsigned revision mallory wrote on its Lease: %s=%q", v1alpha1.AnnotationManifestRevision, got)
 	}
 	if got := w.pay.metricsRevision(t); strings.Contains(got, forgedRevision2) {
 		t.Errorf("the gateway's /metrics shows the unsigned revision mallory wrote: revision=%q", got)

@@ -437,15 +437,15 @@ func (g *gateway) stop() {
 	}
 }
 
-// waitServing waits until the pod reports serving digest.
+// waitServing waits until the pod reports serving digest (on its Lease).
 func (g *gateway) waitServing(t testing.TB, digest string) {
 	t.Helper()
 	if err := podrun.Poll(g.w.ctx, 60*time.Second, func() string {
 		if exited, err := g.proc.Exited(); exited {
 			return fmt.Sprintf("the gateway process exited (%v): %s", err, g.proc.Tail(2048))
 		}
-		if d := g.podAnnotation(t, v1alpha1.AnnotationManifestDigest); d != digest {
-			return fmt.Sprintf("pod %s reports digest %q, want %s", g.pod.Name, d, digest)
+		if d := g.leaseAnnotation(t, v1alpha1.AnnotationManifestDigest); d != digest {
+			return fmt.Sprintf("pod %s reports digest %q on its Lease, want %s", g.pod.Name, d, digest)
 		}
 		return ""
 	}); err != nil {

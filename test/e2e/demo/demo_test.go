@@ -104,6 +104,10 @@ func TestDemoStory(t *testing.T) {
 	if !strings.Contains(r.Forbidden, "Forbidden") || !strings.Contains(r.Forbidden, "system:serviceaccount:"+demo.Namespace+":"+demo.Gateway+"-gateway") {
 		t.Errorf("reading Secret committers as the gateway: %q", r.Forbidden)
 	}
+	// It patches no pod, only its pod's Lease (issue 17).
+	if r.PatchPods != "no" || r.PatchOwnLease != "yes" {
+		t.Errorf("kubectl auth can-i as the gateway: patch pods %q, patch its pod's Lease %q; want no, yes", r.PatchPods, r.PatchOwnLease)
+	}
 
 	// Nothing is left running, and the folder is gone.
 	if len(r.PIDs) != 2 {

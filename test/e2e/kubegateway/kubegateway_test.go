@@ -21,6 +21,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -245,16 +246,20 @@ func startWorld(t testing.TB) *world {
 		"get ConfigMap memory-manif…": second(sa.CoreV1().ConfigMaps(ns).Get(ctx, "memory-manifests", metav1.GetOptions{})),
 		"list ConfigMaps":             second(sa.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})),
 		"delete Pods":                 sa.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}),
+		"get Pod pay-gateway-0":       second(sa.CoreV1().Pods(ns).Get(ctx, "pay-gateway-0", metav1.GetOptions{})),
+		"patch Pod pay-gateway-0":     second(sa.CoreV1().Pods(ns).Patch(ctx, "pay-gateway-0", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})),
+		"patch Lease pay-gateway-0":   second(sa.CoordinationV1().Leases(ns).Patch(ctx, "pay-gateway-0", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})), // no pod, no Lease, no rule
 	} {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("%s as the gateway's ServiceAccount: %v, want Forbidden", what, err)
 		}
 	}
 
-	// The pod the gateway reports on (envtest runs no kubelet: the test creates it and plays
-	// the Deployment controller's status).
+	// The gateway's pod (envtest runs no kubelet: the test creates it and plays the Deployment
+	// controller's status); it reports on the Lease the controller creates for it.
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pay-gateway-0", Labels: dep.Spec.Template.Labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "gateway", Image: dep.Spec.Template.Spec.Containers[0].Image}}}}
+		Spec: corev1.PodSpec{ServiceAccountName: dep.Spec.Template.Spec.ServiceAccountName,
+			Containers: []corev1.Container{{Name: "gateway", Image: dep.Spec.Template.Spec.Containers[0].Image}}}}
 	must(k8s.Create(ctx, pod))
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	must(k8s.Status().Update(ctx, pod))
@@ -314,10 +319,15 @@ func startWorld(t testing.TB) *world {
 	}
 	t.Cleanup(func() { stop(); t.Logf("gateway stderr:\n%s", stderr.String()) })
 
+	// annotations are the pod's report: the annotations of its Lease (nil while it has none).
 	annotations := func() map[string]string {
-		p := &corev1.Pod{}
-		must(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pay-gateway-0"}, p))
-		return p.Annotations
+		l := &coordinationv1.Lease{}
+		err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pay-gateway-0"}, l)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		must(err)
+		return l.Annotations
 	}
 	desired1 := gwStatus().Status.Manifests.DesiredRevision
 	eventually(t, 60*time.Second, func() string {
@@ -327,7 +337,7 @@ func startWorld(t testing.TB) *world {
 		default:
 		}
 		if a := annotations(); a[v1alpha1.AnnotationManifestDigest] != desired1 {
-			return fmt.Sprintf("pod annotations %v, want digest %s", a, desired1)
+			return fmt.Sprintf("the pod's Lease annotations %v, want digest %s", a, desired1)
 		}
 		return ""
 	})
@@ -420,7 +430,7 @@ func TestReversiGatewayEndToEnd(t *testing.T) {
 	must(k8s.Update(ctx, &cm))
 	eventually(t, 10*time.Second, func() string {
 		if a := annotations(); !strings.Contains(a[v1alpha1.AnnotationManifestError], "memory.create_entities") {
-			return fmt.Sprintf("no refusal reported on the pod: %v", a)
+			return fmt.Sprintf("no refusal reported on the pod's Lease: %v", a)
 		}
 		return ""
 	})

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/store"
@@ -42,14 +41,14 @@ func hostileConfig(t *testing.T, args ...string) *config.Gateway {
 		Actor: "dev-laptop", Upstreams: []config.Upstream{u}}
 }
 
-// hostileGateway is a gateway with its SQLite journal's folder.
-type hostileGateway struct {
+// upstreamGW is a gateway with its SQLite journal's folder.
+type upstreamGW struct {
 	*fixture
 	data string
 }
 
-// newHostile builds a gateway on cfg with a SQLite journal in a fresh folder; ctx bounds New.
-func newHostile(ctx context.Context, t *testing.T, cfg *config.Gateway) (*hostileGateway, error) {
+// newUpstreamGW builds a gateway on cfg with a SQLite journal in a fresh folder; ctx bounds New.
+func newUpstreamGW(ctx context.Context, t *testing.T, cfg *config.Gateway) (*upstreamGW, error) {
 	t.Helper()
 	data := t.TempDir()
 	st, err := store.OpenSQLite(data, nil)
@@ -60,36 +59,26 @@ func newHostile(ctx context.Context, t *testing.T, cfg *config.Gateway) (*hostil
 	errw := &syncbuf.Buffer{}
 	gw, err := New(ctx, Options{Config: cfg, Store: st, Stderr: errw})
 	if err != nil {
-		return &hostileGateway{fixture: &fixture{store: st, stderr: errw}, data: data}, err
+		return &upstreamGW{fixture: &fixture{store: st, stderr: errw}, data: data}, err
 	}
 	t.Cleanup(func() { _ = gw.Close() })
-	return &hostileGateway{fixture: &fixture{gw: gw, store: st, stderr: errw}, data: data}, nil
+	return &upstreamGW{fixture: &fixture{gw: gw, store: st, stderr: errw}, data: data}, nil
 }
 
-func startHostile(t *testing.T, cfg *config.Gateway) *hostileGateway {
+func startUpstreamGW(t *testing.T, cfg *config.Gateway) *upstreamGW {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h, err := newHostile(ctx, t, cfg)
+	h, err := newUpstreamGW(ctx, t, cfg)
 	if err != nil {
 		t.Fatalf("New: %v\nstderr:\n%s", err, h.stderr)
 	}
 	return h
 }
 
-// limitHits is reversi_gateway_limit_hits_total{limit}.
-func limitHits(t *testing.T, g *Gateway, limit string) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := g.metrics.limitHits.WithLabelValues(limit).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
-}
-
 // checkJournal: the SQLite file passes integrity_check, every intent of every run has exactly
 // one outcome after it, and no step is pending.
-func (h *hostileGateway) checkJournal(t *testing.T) []store.Record {
+func (h *upstreamGW) checkJournal(t *testing.T) []store.Record {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(h.data, store.SQLiteFile)+"?mode=ro")
 	if err != nil {
@@ -121,7 +110,7 @@ func (h *hostileGateway) checkJournal(t *testing.T) []store.Record {
 }
 
 // notes are the gateway journal's notes.
-func (h *hostileGateway) notes(t *testing.T) []string {
+func (h *upstreamGW) notes(t *testing.T) []string {
 	t.Helper()
 	var out []string
 	for _, r := range gatewayRecords(t, h.store, store.KindNote) {
@@ -131,7 +120,7 @@ func (h *hostileGateway) notes(t *testing.T) []string {
 }
 
 // waitNote waits (at most within) for a gateway note containing all of want.
-func (h *hostileGateway) waitNote(t *testing.T, within time.Duration, want ...string) string {
+func (h *upstreamGW) waitNote(t *testing.T, within time.Duration, want ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -201,7 +190,7 @@ func (w *heapWatch) Stop() uint64 {
 	return 0
 }
 
-func mib(n uint64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+func mibs(n uint64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // callCtx calls tool with a deadline, returning the error instead of failing.
 func callCtx(cs *mcp.ClientSession, within time.Duration, tool string, args any) (*mcp.CallToolResult, error) {
@@ -256,9 +245,9 @@ func TestHostileListingAtStart(t *testing.T) {
 			defer cancel()
 			w := watchHeap(cancel)
 			began := time.Now()
-			_, err := newHostile(ctx, t, hostileConfig(t, c.args...))
+			_, err := newUpstreamGW(ctx, t, hostileConfig(t, c.args...))
 			took, growth := time.Since(began), w.Stop()
-			t.Logf("refused after %s: %v; heap growth %s", took.Round(time.Millisecond), err, mib(growth))
+			t.Logf("refused after %s: %v; heap growth %s", took.Round(time.Millisecond), err, mibs(growth))
 			if err == nil || !c.want(err) {
 				t.Fatalf("New: %v, want the listing refused", err)
 			}
@@ -271,7 +260,7 @@ func TestHostileListingAtStart(t *testing.T) {
 				t.Errorf("refused after %s, want well within ListTimeout", took)
 			}
 			if growth > heapBound {
-				t.Errorf("heap grew by %s, over %s", mib(growth), mib(heapBound))
+				t.Errorf("heap grew by %s, over %s", mibs(growth), mibs(heapBound))
 			}
 		})
 	}
@@ -281,7 +270,7 @@ func TestHostileListingAtStart(t *testing.T) {
 // cycle, 2,500 tools) is refused and journaled, counted in the metric, and the previous tools
 // keep serving; the heap stays within heapBound.
 func TestHostileListingRefresh(t *testing.T) {
-	h := startHostile(t, hostileConfig(t, "-page", "1"))
+	h := startUpstreamGW(t, hostileConfig(t, "-page", "1"))
 	cs := h.client(t)
 	before := toolNames(t, cs)
 	w := watchHeap(nil)
@@ -290,12 +279,12 @@ func TestHostileListingRefresh(t *testing.T) {
 		{"cycle", "pages_per_listing", "a cycle"},
 		{"many", "tools_per_upstream", "more than 2000 tools"},
 	} {
-		hits := limitHits(t, h.gw, c.limit)
+		hits := limitHits(h.gw, c.limit)
 		if res := call(t, cs, "h.relist", map[string]any{"list": c.list}); res.IsError {
 			t.Fatalf("relist %s: %v", c.list, texts(res))
 		}
 		h.waitNote(t, 10*time.Second, "the tool list was not refreshed", "upstream h", c.text)
-		if got := limitHits(t, h.gw, c.limit); got != hits+1 {
+		if got := limitHits(h.gw, c.limit); got != hits+1 {
 			t.Errorf("%s: limit_hits_total{limit=%q} %v, want %v", c.list, c.limit, got, hits+1)
 		}
 		if after := toolNames(t, cs); !slices.Equal(after, before) {
@@ -306,9 +295,9 @@ func TestHostileListingRefresh(t *testing.T) {
 		}
 	}
 	if g := w.Stop(); g > heapBound {
-		t.Errorf("heap grew by %s, over %s", mib(g), mib(heapBound))
+		t.Errorf("heap grew by %s, over %s", mibs(g), mibs(heapBound))
 	} else {
-		t.Logf("heap growth over the three refreshes: %s", mib(g))
+		t.Logf("heap growth over the three refreshes: %s", mibs(g))
 	}
 	h.checkJournal(t)
 }
@@ -316,7 +305,7 @@ func TestHostileListingRefresh(t *testing.T) {
 // TestHostileStaleToolsList: an agent's tools/list on a stale cache does not wait for an
 // upstream whose tools/list never answers: it gets the cached tools within ListWait.
 func TestHostileStaleToolsList(t *testing.T) {
-	h := startHostile(t, hostileConfig(t))
+	h := startUpstreamGW(t, hostileConfig(t))
 	cs := h.client(t)
 	before := toolNames(t, cs)
 	if res := call(t, cs, "h.relist", map[string]any{"list": "hang"}); res.IsError {
@@ -350,7 +339,7 @@ func TestHostileStaleToolsList(t *testing.T) {
 func TestHostileFraming(t *testing.T) {
 	cfg := hostileConfig(t, "-banner", "hostile v1 \x1b[2J starting", "-garbage")
 	cfg.CallTimeout = 2 * time.Second
-	h := startHostile(t, cfg)
+	h := startUpstreamGW(t, cfg)
 	if s := h.stderr.String(); !strings.Contains(s, "upstream h: skipped a line before initialize") || !strings.Contains(s, `"hostile v1 \x1b[2J starting"`) {
 		t.Errorf("the banner was not logged escaped:\n%s", s)
 	}
@@ -380,14 +369,14 @@ func TestHostileFraming(t *testing.T) {
 		t.Errorf("echo after the faults: %v", texts(res))
 	}
 	g := w.Stop()
-	t.Logf("heap growth over the framing faults: %s", mib(g))
+	t.Logf("heap growth over the framing faults: %s", mibs(g))
 	if g > heapBound {
-		t.Errorf("heap grew by %s, over %s", mib(g), mib(heapBound))
+		t.Errorf("heap grew by %s, over %s", mibs(g), mibs(heapBound))
 	}
-	if n := limitHits(t, h.gw, "message_bytes"); n != 3 {
+	if n := limitHits(h.gw, "message_bytes"); n != 3 {
 		t.Errorf("limit_hits_total{limit=\"message_bytes\"} %v, want 3", n)
 	}
-	if n := limitHits(t, h.gw, "call_timeout"); n != 1 {
+	if n := limitHits(h.gw, "call_timeout"); n != 1 {
 		t.Errorf("limit_hits_total{limit=\"call_timeout\"} %v, want 1", n)
 	}
 	for _, n := range h.notes(t) {
@@ -432,7 +421,7 @@ func testHostileCrash(t *testing.T, orphan bool) {
 	if orphan {
 		args = append(args, "-orphan")
 	}
-	h := startHostile(t, hostileConfig(t, args...))
+	h := startUpstreamGW(t, hostileConfig(t, args...))
 	a, b := h.client(t), h.client(t)
 	done := make(chan *mcp.CallToolResult, 1)
 	go func() {
@@ -496,7 +485,7 @@ func TestHostileHTTPAnswer(t *testing.T) {
 			}
 			cfg := &config.Gateway{Mode: config.ModeAuto, UnclassifiedReads: config.UnclassifiedBlock, ValidateSchemas: true,
 				Actor: "dev-laptop", Upstreams: []config.Upstream{{Name: "h", URL: hostileHTTP(t, args...), Namespace: true}}}
-			h := startHostile(t, cfg)
+			h := startUpstreamGW(t, cfg)
 			a, b := h.client(t), h.client(t)
 			w := watchHeap(nil)
 			alongside(t, b, func() {
@@ -509,11 +498,11 @@ func TestHostileHTTPAnswer(t *testing.T) {
 				t.Errorf("echo after the fault: %v", texts(res))
 			}
 			g := w.Stop()
-			t.Logf("heap growth: %s", mib(g))
+			t.Logf("heap growth: %s", mibs(g))
 			if g > heapBound {
-				t.Errorf("heap grew by %s, over %s", mib(g), mib(heapBound))
+				t.Errorf("heap grew by %s, over %s", mibs(g), mibs(heapBound))
 			}
-			if n := limitHits(t, h.gw, "message_bytes"); n != 1 {
+			if n := limitHits(h.gw, "message_bytes"); n != 1 {
 				t.Errorf("limit_hits_total{limit=\"message_bytes\"} %v, want 1", n)
 			}
 			h.checkJournal(t)
@@ -552,7 +541,7 @@ func waitLines(t *testing.T, file string, n int, within time.Duration) {
 func TestHostileSessionsLeaveMidCall(t *testing.T) {
 	dir := t.TempDir()
 	cancels, calls := filepath.Join(dir, "cancelled"), filepath.Join(dir, "calls")
-	h := startHostile(t, hostileConfig(t, "-cancel-log", cancels, "-calls-log", calls))
+	h := startUpstreamGW(t, hostileConfig(t, "-cancel-log", cancels, "-calls-log", calls))
 	hc := httpClient(t, serveHTTP(t, h.gw))
 	call(t, hc, "h.echo", map[string]any{"text": "its run is open"}) // part of the baseline
 	began := time.Now()
@@ -670,7 +659,7 @@ func TestDefaultCallTimeout(t *testing.T) {
 	cancels := filepath.Join(t.TempDir(), "cancelled")
 	cfg := hostileConfig(t, "-cancel-log", cancels)
 	cfg.CallTimeout = time.Second
-	h := startHostile(t, cfg)
+	h := startUpstreamGW(t, cfg)
 	cs := h.client(t)
 	began := time.Now()
 	res := call(t, cs, "h.hang", map[string]any{})
@@ -679,7 +668,7 @@ func TestDefaultCallTimeout(t *testing.T) {
 	if !res.IsError || !strings.Contains(got, "timed out after 1s (call_timeout") || !strings.Contains(got, "uncertain") || took > 5*time.Second {
 		t.Fatalf("after %s: %q", took, got)
 	}
-	if n := limitHits(t, h.gw, "call_timeout"); n != 1 {
+	if n := limitHits(h.gw, "call_timeout"); n != 1 {
 		t.Errorf("limit_hits_total{limit=\"call_timeout\"} %v, want 1", n)
 	}
 	waitLines(t, cancels, 1, 10*time.Second)

@@ -1,0 +1,57 @@
+package v1alpha1
+
+import "fmt"
+
+// GatewaySecretRef is one reference of a ReversiGatewaySpec to a Secret of the gateway's
+// namespace: the Secret's name and the field that names it, as a path in the object's JSON
+// (e.g. spec.upstreams[0].headers[1].secretKeyRef).
+//
+// +kubebuilder:object:generate=false
+type GatewaySecretRef struct {
+	// Name of the Secret.
+	Name string
+	// Field is the JSON path of the reference, from spec.
+	Field string
+}
+
+// SecretRefs lists every Secret the spec references, one entry per referencing field, in the
+// order of the spec's fields (a Secret named by several fields appears once per field):
+//
+//   - spec.upstreams[i].headers[j].secretKeyRef (header values of url upstreams)
+//   - spec.upstreams[i].env[j].secretKeyRef (environment of command upstreams)
+//   - spec.trustedKeysSecretRef (the gateway's trusted Ed25519 keys)
+//   - spec.store.postgres.urlSecretRef (the postgres store's URL)
+//   - spec.auth.keysSecretRef (the API key file)
+//
+// Every one of them ends up in the gateway's pod (an env var from a secretKeyRef, a Secret
+// volume) or in its Role (get on the trusted-keys Secret), so whoever writes the spec reads
+// these Secrets through the gateway. ReversiGateway admission (issue 17) checks that the
+// author may get each one; a test walks the spec's types by reflection so that a new field of
+// a Secret-reference type cannot be left out of this list. A reference with an empty name is
+// listed too (the CRD refuses it; admission checks what it is given).
+func (s *ReversiGatewaySpec) SecretRefs() []GatewaySecretRef {
+	var out []GatewaySecretRef
+	add := func(name, field string) { out = append(out, GatewaySecretRef{Name: name, Field: field}) }
+	for i, u := range s.Upstreams {
+		for j, h := range u.Headers {
+			if h.SecretKeyRef != nil {
+				add(h.SecretKeyRef.Name, fmt.Sprintf("spec.upstreams[%d].headers[%d].secretKeyRef", i, j))
+			}
+		}
+		for j, e := range u.Env {
+			if e.SecretKeyRef != nil {
+				add(e.SecretKeyRef.Name, fmt.Sprintf("spec.upstreams[%d].env[%d].secretKeyRef", i, j))
+			}
+		}
+	}
+	if s.TrustedKeysSecretRef != nil {
+		add(s.TrustedKeysSecretRef.Name, "spec.trustedKeysSecretRef")
+	}
+	if s.Store != nil && s.Store.Postgres != nil {
+		add(s.Store.Postgres.URLSecretRef.Name, "spec.store.postgres.urlSecretRef")
+	}
+	if s.Auth != nil && s.Auth.KeysSecretRef != nil {
+		add(s.Auth.KeysSecretRef.Name, "spec.auth.keysSecretRef")
+	}
+	return out
+}

@@ -1,0 +1,218 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+)
+
+// The admission webhook of ReversiGateway (issue 17), served by `reversi controller` with the
+// others. It fails closed: no ReversiGateway is created or changed while it is unreachable.
+// Status writes (reversigateways/status, the controller's) do not reach it.
+// +kubebuilder:webhook:path=/validate-reversi-dev-v1alpha1-reversigateway,mutating=false,failurePolicy=fail,sideEffects=None,groups=reversi.dev,resources=reversigateways,verbs=create;update,versions=v1alpha1,name=vreversigateway.reversi.dev,admissionReviewVersions=v1
+
+// ValidateReversiGatewayPath is the path of the ReversiGateway webhook.
+const ValidateReversiGatewayPath = "/validate-reversi-dev-v1alpha1-reversigateway"
+
+// sarConcurrency bounds the SubjectAccessReviews one admission request makes at once.
+const sarConcurrency = 8
+
+// ReversiGatewayWebhook admits a ReversiGateway only when it allows its author no more than
+// they could do by hand (issue 17, "ReversiGateway admission"; DESIGN.md "Trust model": "no
+// more than they could do by hand (SubjectAccessReview at admission for Deployments and every
+// referenced Secret; image allowlist)"). The controller runs a Deployment for each gateway
+// with the Secrets its spec names (env vars, volumes, the Role's get), with the controller's
+// own rights; so on create, and on an update that changes spec (a metadata-only update, such
+// as a finalizer, passes):
+//   - a SubjectAccessReview for the requesting user (the admission request's username, uid,
+//     groups and extra) must allow `create deployments.apps` in the namespace, and one must
+//     allow `get secrets` of each Secret spec.SecretRefs names;
+//   - spec.image, when set, must be allowed by Images.
+//
+// A refusal is a *ReversiGatewayAdmissionError naming every missing permission (with the
+// fields that need it) and the image at once. A SubjectAccessReview that fails refuses too
+// (*AuthorizationCheckError): the webhook fails closed. The check is of the author at
+// admission time only; the reconciler checks the image again (ReasonImageNotAllowed).
+type ReversiGatewayWebhook struct {
+	// Client creates SubjectAccessReviews (authorization.k8s.io/v1; the manager's client).
+	Client client.Client
+	// Images are the images a gateway may run (required).
+	Images *ImagePolicy
+}
+
+// SetupWebhookWithManager registers the validating webhook (ValidateReversiGatewayPath) on the
+// manager's webhook server.
+func (w *ReversiGatewayWebhook) SetupWebhookWithManager(mgr ctrl.Manager) error {
+	if w.Client == nil || w.Images == nil {
+		return errors.New("the ReversiGateway webhook needs a client and an image policy")
+	}
+	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.ReversiGateway{}).WithValidator(w).Complete()
+}
+
+// MissingPermission is a right the author of a ReversiGateway lacks: Verb on Resource
+// ("deployments.apps" or "secrets") in Namespace, of the object Name when not empty; Fields are
+// the spec fields that need it (the Secret references).
+type MissingPermission struct {
+	Verb, Resource, Namespace, Name string
+	Fields                          []string
+}
+
+func (m MissingPermission) String() string {
+	if m.Resource == "secrets" {
+		return fmt.Sprintf("may not get secret %q (%s)", m.Name, strings.Join(m.Fields, ", "))
+	}
+	return fmt.Sprintf("may not %s %s in namespace %q", m.Verb, m.Resource, m.Namespace)
+}
+
+// ReversiGatewayAdmissionError is the webhook's refusal: the permissions User lacks (Missing)
+// and the image outside the policy (Image), all at once.
+type ReversiGatewayAdmissionError struct {
+	Namespace, Name, User string
+	Missing               []MissingPermission
+	Image                 *ImageNotAllowedError
+}
+
+func (e *ReversiGatewayAdmissionError) Error() string {
+	var parts []string
+	if len(e.Missing) > 0 {
+		why := make([]string, len(e.Missing))
+		for i, m := range e.Missing {
+			why[i] = m.String()
+		}
+		parts = append(parts, fmt.Sprintf("user %q %s: a ReversiGateway runs a Deployment with these Secrets, so its author must be allowed both by hand",
+			e.User, strings.Join(why, "; ")))
+	}
+	if e.Image != nil {
+		parts = append(parts, e.Image.Error())
+	}
+	return fmt.Sprintf("ReversiGateway %s/%s: %s", e.Namespace, e.Name, strings.Join(parts, "; "))
+}
+
+// AuthorizationCheckError is a SubjectAccessReview that could not be made: the gateway is
+// refused (the webhook fails closed).
+type AuthorizationCheckError struct {
+	Namespace, Name, User string
+	Err                   error
+}
+
+func (e *AuthorizationCheckError) Error() string {
+	return fmt.Sprintf("ReversiGateway %s/%s: the rights of user %q could not be checked, so the gateway is refused: %v; try again", e.Namespace, e.Name, e.User, e.Err)
+}
+
+func (e *AuthorizationCheckError) Unwrap() error { return e.Err }
+
+// ValidateCreate checks the author's rights and the image.
+func (w *ReversiGatewayWebhook) ValidateCreate(ctx context.Context, gw *v1alpha1.ReversiGateway) (admission.Warnings, error) {
+	return nil, w.validate(ctx, gw)
+}
+
+// ValidateUpdate checks them again when spec changed (equality.Semantic); an update of
+// metadata alone passes.
+func (w *ReversiGatewayWebhook) ValidateUpdate(ctx context.Context, old, gw *v1alpha1.ReversiGateway) (admission.Warnings, error) {
+	if equality.Semantic.DeepEqual(old.Spec, gw.Spec) {
+		return nil, nil
+	}
+	return nil, w.validate(ctx, gw)
+}
+
+// ValidateDelete allows deletion.
+func (w *ReversiGatewayWebhook) ValidateDelete(context.Context, *v1alpha1.ReversiGateway) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.ReversiGateway) error {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil {
+		return fmt.Errorf("the admission request is not available: %w", err)
+	}
+	ns, name := req.Namespace, gw.Name
+	if ns == "" {
+		ns = gw.Namespace
+	}
+	if name == "" {
+		name = req.Name
+	}
+	user := req.UserInfo
+	if user.Username == "" {
+		return fmt.Errorf("ReversiGateway %s/%s: the API server sent no username: a ReversiGateway's author must be known to check their rights", ns, name)
+	}
+	refusal := &ReversiGatewayAdmissionError{Namespace: ns, Name: name, User: user.Username}
+	if gw.Spec.Image != "" {
+		if err := w.Images.Check("spec.image", gw.Spec.Image); err != nil {
+			if !errors.As(err, &refusal.Image) {
+				return err
+			}
+		}
+	}
+	missing, err := w.missing(ctx, user, ns, gw.Spec.SecretRefs())
+	if err != nil {
+		return &AuthorizationCheckError{Namespace: ns, Name: name, User: user.Username, Err: err}
+	}
+	refusal.Missing = missing
+	if refusal.Image == nil && len(missing) == 0 {
+		return nil
+	}
+	return refusal
+}
+
+// missing asks the API server (SubjectAccessReviews, at most sarConcurrency at once) whether
+// user may create Deployments in ns and get each Secret of refs, and returns what is refused:
+// the Deployment first, then the Secrets in the order of refs (one entry per Secret, with every
+// field that names it). Errors: a review that could not be made.
+func (w *ReversiGatewayWebhook) missing(ctx context.Context, user authnv1.UserInfo, ns string, refs []v1alpha1.GatewaySecretRef) ([]MissingPermission, error) {
+	checks := []MissingPermission{{Verb: "create", Resource: "deployments.apps", Namespace: ns}}
+	bySecret := map[string]int{}
+	for _, r := range refs {
+		if i, ok := bySecret[r.Name]; ok {
+			checks[i].Fields = append(checks[i].Fields, r.Field)
+			continue
+		}
+		bySecret[r.Name] = len(checks)
+		checks = append(checks, MissingPermission{Verb: "get", Resource: "secrets", Namespace: ns, Name: r.Name, Fields: []string{r.Field}})
+	}
+	extra := map[string]authzv1.ExtraValue{}
+	for k, v := range user.Extra {
+		extra[k] = authzv1.ExtraValue(v)
+	}
+	allowed := make([]bool, len(checks))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(sarConcurrency)
+	for i, c := range checks {
+		g.Go(func() error {
+			group, resource := "", c.Resource
+			if r, gr, ok := strings.Cut(c.Resource, "."); ok {
+				resource, group = r, gr
+			}
+			sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+				User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
+				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: c.Verb, Group: group, Resource: resource, Name: c.Name},
+			}}
+			if err := w.Client.Create(gctx, sar); err != nil {
+				return fmt.Errorf("SubjectAccessReview of %s %s %q: %w", c.Verb, c.Resource, c.Name, err)
+			}
+			allowed[i] = sar.Status.Allowed
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var out []MissingPermission
+	for i, c := range checks {
+		if !allowed[i] {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,167 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+)
+
+// fakeAuthorizer answers SubjectAccessReviews from allowed ("verb resource/name" keys, e.g.
+// "create deployments" or "get secrets/db-creds"), records each review, and fails every review
+// with err when set.
+type fakeAuthorizer struct {
+	mu      sync.Mutex
+	allowed map[string]bool
+	err     error
+	reviews []authzv1.SubjectAccessReviewSpec
+}
+
+func (f *fakeAuthorizer) webhook(t *testing.T) *ReversiGatewayWebhook {
+	t.Helper()
+	c := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme()).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			sar, ok := obj.(*authzv1.SubjectAccessReview)
+			if !ok {
+				return c.Create(ctx, obj, opts...)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.reviews = append(f.reviews, sar.Spec)
+			if f.err != nil {
+				return f.err
+			}
+			a := sar.Spec.ResourceAttributes
+			key := a.Verb + " " + a.Resource
+			if a.Name != "" {
+				key += "/" + a.Name
+			}
+			if a.Group != "" {
+				key = a.Verb + " " + a.Resource + "." + a.Group
+			}
+			sar.Status.Allowed = f.allowed[key]
+			return nil
+		},
+	}).Build()
+	images, err := GatewayImagePolicy("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &ReversiGatewayWebhook{Client: c, Images: images}
+}
+
+func admissionCtx(t *testing.T, op admissionv1.Operation, user authnv1.UserInfo) context.Context {
+	return admission.NewContextWithRequest(t.Context(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: op, Namespace: "team-a", Name: "pay", UserInfo: user}})
+}
+
+var bobInfo = authnv1.UserInfo{Username: "bob", UID: "uid-bob", Groups: []string{"payments", "system:authenticated"},
+	Extra: map[string]authnv1.ExtraValue{"scopes": {"a", "b"}}}
+
+// payGateway references db-creds twice (a header and a command's env), the trusted keys and
+// the API key file.
+func payGateway(image string) *v1alpha1.ReversiGateway {
+	return &v1alpha1.ReversiGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "pay"}, Spec: v1alpha1.ReversiGatewaySpec{
+		Image: image,
+		Upstreams: []v1alpha1.GatewayUpstream{
+			{Name: "db", URL: "http://db-mcp/mcp", Headers: []v1alpha1.ValueFrom{{Name: "Authorization", SecretKeyRef: &v1alpha1.SecretKeyReference{Name: "db-creds", Key: "token"}}}},
+			{Name: "fs", Command: "fs-mcp", Env: []v1alpha1.ValueFrom{{Name: "TOKEN", SecretKeyRef: &v1alpha1.SecretKeyReference{Name: "db-creds", Key: "fs"}}}},
+		},
+		TrustedKeysSecretRef: &v1alpha1.LocalObjectReference{Name: "manifest-keys"},
+		Auth:                 &v1alpha1.GatewayAuth{KeysSecretRef: &v1alpha1.SecretKeyReference{Name: "gateway-keys", Key: "keys.json"}},
+	}}
+}
+
+// Issue 17, ReversiGateway admission: one SubjectAccessReview per right (create deployments.apps
+// in the namespace, get on each Secret named, once per Secret) with the requester's username,
+// uid, groups and extra; a refusal names every missing right, with the fields that need it, and
+// the image, at once.
+func TestReversiGatewayWebhookNamesEveryMissingRight(t *testing.T) {
+	f := &fakeAuthorizer{allowed: map[string]bool{"get secrets/gateway-keys": true}}
+	w := f.webhook(t)
+	_, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payGateway("attacker.example/exfil:1"))
+	var refusal *ReversiGatewayAdmissionError
+	if !errors.As(err, &refusal) {
+		t.Fatalf("%v, want a ReversiGatewayAdmissionError", err)
+	}
+	want := `ReversiGateway team-a/pay: user "bob" may not create deployments.apps in namespace "team-a"; ` +
+		`may not get secret "db-creds" (spec.upstreams[0].headers[0].secretKeyRef, spec.upstreams[1].env[0].secretKeyRef); ` +
+		`may not get secret "manifest-keys" (spec.trustedKeysSecretRef): ` +
+		`a ReversiGateway runs a Deployment with these Secrets, so its author must be allowed both by hand; ` +
+		`spec.image "attacker.example/exfil:1" is not allowed: the controller runs gateway images matching reversi, reversi:*, reversi@sha256:* (reversi controller --gateway-images)`
+	if !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("refusal:\n%s\nwant it to start with\n%s", err, want)
+	}
+	if len(f.reviews) != 4 {
+		t.Fatalf("%d reviews, want 4 (a Deployment, three Secrets): %+v", len(f.reviews), f.reviews)
+	}
+	var asked []string
+	for _, r := range f.reviews {
+		a := r.ResourceAttributes
+		if r.User != "bob" || r.UID != "uid-bob" || !slices.Equal(r.Groups, bobInfo.Groups) || !slices.Equal(r.Extra["scopes"], authzv1.ExtraValue{"a", "b"}) || a.Namespace != "team-a" {
+			t.Errorf("review %+v does not carry bob's user info and namespace", r)
+		}
+		asked = append(asked, a.Verb+" "+a.Group+"/"+a.Resource+"/"+a.Name)
+	}
+	slices.Sort(asked)
+	if !slices.Equal(asked, []string{"create apps/deployments/", "get /secrets/db-creds", "get /secrets/gateway-keys", "get /secrets/manifest-keys"}) {
+		t.Errorf("reviews %q", asked)
+	}
+
+	// With every right and an allowed image: admitted.
+	f.allowed = map[string]bool{"create deployments.apps": true, "get secrets/db-creds": true, "get secrets/manifest-keys": true, "get secrets/gateway-keys": true}
+	for _, image := range []string{"", "reversi:v2", "reversi@sha256:" + digest64} {
+		if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payGateway(image)); err != nil {
+			t.Errorf("image %q with every right: %v", image, err)
+		}
+	}
+	// The image alone.
+	_, err = w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payGateway("reversi/exfil:1"))
+	if !errors.As(err, &refusal) || len(refusal.Missing) != 0 || refusal.Image == nil || strings.Contains(err.Error(), "may not") {
+		t.Errorf("an image outside the patterns, every right held: %v", err)
+	}
+}
+
+// A SubjectAccessReview that fails refuses the gateway (fail closed), and an update that
+// leaves spec as it was (metadata: labels, finalizers) passes without one; one that changes
+// spec is checked like a create.
+func TestReversiGatewayWebhookFailsClosed(t *testing.T) {
+	f := &fakeAuthorizer{err: errors.New("the API server is unavailable")}
+	w := f.webhook(t)
+	_, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payGateway(""))
+	var check *AuthorizationCheckError
+	if !errors.As(err, &check) || !strings.Contains(err.Error(), `ReversiGateway team-a/pay: the rights of user "bob" could not be checked, so the gateway is refused`) ||
+		!strings.Contains(err.Error(), "the API server is unavailable") {
+		t.Errorf("a failing review: %v, want an AuthorizationCheckError", err)
+	}
+
+	old := payGateway("")
+	meta := old.DeepCopy()
+	meta.Labels = map[string]string{"team": "payments"}
+	meta.Finalizers = []string{"example.com/keep"}
+	f.reviews = nil
+	if _, err := w.ValidateUpdate(admissionCtx(t, admissionv1.Update, bobInfo), old, meta); err != nil || len(f.reviews) != 0 {
+		t.Errorf("a metadata-only update: %v (%d reviews)", err, len(f.reviews))
+	}
+	changed := old.DeepCopy()
+	changed.Spec.Upstreams[0].Headers = append(changed.Spec.Upstreams[0].Headers, v1alpha1.ValueFrom{Name: "X-Other", SecretKeyRef: &v1alpha1.SecretKeyReference{Name: "other", Key: "k"}})
+	if _, err := w.ValidateUpdate(admissionCtx(t, admissionv1.Update, bobInfo), old, changed); !errors.As(err, &check) {
+		t.Errorf("an update of spec: %v, want it checked (and refused, the reviews failing)", err)
+	}
+	if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, authnv1.UserInfo{}), payGateway("")); err == nil || !strings.Contains(err.Error(), "no username") {
+		t.Errorf("no user: %v", err)
+	}
+}
