@@ -9,9 +9,11 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +47,7 @@ type upstreamCase struct {
 type upstreamRun struct {
 	url      string // the gateway's /mcp
 	cancels  string // the hostile server's -cancel-log
+	calls    string // the hostile server's -calls-log
 	stderr   *syncbuf.Buffer
 	sessions []*mcp.ClientSession
 }
@@ -55,8 +58,13 @@ func hostileUpstreamMain(argv []string) error {
 	bound := fs.Int("bound", 200, "allowed peak RSS growth over idle, MiB")
 	kill := fs.Int("kill", 1024, "kill a gateway whose RSS passes this many MiB (a safety for measuring a gateway without the bounds)")
 	keep := fs.Bool("keep", false, "keep the temporary folder")
+	only := fs.String("run", "", "run only the cases whose name matches this regular expression (and the idle baseline)")
 	if err := fs.Parse(argv); err != nil {
 		return err
+	}
+	match, err := regexp.Compile(*only)
+	if err != nil {
+		return fmt.Errorf("-run: %w", err)
 	}
 	dir, err := os.MkdirTemp("", "reversi-hostile-upstream-bench-")
 	if err != nil {
@@ -109,7 +117,7 @@ func hostileUpstreamMain(argv []string) error {
 		}},
 		{name: "HTTP upstream, JSON: 5 answers of 20 MiB", http: "json", run: func(h *upstreamRun) (string, error) { return h.bigAnswers(5, big) }},
 		{name: "HTTP upstream, SSE: 5 answers of 20 MiB", http: "sse", run: func(h *upstreamRun) (string, error) { return h.bigAnswers(5, big) }},
-		{name: "never-answering tool: 20 sessions cancel mid-call", run: func(h *upstreamRun) (string, error) { return h.cancelled(20) }},
+		{name: "never-answering tool: 20 sessions leave (DELETE) mid-call", run: func(h *upstreamRun) (string, error) { return h.sessionsLeave(20) }},
 		{name: "crash mid-call, restart", run: func(h *upstreamRun) (string, error) {
 			if _, err := h.call(0, "h.crash", map[string]any{}, true); err != nil {
 				return "", err
@@ -134,6 +142,9 @@ func hostileUpstreamMain(argv []string) error {
 	var rows []row
 	var idle int64
 	for i, c := range cases {
+		if i > 0 && !match.MatchString(c.name) {
+			continue
+		}
 		fmt.Fprintf(os.Stderr, "bench: hostile-upstream %d/%d: %s\n", i+1, len(cases), c.name)
 		r := row{name: c.name}
 		r.result, r.idle, r.peak, r.err = runUpstreamCase(*reversi, hostile, filepath.Join(dir, strconv.Itoa(i)), c, int64(*kill)<<10)
@@ -171,8 +182,8 @@ func runUpstreamCase(reversi, hostile, dir string, c upstreamCase, kill int64) (
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", 0, 0, err
 	}
-	cancels := filepath.Join(dir, "cancelled")
-	args := append([]string{"-cancel-log", cancels}, c.args...)
+	cancels, calls := filepath.Join(dir, "cancelled"), filepath.Join(dir, "calls")
+	args := append([]string{"-cancel-log", cancels, "-calls-log", calls}, c.args...)
 	callTimeout := "60s"
 	if i := indexOf(args, "-calltimeout"); i >= 0 { // the bench's own flag: a short call_timeout
 		args = append(args[:i], args[i+1:]...)
@@ -273,7 +284,7 @@ func runUpstreamCase(reversi, hostile, dir string, c upstreamCase, kill int64) (
 	if _, err := waitFor(errw, "reversi-gateway: listening on ", 60*time.Second); err != nil {
 		return "", 0, 0, fmt.Errorf("%w\n%s", err, errw)
 	}
-	h := &upstreamRun{url: fmt.Sprintf("http://127.0.0.1:%d/mcp", port), cancels: cancels, stderr: errw}
+	h := &upstreamRun{url: fmt.Sprintf("http://127.0.0.1:%d/mcp", port), cancels: cancels, calls: calls, stderr: errw}
 	for range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, DisableStandaloneSSE: true}, nil)
@@ -365,29 +376,77 @@ func (h *upstreamRun) bigAnswersTool(n int, tool string, args any, want string) 
 	return fmt.Sprintf("%d calls failed (%s), the other session's %d calls ok", n, want, n), nil
 }
 
-// cancelled: n calls of the never-answering tool, cancelled by their clients mid-call; the
-// upstream must receive n notifications/cancelled.
-func (h *upstreamRun) cancelled(n int) (string, error) {
+// sessionsLeave opens n more sessions, has each call the never-answering tool, and ends each
+// session with an HTTP DELETE while its call is in flight: the DELETEs must return, the
+// upstream must receive n notifications/cancelled and the calls must end.
+func (h *upstreamRun) sessionsLeave(n int) (string, error) {
 	began := time.Now()
-	var wg sync.WaitGroup
+	var calls sync.WaitGroup
+	var ids []string
+	var version string
 	for range n {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "leaver", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, DisableStandaloneSSE: true}, nil)
+		cancel()
+		if err != nil {
+			return "", err
+		}
+		ids, version = append(ids, cs.ID()), cs.InitializeResult().ProtocolVersion
+		calls.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			_, _ = h.sessions[0].CallTool(ctx, &mcp.CallToolParams{Name: "h.hang", Arguments: map[string]any{}})
+			_, _ = cs.CallTool(ctx, &mcp.CallToolParams{Name: "h.hang", Arguments: map[string]any{}})
 		})
 	}
-	wg.Wait()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		b, _ := os.ReadFile(h.cancels)
-		got := len(strings.Fields(string(b)))
-		if got == n {
-			return fmt.Sprintf("%d cancellations upstream after %s", got, time.Since(began).Round(100*time.Millisecond)), nil
+	if err := waitLines(h.calls, "hang", n, 15*time.Second); err != nil {
+		return "", err
+	}
+	left := time.Now()
+	for _, id := range ids {
+		req, err := http.NewRequest(http.MethodDelete, h.url, nil)
+		if err != nil {
+			return "", err
 		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("the upstream received %d notifications/cancelled, want %d", got, n)
+		req.Header.Set("Mcp-Session-Id", id)
+		req.Header.Set("Mcp-Protocol-Version", version)
+		c := &http.Client{Timeout: 10 * time.Second}
+		res, err := c.Do(req)
+		if err != nil {
+			return "", fmt.Errorf("DELETE: %w", err)
+		}
+		_ = res.Body.Close()
+	}
+	deleted := time.Since(left)
+	if err := waitLines(h.cancels, "", n, 15*time.Second); err != nil {
+		return "", err
+	}
+	done := make(chan struct{})
+	go func() { calls.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		return "", errors.New("the calls did not end within 15s of their sessions' DELETE")
+	}
+	return fmt.Sprintf("%d DELETEs returned in %s; %d cancellations upstream %s after the calls began", n,
+		deleted.Round(time.Millisecond), n, time.Since(began).Round(100*time.Millisecond)), nil
+}
+
+// waitLines waits for n lines of file (equal to want, unless want is "").
+func waitLines(file, want string, n int, within time.Duration) error {
+	got := 0
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(file)
+		got = 0
+		for _, l := range strings.Fields(string(b)) {
+			if want == "" || l == want {
+				got++
+			}
+		}
+		if got >= n {
+			return nil
 		}
 	}
+	return fmt.Errorf("%s: %d lines %q after %s, want %d", filepath.Base(file), got, want, within, n)
 }
 
 // waitStderr waits for a line of the gateway's stderr containing s and returns it.
