@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -107,14 +106,8 @@ func (h *hostile) stillServes(t *testing.T) {
 // integrityOK runs PRAGMA integrity_check on the SQLite store in dir.
 func integrityOK(t *testing.T, dir string) {
 	t.Helper()
-	db, err := sql.Open("sqlite", filepath.Join(dir, store.SQLiteFile))
-	if err != nil {
+	if err := store.CheckSQLiteIntegrity(dir); err != nil {
 		t.Fatal(err)
-	}
-	defer db.Close()
-	var res string
-	if err := db.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
-		t.Fatalf("integrity_check: %q %v", res, err)
 	}
 }
 

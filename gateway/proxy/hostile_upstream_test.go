@@ -6,7 +6,6 @@ package proxy
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
@@ -80,14 +79,8 @@ func startUpstreamGW(t *testing.T, cfg *config.Gateway) *upstreamGW {
 // one outcome after it, and no step is pending.
 func (h *upstreamGW) checkJournal(t *testing.T) []store.Record {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(h.data, store.SQLiteFile)+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var ok string
-	if err := db.QueryRow("PRAGMA integrity_check").Scan(&ok); err != nil || ok != "ok" {
-		t.Errorf("PRAGMA integrity_check: %q %v", ok, err)
+	if err := store.CheckSQLiteIntegrity(h.data); err != nil {
+		t.Error(err)
 	}
 	ctx := context.Background()
 	runs, err := h.store.ListRuns(ctx, store.RunFilter{})

@@ -1182,3 +1182,21 @@ func (s *SQLite) Decide(ctx context.Context, id string, d Decision) (Approval, e
 	}
 	return out, ruleErr
 }
+
+// CheckSQLiteIntegrity runs `PRAGMA integrity_check` on the SQLite store in dir, read-only.
+// Errors: the file cannot be opened, or the check reports anything but "ok" (its first line).
+func CheckSQLiteIntegrity(dir string) error {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, SQLiteFile)+"?mode=ro")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var res string
+	if err := db.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil {
+		return fmt.Errorf("PRAGMA integrity_check on %s: %w", filepath.Join(dir, SQLiteFile), err)
+	}
+	if res != "ok" {
+		return fmt.Errorf("PRAGMA integrity_check on %s: %s", filepath.Join(dir, SQLiteFile), res)
+	}
+	return nil
+}

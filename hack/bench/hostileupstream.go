@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -503,15 +502,8 @@ func procRSS(pid int) (rss, hwm int64, err error) {
 
 // checkUpstreamJournal: integrity_check, one outcome per intent, nothing pending.
 func checkUpstreamJournal(data string) error {
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(data, store.SQLiteFile)+"?mode=ro")
-	if err != nil {
+	if err := store.CheckSQLiteIntegrity(data); err != nil {
 		return err
-	}
-	var ok string
-	err = db.QueryRow("PRAGMA integrity_check").Scan(&ok)
-	_ = db.Close()
-	if err != nil || ok != "ok" {
-		return fmt.Errorf("integrity_check: %q %v", ok, err)
 	}
 	st, err := store.OpenSQLite(data, nil)
 	if err != nil {

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"bytes"
-	"database/sql"
 	"io"
 	"path/filepath"
 	"testing"
@@ -76,14 +75,8 @@ func TestStdioGarbageLine(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the gateway did not exit after its stdin closed")
 	}
-	db, err := sql.Open("sqlite", filepath.Join(data, store.SQLiteFile))
-	if err != nil {
+	if err := store.CheckSQLiteIntegrity(data); err != nil {
 		t.Fatal(err)
-	}
-	defer db.Close()
-	var res string
-	if err := db.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
-		t.Fatalf("integrity_check: %q %v", res, err)
 	}
 	st := openLedger(t, data)
 	if got := outcomes(records(t, st), "echo"); len(got) != 1 || got[0].Status != store.Succeeded {
