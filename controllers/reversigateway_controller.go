@@ -280,8 +280,15 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 	if e != nil {
 		return ctrl.Result{}, e
 	}
+	// The Role names only the ConfigMaps the gateway controls (or that do not exist yet): one
+	// of another owner is a conflict (reported when the ConfigMaps are written, below), and the
+	// Role is written before them.
+	cms, e := r.ownConfigMaps(ctx, gw, gatewayConfigMaps(gw, len(shards)))
+	if e != nil {
+		return ctrl.Result{}, e
+	}
 	role := &rbacv1.Role{ObjectMeta: meta(n.object)}
-	if e := own(role, func() error { role.Rules = gatewayRules(gw, len(shards), leases); return nil }); e != nil {
+	if e := own(role, func() error { role.Rules = gatewayRules(gw, cms, leases); return nil }); e != nil {
 		return ctrl.Result{}, e
 	}
 	if e := r.pruneLeases(ctx, gw, leases); e != nil {
@@ -442,6 +449,33 @@ func (r *ReversiGatewayReconciler) podLeases(ctx context.Context, gw *v1alpha1.R
 	}
 	slices.Sort(names)
 	return names, conflicts, nil
+}
+
+// ownConfigMaps returns those of names that gw may be granted: ConfigMaps it controls (or
+// that refer to it: its own, healed when written) and names no ConfigMap has yet. A ConfigMap
+// of another owner is left out (issue 17: the Role grants nothing on an object the controller
+// does not control; writing it is then an OwnershipConflict). A name the cache does not know
+// is read again from the API server, so a ConfigMap made a moment ago is not granted.
+// Errors: reading a ConfigMap failed.
+func (r *ReversiGatewayReconciler) ownConfigMaps(ctx context.Context, gw *v1alpha1.ReversiGateway, names []string) ([]string, *stepError) {
+	var out []string
+	for _, name := range names {
+		key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
+		cm := &corev1.ConfigMap{}
+		err := r.Get(ctx, key, cm)
+		if apierrors.IsNotFound(err) {
+			err = r.APIReader.Get(ctx, key, cm)
+		}
+		switch {
+		case apierrors.IsNotFound(err):
+			out = append(out, name)
+		case err != nil:
+			return nil, applyFailure(err, "reading ConfigMap "+name)
+		case claim(cm, gw, "ConfigMap") == nil:
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }
 
 // hasLabels reports whether have holds every label of want.

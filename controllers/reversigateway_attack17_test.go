@@ -1,0 +1,90 @@
+package controllers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+)
+
+// Attacks on issue 17's guarantees at the reconciler (the admin creates the gateways, so the
+// admission checks pass: these are what the controller itself does with a spec).
+
+// canI asks the API server whether user may do verb on resource (group "" unless
+// "resource.group") named name in ns.
+func canI(t *testing.T, user, verb, resource, ns, name string) bool {
+	t.Helper()
+	res, group, _ := strings.Cut(resource, ".")
+	sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: user,
+		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+		ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: group, Resource: res, Name: name}}}
+	if err := k8s.Create(t.Context(), sar); err != nil {
+		t.Fatal(err)
+	}
+	return sar.Status.Allowed
+}
+
+// attackGateway is a minimal valid ReversiGateway: one url upstream, an API key file.
+func attackGateway(ns, name string) *v1alpha1.ReversiGateway {
+	return &v1alpha1.ReversiGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.ReversiGatewaySpec{Upstreams: []v1alpha1.GatewayUpstream{{Name: "stripe", URL: "http://stripe-mcp.tools.svc:8080/mcp"}},
+			Auth: &v1alpha1.GatewayAuth{KeysSecretRef: &v1alpha1.SecretKeyReference{Name: "gateway-keys", Key: "keys.json"}}}}
+}
+
+// A ReversiGateway named after another team's ConfigMap (`<gw>-config`, or `<gw>-manifests`)
+// is an OwnershipConflict, and the ConfigMap is not written. But the Role is written before
+// the ConfigMaps, and it names them: the gateway's ServiceAccount (whose token anyone who may
+// create Deployments or pods in the namespace can have: the author must be allowed to create
+// Deployments) could read the ConfigMap the controller does not control. The Role must name
+// only ConfigMaps the gateway controls (or that do not exist yet).
+func TestGatewayRoleNamesNoForeignConfigMap(t *testing.T) {
+	ns := namespace(t)
+	for _, cm := range []string{"vault-config", "ledger-manifests", "both-config", "both-manifests"} {
+		create(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cm}, Data: map[string]string{"dsn": "postgres://payments:hunter2@db/payments"}})
+	}
+	createSecret(t, ns, "gateway-keys", map[string][]byte{"keys.json": []byte(`{"keys":[]}`)})
+	for _, name := range []string{"vault", "ledger", "both"} {
+		create(t, attackGateway(ns, name))
+	}
+	for name, cm := range map[string]string{"vault": "vault-config", "ledger": "ledger-manifests", "both": "both-config"} {
+		waitGateway(t, ns, name, func(gw *v1alpha1.ReversiGateway) string {
+			c := condition(gw.Status.Conditions, v1alpha1.ConditionReady)
+			if c == nil || c.Reason != v1alpha1.ReasonOwnershipConflict || !strings.Contains(c.Message, "ConfigMap "+ns+"/"+cm) {
+				return fmt.Sprintf("Ready %+v, want OwnershipConflict naming ConfigMap %s", c, cm)
+			}
+			return ""
+		})
+		// Give a Role written after the conflict time to appear.
+		time.Sleep(500 * time.Millisecond)
+		sa := GatewayServiceAccountUsername(ns, name)
+		if canI(t, sa, "get", "configmaps", ns, cm) {
+			var role rbacv1.Role
+			_ = k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name + "-gateway"}, &role)
+			t.Errorf("ATTACK: %s may get ConfigMap %s, which the gateway does not control (Role rules %+v)", sa, cm, role.Rules)
+		}
+		// Never an empty resourceNames, which would be every ConfigMap of the namespace.
+		if canI(t, sa, "get", "configmaps", ns, "payments-settings") {
+			t.Errorf("ATTACK: %s may get every ConfigMap", sa)
+		}
+		var role rbacv1.Role
+		if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name + "-gateway"}, &role); err == nil {
+			for _, r := range role.Rules {
+				if slices.Contains(r.Resources, "configmaps") && slices.Contains(r.ResourceNames, cm) {
+					t.Errorf("ATTACK: the Role of %s names ConfigMap %s, which it does not control: %+v", name, cm, r)
+				}
+			}
+		} else if !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+}
