@@ -8,6 +8,7 @@ import (
 	"time"
 
 	authzv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -85,6 +86,57 @@ func TestGatewayRoleNamesNoForeignConfigMap(t *testing.T) {
 			}
 		} else if !apierrors.IsNotFound(err) {
 			t.Fatal(err)
+		}
+	}
+}
+
+// Whoever may create pods in the namespace may run one as the gateway's ServiceAccount with
+// the gateway's labels, under any name: the controller then created a Lease of that name
+// (controlled by the ReversiGateway, patchable by the gateway's ServiceAccount) and deleted it
+// once the pod was gone. So a pod named like another component's leader-election Lease that
+// does not exist yet took that name first: its holder is then whatever the gateway's
+// ServiceAccount writes, and the controller deletes the Lease later under the component's
+// feet. A gateway pod's Lease is named as the Deployment names its pods: `<gw>-gateway-…`.
+func TestGatewayPodLeaseNamesAreTheGateways(t *testing.T) {
+	ns := namespace(t)
+	createSecret(t, ns, "gateway-keys", map[string][]byte{"keys.json": []byte(`{"keys":[]}`)})
+	create(t, attackGateway(ns, "pay"))
+	waitGateway(t, ns, "pay", readyIs(metav1.ConditionFalse, v1alpha1.ReasonRolloutInProgress))
+	labels := gatewayLabels(getGateway(t, ns, "pay"))
+	for _, name := range []string{"payments-controller-leader", "pay-gateway-7d9f8-x2k4q"} {
+		create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+			Spec: corev1.PodSpec{ServiceAccountName: "pay-gateway", Containers: []corev1.Container{{Name: "gateway", Image: "reversi:latest"}}}})
+	}
+	waitLease(t, ns, "pay-gateway-7d9f8-x2k4q") // the Deployment's kind of name: reported
+	eventually(t, 10*time.Second, func() string {
+		var role rbacv1.Role
+		get(t, ns, "pay-gateway", &role)
+		for _, r := range role.Rules {
+			if slices.Contains(r.Resources, "leases") && slices.Contains(r.ResourceNames, "pay-gateway-7d9f8-x2k4q") {
+				return ""
+			}
+		}
+		return fmt.Sprintf("the Role does not name the Lease of pod pay-gateway-7d9f8-x2k4q: %+v", role.Rules)
+	})
+	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "payments-controller-leader"}, &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ATTACK: a pod named payments-controller-leader made the controller create the Lease payments-controller-leader: %v", err)
+	}
+	if canI(t, GatewayServiceAccountUsername(ns, "pay"), "patch", "leases.coordination.k8s.io", ns, "payments-controller-leader") {
+		t.Errorf("ATTACK: the gateway's ServiceAccount may patch Lease payments-controller-leader")
+	}
+}
+
+// gatewayPodPrefix holds for long names too: the API server cuts a generateName to 58
+// characters, so a long gateway's pods start with only the first 58 of `<gw>-gateway-`.
+func TestGatewayPodPrefix(t *testing.T) {
+	for name, want := range map[string]string{
+		"pay":                   "pay-gateway-",
+		strings.Repeat("a", 50): strings.Repeat("a", 50) + "-gateway",
+		strings.Repeat("b", 60): strings.Repeat("b", 58),
+	} {
+		gw := &v1alpha1.ReversiGateway{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if got := gatewayPodPrefix(gw); got != want {
+			t.Errorf("gatewayPodPrefix(%s) = %q, want %q", name, got, want)
 		}
 	}
 }

@@ -381,10 +381,29 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 }
 
 // reportsTo reports whether pod reports on a Lease of gw: it runs as the gateway's own
-// ServiceAccount (whoever may create such a pod may already act as that ServiceAccount, so
-// its Lease grants nothing new) and is not being deleted. pod matches selectorLabels(gw).
+// ServiceAccount (whoever may create such a pod may already act as that ServiceAccount), its
+// name is one the gateway's Deployment gives its pods (gatewayPodPrefix: otherwise whoever may
+// create pods would choose the name of a Lease the controller creates, such as another
+// component's leader-election Lease not made yet) and it is not being deleted. pod matches
+// selectorLabels(gw).
 func reportsTo(gw *v1alpha1.ReversiGateway, pod *corev1.Pod) bool {
-	return pod.DeletionTimestamp.IsZero() && pod.Spec.ServiceAccountName == namesOf(gw).object
+	return pod.DeletionTimestamp.IsZero() && pod.Spec.ServiceAccountName == namesOf(gw).object &&
+		strings.HasPrefix(pod.Name, gatewayPodPrefix(gw))
+}
+
+// maxGeneratedNamePrefix is how much of a generateName the API server keeps (63 characters
+// minus the 5 random ones it appends).
+const maxGeneratedNamePrefix = 58
+
+// gatewayPodPrefix is how the names of the gateway Deployment's pods start: the Deployment
+// `<gw>-gateway` names its ReplicaSets `<gw>-gateway-<hash>`, and they generate pod names from
+// `<gw>-gateway-<hash>-`, of which the API server keeps the first 58 characters.
+func gatewayPodPrefix(gw *v1alpha1.ReversiGateway) string {
+	p := namesOf(gw).object + "-"
+	if len(p) > maxGeneratedNamePrefix {
+		p = p[:maxGeneratedNamePrefix]
+	}
+	return p
 }
 
 // podLeases makes sure every pod that reportsTo gw has its Lease: named as the pod, in the
