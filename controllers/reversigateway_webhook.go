@@ -99,15 +99,21 @@ func (e *ReversiGatewayAdmissionError) Error() string {
 	return fmt.Sprintf("ReversiGateway %s/%s: %s", e.Namespace, e.Name, strings.Join(parts, "; "))
 }
 
-// AuthorizationCheckError is a SubjectAccessReview that could not be made: the gateway is
-// refused (the webhook fails closed).
+// AuthorizationCheckError is a SubjectAccessReview that could not be made: the object (a
+// ReversiGateway, or a ManifestRegistry when Kind says so) is refused (the webhooks fail
+// closed).
 type AuthorizationCheckError struct {
+	Kind                  string // "" is ReversiGateway
 	Namespace, Name, User string
 	Err                   error
 }
 
 func (e *AuthorizationCheckError) Error() string {
-	return fmt.Sprintf("ReversiGateway %s/%s: the rights of user %q could not be checked, so the gateway is refused: %v; try again", e.Namespace, e.Name, e.User, e.Err)
+	kind, what := "ReversiGateway", "gateway"
+	if e.Kind == "ManifestRegistry" {
+		kind, what = e.Kind, "registry"
+	}
+	return fmt.Sprintf("%s %s/%s: the rights of user %q could not be checked, so the %s is refused: %v; try again", kind, e.Namespace, e.Name, e.User, what, e.Err)
 }
 
 func (e *AuthorizationCheckError) Unwrap() error { return e.Err }
@@ -155,7 +161,7 @@ func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.Rever
 			}
 		}
 	}
-	missing, err := w.missing(ctx, user, ns, gw.Spec.SecretRefs())
+	missing, err := missingRights(ctx, w.Client, user, ns, true, gw.Spec.SecretRefs())
 	if err != nil {
 		return &AuthorizationCheckError{Namespace: ns, Name: name, User: user.Username, Err: err}
 	}
@@ -166,12 +172,16 @@ func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.Rever
 	return refusal
 }
 
-// missing asks the API server (SubjectAccessReviews, at most sarConcurrency at once) whether
-// user may create Deployments in ns and get each Secret of refs, and returns what is refused:
-// the Deployment first, then the Secrets in the order of refs (one entry per Secret, with every
-// field that names it). Errors: a review that could not be made.
-func (w *ReversiGatewayWebhook) missing(ctx context.Context, user authnv1.UserInfo, ns string, refs []v1alpha1.GatewaySecretRef) ([]MissingPermission, error) {
-	checks := []MissingPermission{{Verb: "create", Resource: "deployments.apps", Namespace: ns}}
+// missingRights asks the API server (SubjectAccessReviews with c, at most sarConcurrency at
+// once) whether user may create Deployments in ns (when deployments is set) and get each
+// Secret of refs, and returns what is refused: the Deployment first, then the Secrets in the
+// order of refs (one entry per Secret, with every field that names it). Errors: a review that
+// could not be made.
+func missingRights(ctx context.Context, c client.Client, user authnv1.UserInfo, ns string, deployments bool, refs []v1alpha1.GatewaySecretRef) ([]MissingPermission, error) {
+	var checks []MissingPermission
+	if deployments {
+		checks = append(checks, MissingPermission{Verb: "create", Resource: "deployments.apps", Namespace: ns})
+	}
 	bySecret := map[string]int{}
 	for _, r := range refs {
 		if i, ok := bySecret[r.Name]; ok {
@@ -188,18 +198,18 @@ func (w *ReversiGatewayWebhook) missing(ctx context.Context, user authnv1.UserIn
 	allowed := make([]bool, len(checks))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(sarConcurrency)
-	for i, c := range checks {
+	for i, chk := range checks {
 		g.Go(func() error {
-			group, resource := "", c.Resource
-			if r, gr, ok := strings.Cut(c.Resource, "."); ok {
+			group, resource := "", chk.Resource
+			if r, gr, ok := strings.Cut(chk.Resource, "."); ok {
 				resource, group = r, gr
 			}
 			sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
 				User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
-				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: c.Verb, Group: group, Resource: resource, Name: c.Name},
+				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: chk.Verb, Group: group, Resource: resource, Name: chk.Name},
 			}}
-			if err := w.Client.Create(gctx, sar); err != nil {
-				return fmt.Errorf("SubjectAccessReview of %s %s %q: %w", c.Verb, c.Resource, c.Name, err)
+			if err := c.Create(gctx, sar); err != nil {
+				return fmt.Errorf("SubjectAccessReview of %s %s %q: %w", chk.Verb, chk.Resource, chk.Name, err)
 			}
 			allowed[i] = sar.Status.Allowed
 			return nil

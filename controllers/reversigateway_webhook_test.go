@@ -165,3 +165,67 @@ func TestReversiGatewayWebhookFailsClosed(t *testing.T) {
 		t.Errorf("no user: %v", err)
 	}
 }
+
+func (f *fakeAuthorizer) registryWebhook(t *testing.T) *ManifestRegistryWebhook {
+	return &ManifestRegistryWebhook{Client: f.webhook(t).Client}
+}
+
+// payRegistry names three Secrets: git credentials and both verification key sets.
+func payRegistry() *v1alpha1.ManifestRegistry {
+	return &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "pay"}, Spec: v1alpha1.ManifestRegistrySpec{
+		URL: "https://git.example/pay.git", SecretRef: &v1alpha1.LocalObjectReference{Name: "payments-git"},
+		Verify: &v1alpha1.RegistryVerification{ManifestKeysSecretRef: &v1alpha1.LocalObjectReference{Name: "manifest-keys"},
+			Commit: &v1alpha1.CommitVerification{SecretRef: v1alpha1.LocalObjectReference{Name: "committers"}}},
+	}}
+}
+
+// Issue 17 (the red team): a ManifestRegistry's author must be allowed to get, by hand, every
+// Secret the spec names (the controller sends the git credentials to spec.url); one review
+// per Secret with the requester's user info, no Deployment check; a refusal names every
+// Secret and its field; a failing review refuses; a metadata-only update and a registry
+// naming no Secret need no review.
+func TestManifestRegistryWebhook(t *testing.T) {
+	f := &fakeAuthorizer{allowed: map[string]bool{"get secrets/manifest-keys": true}}
+	w := f.registryWebhook(t)
+	_, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payRegistry())
+	var refusal *ManifestRegistryAdmissionError
+	want := `ManifestRegistry team-a/pay: user "bob" may not get secret "payments-git" (spec.secretRef); may not get secret "committers" (spec.verify.commit.secretRef): ` +
+		`the controller reads these Secrets for the registry (and sends its git credentials to spec.url), so its author must be allowed to read them by hand`
+	if !errors.As(err, &refusal) || err.Error() != want {
+		t.Errorf("refusal:\n%v\nwant\n%s", err, want)
+	}
+	if len(f.reviews) != 3 {
+		t.Fatalf("%d reviews, want 3: %+v", len(f.reviews), f.reviews)
+	}
+	for _, r := range f.reviews {
+		if r.User != "bob" || r.UID != "uid-bob" || !slices.Equal(r.Groups, bobInfo.Groups) || r.ResourceAttributes.Resource != "secrets" || r.ResourceAttributes.Namespace != "team-a" {
+			t.Errorf("review %+v", r)
+		}
+	}
+	f.allowed = map[string]bool{"get secrets/manifest-keys": true, "get secrets/payments-git": true, "get secrets/committers": true}
+	if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payRegistry()); err != nil {
+		t.Errorf("every Secret readable: %v", err)
+	}
+	f.reviews, f.allowed = nil, nil
+	public := &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "public"}, Spec: v1alpha1.ManifestRegistrySpec{URL: "https://git.example/public.git", Format: v1alpha1.FormatPlain}}
+	if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), public); err != nil || len(f.reviews) != 0 {
+		t.Errorf("a registry naming no Secret: %v (%d reviews)", err, len(f.reviews))
+	}
+	old := payRegistry()
+	meta := old.DeepCopy()
+	meta.Annotations = map[string]string{v1alpha1.AnnotationRequestedAt: "now"}
+	if _, err := w.ValidateUpdate(admissionCtx(t, admissionv1.Update, bobInfo), old, meta); err != nil || len(f.reviews) != 0 {
+		t.Errorf("a metadata-only update: %v (%d reviews)", err, len(f.reviews))
+	}
+	changed := public.DeepCopy()
+	changed.Spec.SecretRef = &v1alpha1.LocalObjectReference{Name: "payments-git"}
+	if _, err := w.ValidateUpdate(admissionCtx(t, admissionv1.Update, bobInfo), public, changed); !errors.As(err, &refusal) {
+		t.Errorf("an update adding git credentials: %v, want a refusal", err)
+	}
+	f.err = errors.New("the API server is unavailable")
+	var check *AuthorizationCheckError
+	if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payRegistry()); !errors.As(err, &check) ||
+		!strings.Contains(err.Error(), `ManifestRegistry team-a/pay: the rights of user "bob" could not be checked, so the registry is refused`) {
+		t.Errorf("a failing review: %v", err)
+	}
+}

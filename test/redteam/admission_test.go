@@ -200,6 +200,9 @@ spec:
 			[]string{`spec.image "attacker.example/exfil:1" is not allowed: the controller runs gateway images matching ` + patterns}, []string{"may not"})
 	})
 
+	// A ManifestRegistry's git credentials are a Secret too (issue 17, found by the red team).
+	t.Run("RegistryBorrowsSecret", aw.testRegistryBorrowsSecret)
+
 	// The honest author: every right by hand (through her group) and an allowed image.
 	t.Run("HonestAuthor", func(t *testing.T) {
 		if out, err := aw.kubectl(t, dana, gatewayYAML("pay", "reversi:v1"), "apply", "-f", "-"); err != nil {
