@@ -36,8 +36,10 @@ const sarConcurrency = 8
 // own rights; so on create, and on an update that changes spec (a metadata-only update, such
 // as a finalizer, passes):
 //   - a SubjectAccessReview for the requesting user (the admission request's username, uid,
-//     groups and extra) must allow `create deployments.apps` in the namespace, and one must
-//     allow `get secrets` of each Secret spec.SecretRefs names;
+//     groups and extra) must allow `create deployments.apps` in the namespace, one `create
+//     persistentvolumeclaims` with the sqlite store (its claim has the size and storage class
+//     the spec says, and binds any volume that fits), and one must allow `get secrets` of
+//     each Secret spec.SecretRefs names;
 //   - spec.image, when set, must be allowed by Images.
 //
 // A refusal is a *ReversiGatewayAdmissionError naming every missing permission (with the
@@ -60,9 +62,10 @@ func (w *ReversiGatewayWebhook) SetupWebhookWithManager(mgr ctrl.Manager) error 
 	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.ReversiGateway{}).WithValidator(w).Complete()
 }
 
-// MissingPermission is a right the author of a ReversiGateway lacks: Verb on Resource
-// ("deployments.apps" or "secrets") in Namespace, of the object Name when not empty; Fields are
-// the spec fields that need it (the Secret references).
+// MissingPermission is a right the author of a ReversiGateway (or ManifestRegistry) lacks:
+// Verb on Resource ("deployments.apps", "persistentvolumeclaims" or "secrets") in Namespace, of
+// the object Name when not empty; Fields are the spec fields that need it (the Secret
+// references).
 type MissingPermission struct {
 	Verb, Resource, Namespace, Name string
 	Fields                          []string
@@ -161,7 +164,13 @@ func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.Rever
 			}
 		}
 	}
-	missing, err := missingRights(ctx, w.Client, user, ns, true, gw.Spec.SecretRefs())
+	creates := []string{"deployments.apps"}
+	if storeType(gw) == v1alpha1.StoreSQLite {
+		// The sqlite store's PersistentVolumeClaim: of the size and storage class the spec
+		// says, bound to any volume that fits.
+		creates = append(creates, "persistentvolumeclaims")
+	}
+	missing, err := missingRights(ctx, w.Client, user, ns, creates, gw.Spec.SecretRefs())
 	if err != nil {
 		return &AuthorizationCheckError{Namespace: ns, Name: name, User: user.Username, Err: err}
 	}
@@ -173,14 +182,14 @@ func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.Rever
 }
 
 // missingRights asks the API server (SubjectAccessReviews with c, at most sarConcurrency at
-// once) whether user may create Deployments in ns (when deployments is set) and get each
-// Secret of refs, and returns what is refused: the Deployment first, then the Secrets in the
-// order of refs (one entry per Secret, with every field that names it). Errors: a review that
-// could not be made.
-func missingRights(ctx context.Context, c client.Client, user authnv1.UserInfo, ns string, deployments bool, refs []v1alpha1.GatewaySecretRef) ([]MissingPermission, error) {
+// once) whether user may create each resource of creates ("deployments.apps",
+// "persistentvolumeclaims") in ns and get each Secret of refs, and returns what is refused:
+// the creates first, in order, then the Secrets in the order of refs (one entry per Secret,
+// with every field that names it). Errors: a review that could not be made.
+func missingRights(ctx context.Context, c client.Client, user authnv1.UserInfo, ns string, creates []string, refs []v1alpha1.GatewaySecretRef) ([]MissingPermission, error) {
 	var checks []MissingPermission
-	if deployments {
-		checks = append(checks, MissingPermission{Verb: "create", Resource: "deployments.apps", Namespace: ns})
+	for _, res := range creates {
+		checks = append(checks, MissingPermission{Verb: "create", Resource: res, Namespace: ns})
 	}
 	bySecret := map[string]int{}
 	for _, r := range refs {

@@ -86,7 +86,8 @@ func payGateway(image string) *v1alpha1.ReversiGateway {
 }
 
 // Issue 17, ReversiGateway admission: one SubjectAccessReview per right (create deployments.apps
-// in the namespace, get on each Secret named, once per Secret) with the requester's username,
+// and, for the sqlite store, persistentvolumeclaims in the namespace, get on each Secret named,
+// once per Secret) with the requester's username,
 // uid, groups and extra; a refusal names every missing right, with the fields that need it, and
 // the image, at once.
 func TestReversiGatewayWebhookNamesEveryMissingRight(t *testing.T) {
@@ -98,6 +99,7 @@ func TestReversiGatewayWebhookNamesEveryMissingRight(t *testing.T) {
 		t.Fatalf("%v, want a ReversiGatewayAdmissionError", err)
 	}
 	want := `ReversiGateway team-a/pay: user "bob" may not create deployments.apps in namespace "team-a"; ` +
+		`may not create persistentvolumeclaims in namespace "team-a"; ` +
 		`may not get secret "db-creds" (spec.upstreams[0].headers[0].secretKeyRef, spec.upstreams[1].env[0].secretKeyRef); ` +
 		`may not get secret "manifest-keys" (spec.trustedKeysSecretRef): ` +
 		`a ReversiGateway runs a Deployment with these Secrets, so its author must be allowed both by hand; ` +
@@ -105,8 +107,8 @@ func TestReversiGatewayWebhookNamesEveryMissingRight(t *testing.T) {
 	if !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("refusal:\n%s\nwant it to start with\n%s", err, want)
 	}
-	if len(f.reviews) != 4 {
-		t.Fatalf("%d reviews, want 4 (a Deployment, three Secrets): %+v", len(f.reviews), f.reviews)
+	if len(f.reviews) != 5 {
+		t.Fatalf("%d reviews, want 5 (a Deployment, its claim, three Secrets): %+v", len(f.reviews), f.reviews)
 	}
 	var asked []string
 	for _, r := range f.reviews {
@@ -117,12 +119,12 @@ func TestReversiGatewayWebhookNamesEveryMissingRight(t *testing.T) {
 		asked = append(asked, a.Verb+" "+a.Group+"/"+a.Resource+"/"+a.Name)
 	}
 	slices.Sort(asked)
-	if !slices.Equal(asked, []string{"create apps/deployments/", "get /secrets/db-creds", "get /secrets/gateway-keys", "get /secrets/manifest-keys"}) {
+	if !slices.Equal(asked, []string{"create /persistentvolumeclaims/", "create apps/deployments/", "get /secrets/db-creds", "get /secrets/gateway-keys", "get /secrets/manifest-keys"}) {
 		t.Errorf("reviews %q", asked)
 	}
 
 	// With every right and an allowed image: admitted.
-	f.allowed = map[string]bool{"create deployments.apps": true, "get secrets/db-creds": true, "get secrets/manifest-keys": true, "get secrets/gateway-keys": true}
+	f.allowed = map[string]bool{"create deployments.apps": true, "create persistentvolumeclaims": true, "get secrets/db-creds": true, "get secrets/manifest-keys": true, "get secrets/gateway-keys": true}
 	for _, image := range []string{"", "reversi:v2", "reversi@sha256:" + digest64} {
 		if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payGateway(image)); err != nil {
 			t.Errorf("image %q with every right: %v", image, err)
