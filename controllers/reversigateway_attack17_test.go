@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 )
@@ -138,5 +139,36 @@ func TestGatewayPodPrefix(t *testing.T) {
 		if got := gatewayPodPrefix(gw); got != want {
 			t.Errorf("gatewayPodPrefix(%s) = %q, want %q", name, got, want)
 		}
+	}
+}
+
+// Whoever may create pods as the gateway's ServiceAccount (its labels, names of its kind)
+// could grow the gateway's Role, which names every pod's Lease and is rewritten on every pod
+// event, and its Leases, without end: at most maxPodLeases pods get a Lease, the Deployment's
+// own (controlled by one of its ReplicaSets) first.
+func TestGatewayPodLeasesAreBounded(t *testing.T) {
+	gw := &v1alpha1.ReversiGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "pay"}}
+	pod := func(name, rs string) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, Labels: selectorLabels(gw)}, Spec: corev1.PodSpec{ServiceAccountName: "pay-gateway"}}
+		if rs != "" {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs, UID: "rs-uid", Controller: ptr.To(true)}}
+		}
+		return p
+	}
+	var pods []corev1.Pod
+	for i := range 3 * maxPodLeases {
+		pods = append(pods, pod(fmt.Sprintf("pay-gateway-flood-%04d", i), ""))
+	}
+	pods = append(pods, pod("pay-gateway-7d9f8-x2k4q", "pay-gateway-7d9f8"), pod("pay-gateway-7d9f8-zzzzz", "pay-gateway-7d9f8"),
+		pod("pay-gateway-other-abcde", "payments-7d9f8"), pod("payments-7d9f8-abcde", "pay-gateway-7d9f8"))
+	got, skipped := leasePods(gw, pods)
+	if len(got) != maxPodLeases || skipped != 3*maxPodLeases+3-maxPodLeases {
+		t.Fatalf("%d pods get a Lease, %d left out; want %d and %d", len(got), skipped, maxPodLeases, 3*maxPodLeases+3-maxPodLeases)
+	}
+	if got[0].Name != "pay-gateway-7d9f8-x2k4q" || got[1].Name != "pay-gateway-7d9f8-zzzzz" || got[2].Name != "pay-gateway-flood-0000" {
+		t.Errorf("the Deployment's pods do not come first: %s, %s, %s", got[0].Name, got[1].Name, got[2].Name)
+	}
+	if got, skipped := leasePods(gw, pods[:10]); len(got) != 10 || skipped != 0 {
+		t.Errorf("ten pods: %d get a Lease, %d left out", len(got), skipped)
 	}
 }

@@ -276,7 +276,13 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 		return ctrl.Result{}, fail(v1alpha1.ReasonApplyFailed, false, "listing the gateway's pods: %v", err)
 	}
 	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) }) // a stable status
-	leases, conflicts, e := r.podLeases(ctx, gw, pods.Items)
+	reporting, skipped := leasePods(gw, pods.Items)
+	if skipped > 0 {
+		r.event(gw, corev1.EventTypeWarning, EventTooManyPods, fmt.Sprintf(
+			"%d pods run as the gateway's ServiceAccount with its labels and names: only %d get a Lease to report on (its Deployment's first), %d count as unreported; delete the pods that are not the gateway's",
+			len(reporting)+skipped, len(reporting), skipped))
+	}
+	leases, conflicts, e := r.podLeases(ctx, gw, reporting)
 	if e != nil {
 		return ctrl.Result{}, e
 	}
@@ -389,6 +395,40 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 func reportsTo(gw *v1alpha1.ReversiGateway, pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp.IsZero() && pod.Spec.ServiceAccountName == namesOf(gw).object &&
 		strings.HasPrefix(pod.Name, gatewayPodPrefix(gw))
+}
+
+// maxPodLeases bounds how many pods of one gateway get a Lease (and a name in its Role):
+// twice the most replicas a gateway may have, room for a rollout's new and old pods. Whoever
+// may create pods as the gateway's ServiceAccount could otherwise grow the Role, rewritten on
+// every pod event, and the Leases without end.
+const maxPodLeases = 200
+
+// EventTooManyPods is the Warning event of a gateway with more pods than maxPodLeases.
+const EventTooManyPods = "TooManyPods"
+
+// leasePods are the pods that reportsTo gw, at most maxPodLeases: first those a ReplicaSet of
+// the gateway's Deployment controls (by their controller reference: one forged to a
+// ReplicaSet that does not exist is garbage collected), then the others, each in the order of
+// pods; and how many were left out.
+func leasePods(gw *v1alpha1.ReversiGateway, pods []corev1.Pod) ([]corev1.Pod, int) {
+	var deployed, others []corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		if !reportsTo(gw, p) {
+			continue
+		}
+		if c := metav1.GetControllerOf(p); c != nil && c.Kind == "ReplicaSet" && strings.HasPrefix(c.APIVersion, appsv1.GroupName+"/") &&
+			strings.HasPrefix(c.Name, namesOf(gw).object+"-") {
+			deployed = append(deployed, *p)
+		} else {
+			others = append(others, *p)
+		}
+	}
+	out := append(deployed, others...)
+	if len(out) <= maxPodLeases {
+		return out, 0
+	}
+	return out[:maxPodLeases], len(out) - maxPodLeases
 }
 
 // maxGeneratedNamePrefix is how much of a generateName the API server keeps (63 characters
