@@ -2,6 +2,7 @@ package redteam
 
 import (
 	"fmt"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -23,7 +24,7 @@ import (
 // after an existing object it does not control (a ConfigMap, ServiceAccount, Role,
 // RoleBinding, Deployment, Service of another team) overwrites and adopts nothing: its Ready
 // condition is False with reason OwnershipConflict naming the object, and the object is as it
-// was (data, rules, subjects, spec, owner references).
+// was (data, rules, subjects, spec, owner references); the gateway's Role does not name it.
 func (w *world) testNoAdoption(t *testing.T) {
 	victims := map[string]func(name string) client.Object{
 		"ConfigMap": func(gw string) client.Object {
@@ -80,6 +81,16 @@ func (w *world) testNoAdoption(t *testing.T) {
 				return ""
 			}); err != nil {
 				t.Error(err)
+			}
+			// Nor is it granted: the gateway's ServiceAccount (whose token whoever may create
+			// Deployments in the namespace can have) may not read a ConfigMap the gateway
+			// does not control.
+			if kind == "ConfigMap" {
+				out, _ := exec.CommandContext(w.ctx, w.env.Kubectl(), "--kubeconfig", w.admin, "auth", "can-i", "get", "configmaps/"+victim.GetName(),
+					"-n", ns, "--as", "system:serviceaccount:"+ns+":"+gw+"-gateway").CombinedOutput()
+				if got := strings.TrimSpace(string(out)); got != "no" {
+					t.Errorf("ATTACK: kubectl auth can-i get configmaps/%s as the gateway's ServiceAccount: %q, want no", victim.GetName(), got)
+				}
 			}
 			after := victim.DeepCopyObject().(client.Object)
 			must(t, w.k8s.Get(w.ctx, client.ObjectKeyFromObject(victim), after))
