@@ -28,6 +28,25 @@ const ValidateReversiGatewayPath = "/validate-reversi-dev-v1alpha1-reversigatewa
 // sarConcurrency bounds the SubjectAccessReviews one admission request makes at once.
 const sarConcurrency = 8
 
+// maxSecretsPerSpec bounds the distinct Secrets one spec may name: each costs a
+// SubjectAccessReview at every admission (dry runs too), and a ReversiGateway spec could
+// otherwise name thousands.
+const maxSecretsPerSpec = 64
+
+// tooManySecrets is the refusal of a spec naming more than maxSecretsPerSpec distinct Secrets
+// (nil when it names fewer), made before any review.
+func tooManySecrets(kind, ns, name string, refs []v1alpha1.GatewaySecretRef) error {
+	names := map[string]bool{}
+	for _, r := range refs {
+		names[r.Name] = true
+	}
+	if len(names) <= maxSecretsPerSpec {
+		return nil
+	}
+	return fmt.Errorf("%s %s/%s: the spec names %d Secrets, more than %d: the author's right to read each is checked at admission; keep the values in fewer Secrets (one Secret holds many keys)",
+		kind, ns, name, len(names), maxSecretsPerSpec)
+}
+
 // ReversiGatewayWebhook admits a ReversiGateway only when it allows its author no more than
 // they could do by hand (issue 17, "ReversiGateway admission"; DESIGN.md "Trust model": "no
 // more than they could do by hand (SubjectAccessReview at admission for Deployments and every
@@ -156,6 +175,10 @@ func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.Rever
 	if user.Username == "" {
 		return fmt.Errorf("ReversiGateway %s/%s: the API server sent no username: a ReversiGateway's author must be known to check their rights", ns, name)
 	}
+	refs := gw.Spec.SecretRefs()
+	if err := tooManySecrets("ReversiGateway", ns, name, refs); err != nil {
+		return err
+	}
 	refusal := &ReversiGatewayAdmissionError{Namespace: ns, Name: name, User: user.Username}
 	if gw.Spec.Image != "" {
 		if err := w.Images.Check("spec.image", gw.Spec.Image); err != nil {
@@ -170,7 +193,7 @@ func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.Rever
 		// says, bound to any volume that fits.
 		creates = append(creates, "persistentvolumeclaims")
 	}
-	missing, err := missingRights(ctx, w.Client, user, ns, creates, gw.Spec.SecretRefs())
+	missing, err := missingRights(ctx, w.Client, user, ns, creates, refs)
 	if err != nil {
 		return &AuthorizationCheckError{Namespace: ns, Name: name, User: user.Username, Err: err}
 	}

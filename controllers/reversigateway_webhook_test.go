@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -229,5 +230,39 @@ func TestManifestRegistryWebhook(t *testing.T) {
 	if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payRegistry()); !errors.As(err, &check) ||
 		!strings.Contains(err.Error(), `ManifestRegistry team-a/pay: the rights of user "bob" could not be checked, so the registry is refused`) {
 		t.Errorf("a failing review: %v", err)
+	}
+}
+
+// Issue 17 (the red team): each distinct Secret a spec names costs one SubjectAccessReview,
+// and a spec may name thousands (64 command upstreams with 64 env values each), also in a dry
+// run: whoever may create ReversiGateways made the controller send the API server thousands
+// of reviews per request. A spec naming more than maxSecretsPerSpec distinct Secrets is
+// refused before any review.
+func TestReversiGatewayWebhookBoundsReviews(t *testing.T) {
+	f := &fakeAuthorizer{allowed: map[string]bool{"create deployments.apps": true, "create persistentvolumeclaims": true}}
+	w := f.webhook(t)
+	flood := func(n int) *v1alpha1.ReversiGateway {
+		gw := payGateway("")
+		gw.Spec.TrustedKeysSecretRef, gw.Spec.Auth.KeysSecretRef = nil, &v1alpha1.SecretKeyReference{Name: "s-0", Key: "k"}
+		gw.Spec.Upstreams = nil
+		for u := range 64 {
+			up := v1alpha1.GatewayUpstream{Name: fmt.Sprintf("u%d", u), Command: "fs-mcp"}
+			for e := range 64 {
+				up.Env = append(up.Env, v1alpha1.ValueFrom{Name: fmt.Sprintf("E%d", e), SecretKeyRef: &v1alpha1.SecretKeyReference{Name: fmt.Sprintf("s-%d", (u*64+e)%n), Key: "k"}})
+			}
+			gw.Spec.Upstreams = append(gw.Spec.Upstreams, up)
+		}
+		return gw
+	}
+	_, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), flood(4096))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("names 4096 Secrets, more than %d", maxSecretsPerSpec)) || len(f.reviews) != 0 {
+		t.Errorf("4096 Secrets: %v (%d reviews), want a refusal before any review", err, len(f.reviews))
+	}
+	for i := range maxSecretsPerSpec {
+		f.allowed[fmt.Sprintf("get secrets/s-%d", i)] = true
+	}
+	f.reviews = nil
+	if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), flood(maxSecretsPerSpec)); err != nil || len(f.reviews) != maxSecretsPerSpec+2 {
+		t.Errorf("%d Secrets named many times: %v (%d reviews, want %d)", maxSecretsPerSpec, err, len(f.reviews), maxSecretsPerSpec+2)
 	}
 }
