@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,9 +23,10 @@ import (
 
 // testNoAdoption (issue 17, "ReversiGateway as a confused deputy"): a ReversiGateway named
 // after an existing object it does not control (a ConfigMap, ServiceAccount, Role,
-// RoleBinding, Deployment, Service of another team) overwrites and adopts nothing: its Ready
-// condition is False with reason OwnershipConflict naming the object, and the object is as it
-// was (data, rules, subjects, spec, owner references); the gateway's Role does not name it.
+// RoleBinding, PersistentVolumeClaim, Deployment, Service of another team) overwrites and
+// adopts nothing: its Ready condition is False with reason OwnershipConflict naming the
+// object, and the object is as it was (data, rules, subjects, spec, owner references); the
+// gateway's Role does not name it.
 func (w *world) testNoAdoption(t *testing.T) {
 	victims := map[string]func(name string) client.Object{
 		"ConfigMap": func(gw string) client.Object {
@@ -45,6 +47,11 @@ func (w *world) testNoAdoption(t *testing.T) {
 		"Service": func(gw string) client.Object {
 			return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: gw + "-gateway"},
 				Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "payments"}, Ports: []corev1.ServicePort{{Name: "http", Port: 8080}}}}
+		},
+		"PersistentVolumeClaim": func(gw string) client.Object {
+			return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: gw + "-data", Labels: map[string]string{"team": "payments"}},
+				Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("5Gi")}}}}
 		},
 		"Deployment": func(gw string) client.Object {
 			labels := map[string]string{"app": "payments"}
@@ -117,6 +124,8 @@ func content(obj client.Object) any {
 		return []any{o.Labels, o.Spec.Selector, o.Spec.Ports}
 	case *appsv1.Deployment:
 		return []any{o.Labels, o.Spec.Template}
+	case *corev1.PersistentVolumeClaim:
+		return []any{o.Labels, o.Spec.Resources}
 	}
 	return nil
 }
