@@ -69,9 +69,9 @@ func admissionReview(t *testing.T, mux http.Handler, path, ns string, obj client
 	return out.Response
 }
 
-// With Options.WatchNamespaces, every admission webhook Setup registers (the Approval webhooks,
-// registered through the builder, and the ApprovalRequest and ReversiRun webhooks, registered
-// on the server) refuses an object of a namespace outside them, saying which namespaces are
+// With Options.WatchNamespaces, every admission webhook Setup registers (the Approval,
+// ReversiGateway and ManifestRegistry webhooks, registered through the builder, and the
+// ApprovalRequest and ReversiRun webhooks, registered on the server) refuses an object of a namespace outside them, saying which namespaces are
 // watched and what to do; an object of a watched namespace reaches the webhook itself. Without
 // the option the same object of the other namespace reaches the webhook (every namespace).
 func TestWebhooksRefuseUnwatchedNamespaces(t *testing.T) {
@@ -103,6 +103,10 @@ func TestWebhooksRefuseUnwatchedNamespaces(t *testing.T) {
 		{ValidateApprovalRequestPath, "ApprovalRequest", request},
 		{MutateReversiRunPath, "ReversiRun", request},
 		{ValidateReversiRunPath, "ReversiRun", request},
+		{ValidateReversiGatewayPath, "ReversiGateway", &v1alpha1.ReversiGateway{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ReversiGateway"},
+			ObjectMeta: metav1.ObjectMeta{Name: "x"}}},
+		{ValidateManifestRegistryPath, "ManifestRegistry", &v1alpha1.ManifestRegistry{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ManifestRegistry"},
+			ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: v1alpha1.ManifestRegistrySpec{URL: "https://git.example/r.git", SecretRef: &v1alpha1.LocalObjectReference{Name: "git"}}}},
 	}
 
 	gated := setup([]string{watched, "team-b"})

@@ -47,7 +47,8 @@ package controllers
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create,namespace=reversi-system
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update,namespace=reversi-system
 
-// ReversiGateway admission (issue 17): the webhook asks the API server whether a gateway's
-// author may create Deployments and get each Secret the spec names (SubjectAccessReview, with
-// the author's user info). Creating a review reads nothing and grants nothing.
+// ReversiGateway and ManifestRegistry admission (issue 17): the webhooks ask the API server
+// whether the author may create Deployments (and claims) and get each Secret the spec names
+// (SubjectAccessReview, with the author's user info). Creating a review reads no object and
+// grants nothing.
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create

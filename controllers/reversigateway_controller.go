@@ -276,12 +276,25 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 		return ctrl.Result{}, fail(v1alpha1.ReasonApplyFailed, false, "listing the gateway's pods: %v", err)
 	}
 	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) }) // a stable status
-	leases, conflicts, e := r.podLeases(ctx, gw, pods.Items)
+	reporting, skipped := leasePods(gw, pods.Items)
+	if skipped > 0 {
+		r.event(gw, corev1.EventTypeWarning, EventTooManyPods, fmt.Sprintf(
+			"%d pods run as the gateway's ServiceAccount with its labels and names: only %d get a Lease to report on (its Deployment's first), %d count as unreported; delete the pods that are not the gateway's",
+			len(reporting)+skipped, len(reporting), skipped))
+	}
+	leases, conflicts, e := r.podLeases(ctx, gw, reporting)
+	if e != nil {
+		return ctrl.Result{}, e
+	}
+	// The Role names only the ConfigMaps the gateway controls (or that do not exist yet): one
+	// of another owner is a conflict (reported when the ConfigMaps are written, below), and the
+	// Role is written before them.
+	cms, e := r.ownConfigMaps(ctx, gw, gatewayConfigMaps(gw, len(shards)))
 	if e != nil {
 		return ctrl.Result{}, e
 	}
 	role := &rbacv1.Role{ObjectMeta: meta(n.object)}
-	if e := own(role, func() error { role.Rules = gatewayRules(gw, len(shards), leases); return nil }); e != nil {
+	if e := own(role, func() error { role.Rules = gatewayRules(gw, cms, leases); return nil }); e != nil {
 		return ctrl.Result{}, e
 	}
 	if e := r.pruneLeases(ctx, gw, leases); e != nil {
@@ -374,10 +387,63 @@ func (r *ReversiGatewayReconciler) reconcile(ctx context.Context, gw *v1alpha1.R
 }
 
 // reportsTo reports whether pod reports on a Lease of gw: it runs as the gateway's own
-// ServiceAccount (whoever may create such a pod may already act as that ServiceAccount, so
-// its Lease grants nothing new) and is not being deleted. pod matches selectorLabels(gw).
+// ServiceAccount (whoever may create such a pod may already act as that ServiceAccount), its
+// name is one the gateway's Deployment gives its pods (gatewayPodPrefix: otherwise whoever may
+// create pods would choose the name of a Lease the controller creates, such as another
+// component's leader-election Lease not made yet) and it is not being deleted. pod matches
+// selectorLabels(gw).
 func reportsTo(gw *v1alpha1.ReversiGateway, pod *corev1.Pod) bool {
-	return pod.DeletionTimestamp.IsZero() && pod.Spec.ServiceAccountName == namesOf(gw).object
+	return pod.DeletionTimestamp.IsZero() && pod.Spec.ServiceAccountName == namesOf(gw).object &&
+		strings.HasPrefix(pod.Name, gatewayPodPrefix(gw))
+}
+
+// maxPodLeases bounds how many pods of one gateway get a Lease (and a name in its Role):
+// twice the most replicas a gateway may have, room for a rollout's new and old pods. Whoever
+// may create pods as the gateway's ServiceAccount could otherwise grow the Role, rewritten on
+// every pod event, and the Leases without end.
+const maxPodLeases = 200
+
+// EventTooManyPods is the Warning event of a gateway with more pods than maxPodLeases.
+const EventTooManyPods = "TooManyPods"
+
+// leasePods are the pods that reportsTo gw, at most maxPodLeases: first those a ReplicaSet of
+// the gateway's Deployment controls (by their controller reference: one forged to a
+// ReplicaSet that does not exist is garbage collected), then the others, each in the order of
+// pods; and how many were left out.
+func leasePods(gw *v1alpha1.ReversiGateway, pods []corev1.Pod) ([]corev1.Pod, int) {
+	var deployed, others []corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		if !reportsTo(gw, p) {
+			continue
+		}
+		if c := metav1.GetControllerOf(p); c != nil && c.Kind == "ReplicaSet" && strings.HasPrefix(c.APIVersion, appsv1.GroupName+"/") &&
+			strings.HasPrefix(c.Name, namesOf(gw).object+"-") {
+			deployed = append(deployed, *p)
+		} else {
+			others = append(others, *p)
+		}
+	}
+	out := append(deployed, others...)
+	if len(out) <= maxPodLeases {
+		return out, 0
+	}
+	return out[:maxPodLeases], len(out) - maxPodLeases
+}
+
+// maxGeneratedNamePrefix is how much of a generateName the API server keeps (63 characters
+// minus the 5 random ones it appends).
+const maxGeneratedNamePrefix = 58
+
+// gatewayPodPrefix is how the names of the gateway Deployment's pods start: the Deployment
+// `<gw>-gateway` names its ReplicaSets `<gw>-gateway-<hash>`, and they generate pod names from
+// `<gw>-gateway-<hash>-`, of which the API server keeps the first 58 characters.
+func gatewayPodPrefix(gw *v1alpha1.ReversiGateway) string {
+	p := namesOf(gw).object + "-"
+	if len(p) > maxGeneratedNamePrefix {
+		p = p[:maxGeneratedNamePrefix]
+	}
+	return p
 }
 
 // podLeases makes sure every pod that reportsTo gw has its Lease: named as the pod, in the
@@ -442,6 +508,33 @@ func (r *ReversiGatewayReconciler) podLeases(ctx context.Context, gw *v1alpha1.R
 	}
 	slices.Sort(names)
 	return names, conflicts, nil
+}
+
+// ownConfigMaps returns those of names that gw may be granted: ConfigMaps it controls (or
+// that refer to it: its own, healed when written) and names no ConfigMap has yet. A ConfigMap
+// of another owner is left out (issue 17: the Role grants nothing on an object the controller
+// does not control; writing it is then an OwnershipConflict). A name the cache does not know
+// is read again from the API server, so a ConfigMap made a moment ago is not granted.
+// Errors: reading a ConfigMap failed.
+func (r *ReversiGatewayReconciler) ownConfigMaps(ctx context.Context, gw *v1alpha1.ReversiGateway, names []string) ([]string, *stepError) {
+	var out []string
+	for _, name := range names {
+		key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
+		cm := &corev1.ConfigMap{}
+		err := r.Get(ctx, key, cm)
+		if apierrors.IsNotFound(err) {
+			err = r.APIReader.Get(ctx, key, cm)
+		}
+		switch {
+		case apierrors.IsNotFound(err):
+			out = append(out, name)
+		case err != nil:
+			return nil, applyFailure(err, "reading ConfigMap "+name)
+		case claim(cm, gw, "ConfigMap") == nil:
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }
 
 // hasLabels reports whether have holds every label of want.

@@ -234,22 +234,31 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 	return rc, nil
 }
 
-// gatewayRules are the gateway's permissions, exactly (least privilege, issue 17): every rule
-// says why it is there, and names its objects wherever the names are known in advance. shards
-// is the number of manifest ConfigMaps; leases are the names of the pods' Leases the
-// ReversiGateway controls (podLeases), sorted. Nothing here reaches pods: the replica's name
-// comes from $POD_NAME (downward API) and its report goes to its Lease. Nothing updates a
-// run's spec (spec.rollback is the operators'), and admission (GatewayObjectsWebhook) keeps
-// each gateway to its own ApprovalRequests and ReversiRuns (issue 16).
-func gatewayRules(gw *v1alpha1.ReversiGateway, shards int, leases []string) []rbacv1.PolicyRule {
+// gatewayConfigMaps are the names of the ConfigMaps a gateway reads: `<gw>-config` and the
+// shards of `<gw>-manifests` (at least one).
+func gatewayConfigMaps(gw *v1alpha1.ReversiGateway, shards int) []string {
 	n := namesOf(gw)
 	cms := []string{n.config}
 	for i := range max(shards, 1) {
 		cms = append(cms, n.manifestShard(i))
 	}
-	rules := []rbacv1.PolicyRule{
+	return cms
+}
+
+// gatewayRules are the gateway's permissions, exactly (least privilege, issue 17): every rule
+// says why it is there, and names its objects wherever the names are known in advance.
+// configMaps are those of gatewayConfigMaps that the ReversiGateway controls or that do not
+// exist yet (ownConfigMaps: a ConfigMap of the same name that another owner has is a conflict,
+// and the Role must not let the gateway read it); leases are the names of the pods' Leases the
+// ReversiGateway controls (podLeases), sorted. Nothing here reaches pods: the replica's name
+// comes from $POD_NAME (downward API) and its report goes to its Lease. Nothing updates a
+// run's spec (spec.rollback is the operators'), and admission (GatewayObjectsWebhook) keeps
+// each gateway to its own ApprovalRequests and ReversiRuns (issue 16).
+func gatewayRules(gw *v1alpha1.ReversiGateway, configMaps, leases []string) []rbacv1.PolicyRule {
+	var rules []rbacv1.PolicyRule
+	if len(configMaps) > 0 { // an empty resourceNames would grant every ConfigMap in the namespace
 		// Its gateway.yaml and manifest shards, by name (one informer per object, by field selector).
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: cms, Verbs: []string{"get", "list", "watch"}},
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: slices.Clone(configMaps), Verbs: []string{"get", "list", "watch"}})
 	}
 	if ref := gw.Spec.TrustedKeysSecretRef; ref != nil {
 		// The trusted writer keys, by name: the pods verify every manifest's signature again.

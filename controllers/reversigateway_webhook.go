@@ -28,6 +28,25 @@ const ValidateReversiGatewayPath = "/validate-reversi-dev-v1alpha1-reversigatewa
 // sarConcurrency bounds the SubjectAccessReviews one admission request makes at once.
 const sarConcurrency = 8
 
+// maxSecretsPerSpec bounds the distinct Secrets one spec may name: each costs a
+// SubjectAccessReview at every admission (dry runs too), and a ReversiGateway spec could
+// otherwise name thousands.
+const maxSecretsPerSpec = 64
+
+// tooManySecrets is the refusal of a spec naming more than maxSecretsPerSpec distinct Secrets
+// (nil when it names fewer), made before any review.
+func tooManySecrets(kind, ns, name string, refs []v1alpha1.GatewaySecretRef) error {
+	names := map[string]bool{}
+	for _, r := range refs {
+		names[r.Name] = true
+	}
+	if len(names) <= maxSecretsPerSpec {
+		return nil
+	}
+	return fmt.Errorf("%s %s/%s: the spec names %d Secrets, more than %d: the author's right to read each is checked at admission; keep the values in fewer Secrets (one Secret holds many keys)",
+		kind, ns, name, len(names), maxSecretsPerSpec)
+}
+
 // ReversiGatewayWebhook admits a ReversiGateway only when it allows its author no more than
 // they could do by hand (issue 17, "ReversiGateway admission"; DESIGN.md "Trust model": "no
 // more than they could do by hand (SubjectAccessReview at admission for Deployments and every
@@ -36,8 +55,10 @@ const sarConcurrency = 8
 // own rights; so on create, and on an update that changes spec (a metadata-only update, such
 // as a finalizer, passes):
 //   - a SubjectAccessReview for the requesting user (the admission request's username, uid,
-//     groups and extra) must allow `create deployments.apps` in the namespace, and one must
-//     allow `get secrets` of each Secret spec.SecretRefs names;
+//     groups and extra) must allow `create deployments.apps` in the namespace, one `create
+//     persistentvolumeclaims` with the sqlite store (its claim has the size and storage class
+//     the spec says, and binds any volume that fits), and one must allow `get secrets` of
+//     each Secret spec.SecretRefs names;
 //   - spec.image, when set, must be allowed by Images.
 //
 // A refusal is a *ReversiGatewayAdmissionError naming every missing permission (with the
@@ -60,9 +81,10 @@ func (w *ReversiGatewayWebhook) SetupWebhookWithManager(mgr ctrl.Manager) error 
 	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.ReversiGateway{}).WithValidator(w).Complete()
 }
 
-// MissingPermission is a right the author of a ReversiGateway lacks: Verb on Resource
-// ("deployments.apps" or "secrets") in Namespace, of the object Name when not empty; Fields are
-// the spec fields that need it (the Secret references).
+// MissingPermission is a right the author of a ReversiGateway (or ManifestRegistry) lacks:
+// Verb on Resource ("deployments.apps", "persistentvolumeclaims" or "secrets") in Namespace, of
+// the object Name when not empty; Fields are the spec fields that need it (the Secret
+// references).
 type MissingPermission struct {
 	Verb, Resource, Namespace, Name string
 	Fields                          []string
@@ -99,15 +121,21 @@ func (e *ReversiGatewayAdmissionError) Error() string {
 	return fmt.Sprintf("ReversiGateway %s/%s: %s", e.Namespace, e.Name, strings.Join(parts, "; "))
 }
 
-// AuthorizationCheckError is a SubjectAccessReview that could not be made: the gateway is
-// refused (the webhook fails closed).
+// AuthorizationCheckError is a SubjectAccessReview that could not be made: the object (a
+// ReversiGateway, or a ManifestRegistry when Kind says so) is refused (the webhooks fail
+// closed).
 type AuthorizationCheckError struct {
+	Kind                  string // "" is ReversiGateway
 	Namespace, Name, User string
 	Err                   error
 }
 
 func (e *AuthorizationCheckError) Error() string {
-	return fmt.Sprintf("ReversiGateway %s/%s: the rights of user %q could not be checked, so the gateway is refused: %v; try again", e.Namespace, e.Name, e.User, e.Err)
+	kind, what := "ReversiGateway", "gateway"
+	if e.Kind == "ManifestRegistry" {
+		kind, what = e.Kind, "registry"
+	}
+	return fmt.Sprintf("%s %s/%s: the rights of user %q could not be checked, so the %s is refused: %v; try again", kind, e.Namespace, e.Name, e.User, what, e.Err)
 }
 
 func (e *AuthorizationCheckError) Unwrap() error { return e.Err }
@@ -147,6 +175,10 @@ func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.Rever
 	if user.Username == "" {
 		return fmt.Errorf("ReversiGateway %s/%s: the API server sent no username: a ReversiGateway's author must be known to check their rights", ns, name)
 	}
+	refs := gw.Spec.SecretRefs()
+	if err := tooManySecrets("ReversiGateway", ns, name, refs); err != nil {
+		return err
+	}
 	refusal := &ReversiGatewayAdmissionError{Namespace: ns, Name: name, User: user.Username}
 	if gw.Spec.Image != "" {
 		if err := w.Images.Check("spec.image", gw.Spec.Image); err != nil {
@@ -155,7 +187,13 @@ func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.Rever
 			}
 		}
 	}
-	missing, err := w.missing(ctx, user, ns, gw.Spec.SecretRefs())
+	creates := []string{"deployments.apps"}
+	if storeType(gw) == v1alpha1.StoreSQLite {
+		// The sqlite store's PersistentVolumeClaim: of the size and storage class the spec
+		// says, bound to any volume that fits.
+		creates = append(creates, "persistentvolumeclaims")
+	}
+	missing, err := missingRights(ctx, w.Client, user, ns, creates, refs)
 	if err != nil {
 		return &AuthorizationCheckError{Namespace: ns, Name: name, User: user.Username, Err: err}
 	}
@@ -166,12 +204,16 @@ func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.Rever
 	return refusal
 }
 
-// missing asks the API server (SubjectAccessReviews, at most sarConcurrency at once) whether
-// user may create Deployments in ns and get each Secret of refs, and returns what is refused:
-// the Deployment first, then the Secrets in the order of refs (one entry per Secret, with every
-// field that names it). Errors: a review that could not be made.
-func (w *ReversiGatewayWebhook) missing(ctx context.Context, user authnv1.UserInfo, ns string, refs []v1alpha1.GatewaySecretRef) ([]MissingPermission, error) {
-	checks := []MissingPermission{{Verb: "create", Resource: "deployments.apps", Namespace: ns}}
+// missingRights asks the API server (SubjectAccessReviews with c, at most sarConcurrency at
+// once) whether user may create each resource of creates ("deployments.apps",
+// "persistentvolumeclaims") in ns and get each Secret of refs, and returns what is refused:
+// the creates first, in order, then the Secrets in the order of refs (one entry per Secret,
+// with every field that names it). Errors: a review that could not be made.
+func missingRights(ctx context.Context, c client.Client, user authnv1.UserInfo, ns string, creates []string, refs []v1alpha1.GatewaySecretRef) ([]MissingPermission, error) {
+	var checks []MissingPermission
+	for _, res := range creates {
+		checks = append(checks, MissingPermission{Verb: "create", Resource: res, Namespace: ns})
+	}
 	bySecret := map[string]int{}
 	for _, r := range refs {
 		if i, ok := bySecret[r.Name]; ok {
@@ -188,18 +230,18 @@ func (w *ReversiGatewayWebhook) missing(ctx context.Context, user authnv1.UserIn
 	allowed := make([]bool, len(checks))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(sarConcurrency)
-	for i, c := range checks {
+	for i, chk := range checks {
 		g.Go(func() error {
-			group, resource := "", c.Resource
-			if r, gr, ok := strings.Cut(c.Resource, "."); ok {
+			group, resource := "", chk.Resource
+			if r, gr, ok := strings.Cut(chk.Resource, "."); ok {
 				resource, group = r, gr
 			}
 			sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
 				User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
-				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: c.Verb, Group: group, Resource: resource, Name: c.Name},
+				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: chk.Verb, Group: group, Resource: resource, Name: chk.Name},
 			}}
-			if err := w.Client.Create(gctx, sar); err != nil {
-				return fmt.Errorf("SubjectAccessReview of %s %s %q: %w", c.Verb, c.Resource, c.Name, err)
+			if err := c.Create(gctx, sar); err != nil {
+				return fmt.Errorf("SubjectAccessReview of %s %s %q: %w", chk.Verb, chk.Resource, chk.Name, err)
 			}
 			allowed[i] = sar.Status.Allowed
 			return nil

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -86,7 +87,8 @@ func payGateway(image string) *v1alpha1.ReversiGateway {
 }
 
 // Issue 17, ReversiGateway admission: one SubjectAccessReview per right (create deployments.apps
-// in the namespace, get on each Secret named, once per Secret) with the requester's username,
+// and, for the sqlite store, persistentvolumeclaims in the namespace, get on each Secret named,
+// once per Secret) with the requester's username,
 // uid, groups and extra; a refusal names every missing right, with the fields that need it, and
 // the image, at once.
 func TestReversiGatewayWebhookNamesEveryMissingRight(t *testing.T) {
@@ -98,6 +100,7 @@ func TestReversiGatewayWebhookNamesEveryMissingRight(t *testing.T) {
 		t.Fatalf("%v, want a ReversiGatewayAdmissionError", err)
 	}
 	want := `ReversiGateway team-a/pay: user "bob" may not create deployments.apps in namespace "team-a"; ` +
+		`may not create persistentvolumeclaims in namespace "team-a"; ` +
 		`may not get secret "db-creds" (spec.upstreams[0].headers[0].secretKeyRef, spec.upstreams[1].env[0].secretKeyRef); ` +
 		`may not get secret "manifest-keys" (spec.trustedKeysSecretRef): ` +
 		`a ReversiGateway runs a Deployment with these Secrets, so its author must be allowed both by hand; ` +
@@ -105,8 +108,8 @@ func TestReversiGatewayWebhookNamesEveryMissingRight(t *testing.T) {
 	if !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("refusal:\n%s\nwant it to start with\n%s", err, want)
 	}
-	if len(f.reviews) != 4 {
-		t.Fatalf("%d reviews, want 4 (a Deployment, three Secrets): %+v", len(f.reviews), f.reviews)
+	if len(f.reviews) != 5 {
+		t.Fatalf("%d reviews, want 5 (a Deployment, its claim, three Secrets): %+v", len(f.reviews), f.reviews)
 	}
 	var asked []string
 	for _, r := range f.reviews {
@@ -117,12 +120,12 @@ func TestReversiGatewayWebhookNamesEveryMissingRight(t *testing.T) {
 		asked = append(asked, a.Verb+" "+a.Group+"/"+a.Resource+"/"+a.Name)
 	}
 	slices.Sort(asked)
-	if !slices.Equal(asked, []string{"create apps/deployments/", "get /secrets/db-creds", "get /secrets/gateway-keys", "get /secrets/manifest-keys"}) {
+	if !slices.Equal(asked, []string{"create /persistentvolumeclaims/", "create apps/deployments/", "get /secrets/db-creds", "get /secrets/gateway-keys", "get /secrets/manifest-keys"}) {
 		t.Errorf("reviews %q", asked)
 	}
 
 	// With every right and an allowed image: admitted.
-	f.allowed = map[string]bool{"create deployments.apps": true, "get secrets/db-creds": true, "get secrets/manifest-keys": true, "get secrets/gateway-keys": true}
+	f.allowed = map[string]bool{"create deployments.apps": true, "create persistentvolumeclaims": true, "get secrets/db-creds": true, "get secrets/manifest-keys": true, "get secrets/gateway-keys": true}
 	for _, image := range []string{"", "reversi:v2", "reversi@sha256:" + digest64} {
 		if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payGateway(image)); err != nil {
 			t.Errorf("image %q with every right: %v", image, err)
@@ -163,5 +166,103 @@ func TestReversiGatewayWebhookFailsClosed(t *testing.T) {
 	}
 	if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, authnv1.UserInfo{}), payGateway("")); err == nil || !strings.Contains(err.Error(), "no username") {
 		t.Errorf("no user: %v", err)
+	}
+}
+
+func (f *fakeAuthorizer) registryWebhook(t *testing.T) *ManifestRegistryWebhook {
+	return &ManifestRegistryWebhook{Client: f.webhook(t).Client}
+}
+
+// payRegistry names three Secrets: git credentials and both verification key sets.
+func payRegistry() *v1alpha1.ManifestRegistry {
+	return &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "pay"}, Spec: v1alpha1.ManifestRegistrySpec{
+		URL: "https://git.example/pay.git", SecretRef: &v1alpha1.LocalObjectReference{Name: "payments-git"},
+		Verify: &v1alpha1.RegistryVerification{ManifestKeysSecretRef: &v1alpha1.LocalObjectReference{Name: "manifest-keys"},
+			Commit: &v1alpha1.CommitVerification{SecretRef: v1alpha1.LocalObjectReference{Name: "committers"}}},
+	}}
+}
+
+// Issue 17 (the red team): a ManifestRegistry's author must be allowed to get, by hand, every
+// Secret the spec names (the controller sends the git credentials to spec.url); one review
+// per Secret with the requester's user info, no Deployment check; a refusal names every
+// Secret and its field; a failing review refuses; a metadata-only update and a registry
+// naming no Secret need no review.
+func TestManifestRegistryWebhook(t *testing.T) {
+	f := &fakeAuthorizer{allowed: map[string]bool{"get secrets/manifest-keys": true}}
+	w := f.registryWebhook(t)
+	_, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payRegistry())
+	var refusal *ManifestRegistryAdmissionError
+	want := `ManifestRegistry team-a/pay: user "bob" may not get secret "payments-git" (spec.secretRef); may not get secret "committers" (spec.verify.commit.secretRef): ` +
+		`the controller reads these Secrets for the registry (and sends its git credentials to spec.url), so its author must be allowed to read them by hand`
+	if !errors.As(err, &refusal) || err.Error() != want {
+		t.Errorf("refusal:\n%v\nwant\n%s", err, want)
+	}
+	if len(f.reviews) != 3 {
+		t.Fatalf("%d reviews, want 3: %+v", len(f.reviews), f.reviews)
+	}
+	for _, r := range f.reviews {
+		if r.User != "bob" || r.UID != "uid-bob" || !slices.Equal(r.Groups, bobInfo.Groups) || r.ResourceAttributes.Resource != "secrets" || r.ResourceAttributes.Namespace != "team-a" {
+			t.Errorf("review %+v", r)
+		}
+	}
+	f.allowed = map[string]bool{"get secrets/manifest-keys": true, "get secrets/payments-git": true, "get secrets/committers": true}
+	if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payRegistry()); err != nil {
+		t.Errorf("every Secret readable: %v", err)
+	}
+	f.reviews, f.allowed = nil, nil
+	public := &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "public"}, Spec: v1alpha1.ManifestRegistrySpec{URL: "https://git.example/public.git", Format: v1alpha1.FormatPlain}}
+	if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), public); err != nil || len(f.reviews) != 0 {
+		t.Errorf("a registry naming no Secret: %v (%d reviews)", err, len(f.reviews))
+	}
+	old := payRegistry()
+	meta := old.DeepCopy()
+	meta.Annotations = map[string]string{v1alpha1.AnnotationRequestedAt: "now"}
+	if _, err := w.ValidateUpdate(admissionCtx(t, admissionv1.Update, bobInfo), old, meta); err != nil || len(f.reviews) != 0 {
+		t.Errorf("a metadata-only update: %v (%d reviews)", err, len(f.reviews))
+	}
+	changed := public.DeepCopy()
+	changed.Spec.SecretRef = &v1alpha1.LocalObjectReference{Name: "payments-git"}
+	if _, err := w.ValidateUpdate(admissionCtx(t, admissionv1.Update, bobInfo), public, changed); !errors.As(err, &refusal) {
+		t.Errorf("an update adding git credentials: %v, want a refusal", err)
+	}
+	f.err = errors.New("the API server is unavailable")
+	var check *AuthorizationCheckError
+	if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), payRegistry()); !errors.As(err, &check) ||
+		!strings.Contains(err.Error(), `ManifestRegistry team-a/pay: the rights of user "bob" could not be checked, so the registry is refused`) {
+		t.Errorf("a failing review: %v", err)
+	}
+}
+
+// Issue 17 (the red team): each distinct Secret a spec names costs one SubjectAccessReview,
+// and a spec may name thousands (64 command upstreams with 64 env values each), also in a dry
+// run: whoever may create ReversiGateways made the controller send the API server thousands
+// of reviews per request. A spec naming more than maxSecretsPerSpec distinct Secrets is
+// refused before any review.
+func TestReversiGatewayWebhookBoundsReviews(t *testing.T) {
+	f := &fakeAuthorizer{allowed: map[string]bool{"create deployments.apps": true, "create persistentvolumeclaims": true}}
+	w := f.webhook(t)
+	flood := func(n int) *v1alpha1.ReversiGateway {
+		gw := payGateway("")
+		gw.Spec.TrustedKeysSecretRef, gw.Spec.Auth.KeysSecretRef = nil, &v1alpha1.SecretKeyReference{Name: "s-0", Key: "k"}
+		gw.Spec.Upstreams = nil
+		for u := range 64 {
+			up := v1alpha1.GatewayUpstream{Name: fmt.Sprintf("u%d", u), Command: "fs-mcp"}
+			for e := range 64 {
+				up.Env = append(up.Env, v1alpha1.ValueFrom{Name: fmt.Sprintf("E%d", e), SecretKeyRef: &v1alpha1.SecretKeyReference{Name: fmt.Sprintf("s-%d", (u*64+e)%n), Key: "k"}})
+			}
+			gw.Spec.Upstreams = append(gw.Spec.Upstreams, up)
+		}
+		return gw
+	}
+	_, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), flood(4096))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("names 4096 Secrets, more than %d", maxSecretsPerSpec)) || len(f.reviews) != 0 {
+		t.Errorf("4096 Secrets: %v (%d reviews), want a refusal before any review", err, len(f.reviews))
+	}
+	for i := range maxSecretsPerSpec {
+		f.allowed[fmt.Sprintf("get secrets/s-%d", i)] = true
+	}
+	f.reviews = nil
+	if _, err := w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), flood(maxSecretsPerSpec)); err != nil || len(f.reviews) != maxSecretsPerSpec+2 {
+		t.Errorf("%d Secrets named many times: %v (%d reviews, want %d)", maxSecretsPerSpec, err, len(f.reviews), maxSecretsPerSpec+2)
 	}
 }

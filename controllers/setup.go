@@ -25,7 +25,8 @@ type Options struct {
 	MaxShardBytes int
 	// Webhooks registers the admission webhooks on the manager's webhook server: Approval
 	// (stamps), ApprovalRequest and ReversiRun (who may create them and write their status),
-	// ReversiGateway (its author's rights and its image; issue 17).
+	// ReversiGateway (its author's rights and its image; issue 17), ManifestRegistry (its
+	// author may read the Secrets it names).
 	Webhooks bool
 	// StampKey stamps Approvals (the webhook) and verifies the stamps (the ApprovalRequest
 	// reconciler); EnsureStampKey reads it from its Secret. Nil: a key for this process only
@@ -114,6 +115,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	if o.Webhooks {
 		if err := (&ReversiGatewayWebhook{Client: mgr.GetClient(), Images: images}).SetupWebhookWithManager(mgr); err != nil {
+			return err
+		}
+		if err := (&ManifestRegistryWebhook{Client: mgr.GetClient()}).SetupWebhookWithManager(mgr); err != nil {
 			return err
 		}
 	}

@@ -2,9 +2,9 @@ package v1alpha1
 
 import "fmt"
 
-// GatewaySecretRef is one reference of a ReversiGatewaySpec to a Secret of the gateway's
-// namespace: the Secret's name and the field that names it, as a path in the object's JSON
-// (e.g. spec.upstreams[0].headers[1].secretKeyRef).
+// GatewaySecretRef is one reference of a ReversiGatewaySpec (or ManifestRegistrySpec) to a
+// Secret of the object's namespace: the Secret's name and the field that names it, as a path
+// in the object's JSON (e.g. spec.upstreams[0].headers[1].secretKeyRef).
 //
 // +kubebuilder:object:generate=false
 type GatewaySecretRef struct {
@@ -52,6 +52,34 @@ func (s *ReversiGatewaySpec) SecretRefs() []GatewaySecretRef {
 	}
 	if s.Auth != nil && s.Auth.KeysSecretRef != nil {
 		add(s.Auth.KeysSecretRef.Name, "spec.auth.keysSecretRef")
+	}
+	return out
+}
+
+// SecretRefs lists every Secret the spec references, one entry per referencing field, in the
+// order of the spec's fields:
+//
+//   - spec.secretRef (git credentials: the controller sends username and password, or
+//     bearerToken, to spec.url)
+//   - spec.verify.manifestKeysSecretRef (the writers' Ed25519 public keys)
+//   - spec.verify.commit.secretRef (the committers' SSH and OpenPGP keys)
+//
+// The controller reads them with its own rights, so whoever writes the spec would read them
+// through it (the credentials go to a server of their choosing): ManifestRegistry admission
+// (issue 17) checks that the author may get each one. A test walks the spec's types by
+// reflection, as for ReversiGatewaySpec.SecretRefs.
+func (s *ManifestRegistrySpec) SecretRefs() []GatewaySecretRef {
+	var out []GatewaySecretRef
+	if s.SecretRef != nil {
+		out = append(out, GatewaySecretRef{Name: s.SecretRef.Name, Field: "spec.secretRef"})
+	}
+	if v := s.Verify; v != nil {
+		if v.ManifestKeysSecretRef != nil {
+			out = append(out, GatewaySecretRef{Name: v.ManifestKeysSecretRef.Name, Field: "spec.verify.manifestKeysSecretRef"})
+		}
+		if v.Commit != nil {
+			out = append(out, GatewaySecretRef{Name: v.Commit.SecretRef.Name, Field: "spec.verify.commit.secretRef"})
+		}
 	}
 	return out
 }

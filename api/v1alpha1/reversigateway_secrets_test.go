@@ -27,6 +27,7 @@ var notSecrets = map[string]bool{}
 var opaque = map[reflect.Type]bool{
 	reflect.TypeFor[metav1.LabelSelector](): true,
 	reflect.TypeFor[resource.Quantity]():    true,
+	reflect.TypeFor[metav1.Duration]():      true,
 }
 
 // secretWalk fills a value of a spec type by reflection: every pointer set, every slice two
@@ -144,6 +145,31 @@ func TestSecretRefsCoverEverySecretField(t *testing.T) {
 		}
 	}
 	if n := len((&ReversiGatewaySpec{}).SecretRefs()); n != 0 {
+		t.Errorf("an empty spec has %d Secret references", n)
+	}
+}
+
+// Issue 17 (the red team): ManifestRegistrySpec.SecretRefs lists every Secret-reference field
+// of its spec too (ManifestRegistry admission checks the author may read each).
+func TestRegistrySecretRefsCoverEverySecretField(t *testing.T) {
+	v, want, problems := walkSecrets(reflect.TypeFor[ManifestRegistrySpec]())
+	for _, p := range problems {
+		t.Errorf("ManifestRegistrySpec: %s", p)
+	}
+	got := map[string]string{}
+	for _, r := range v.Addr().Interface().(*ManifestRegistrySpec).SecretRefs() {
+		if _, dup := got[r.Field]; dup {
+			t.Errorf("SecretRefs lists %s twice", r.Field)
+		}
+		got[r.Field] = r.Name
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("ManifestRegistrySpec.SecretRefs: %v, want %v", got, want)
+	}
+	if len(want) != 3 {
+		t.Errorf("the walk found %v, want spec.secretRef and the two verify Secrets", want)
+	}
+	if n := len((&ManifestRegistrySpec{}).SecretRefs()); n != 0 {
 		t.Errorf("an empty spec has %d Secret references", n)
 	}
 }

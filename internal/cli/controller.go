@@ -121,7 +121,7 @@ func newControllerCmd() *cobra.Command {
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
 	f.StringVar(&gatewayImage, "gateway-image", controllers.DefaultGatewayImage, "the image of ReversiGateways without spec.image (it runs reversi gateway)")
 	f.StringSliceVar(&gatewayImages, "gateway-images", nil, "the images a ReversiGateway may run: glob patterns matched against the whole image string as spec.image writes it, with Go's path.Match (* is any run of characters but /, ? one character but /, [a-z] a class, \\ quotes), comma-separated or repeated, e.g. ghcr.io/acme/reversi:*,ghcr.io/acme/reversi@sha256:*. Admission refuses a spec.image outside them and the controller renders nothing for one (reason ImageNotAllowed). They must allow --gateway-image (default: its repository with no tag, any tag or any digest, e.g. reversi,reversi:*,reversi@sha256:*)")
-	f.BoolVar(&webhooks, "webhooks", true, "serve the admission webhooks of Approvals, ApprovalRequests, ReversiRuns and ReversiGateways (needs a serving certificate in --webhook-cert-dir)")
+	f.BoolVar(&webhooks, "webhooks", true, "serve the admission webhooks of Approvals, ApprovalRequests, ReversiRuns, ReversiGateways and ManifestRegistries (needs a serving certificate in --webhook-cert-dir)")
 	f.IntVar(&webhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS)")
 	f.StringVar(&webhookCertDir, "webhook-cert-dir", "", "folder with tls.crt and tls.key (default $TMPDIR/k8s-webhook-server/serving-certs)")
 	return cmd

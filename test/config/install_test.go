@@ -88,9 +88,26 @@ func TestInstallWithKubectl(t *testing.T) {
 		{[]string{"create", "deployments.apps", "-n", "agents"}, "yes"}, // ReversiGateway
 		{[]string{"create", "roles.rbac.authorization.k8s.io", "-n", "agents"}, "yes"},
 		{[]string{"create", "pods", "-n", "agents"}, "no"},
+		// What docs/security.md says it cannot do (issue 17, the red team checked each claim).
+		{[]string{"create", "pods", "--subresource=exec", "-n", "agents"}, "no"},
+		{[]string{"create", "serviceaccounts", "--subresource=token", "-n", "agents"}, "no"},
+		{[]string{"create", "clusterroles.rbac.authorization.k8s.io"}, "no"},
+		{[]string{"create", "clusterrolebindings.rbac.authorization.k8s.io"}, "no"},
+		{[]string{"escalate", "roles.rbac.authorization.k8s.io", "-n", "agents"}, "no"},
+		{[]string{"bind", "roles.rbac.authorization.k8s.io", "-n", "agents"}, "no"},
+		{[]string{"impersonate", "users"}, "no"},
+		{[]string{"create", "secrets", "-n", "kube-system"}, "no"},
+		{[]string{"update", "secrets", "-n", "agents"}, "no"},
+		{[]string{"create", "secrets", "-n", "reversi-system"}, "yes"}, // its key Secrets
+		{[]string{"create", "namespaces"}, "no"},
+		// And what it can, which its token carries everywhere: every Lease (kube-system's
+		// leader elections, kube-node-lease's heartbeats) and every Deployment.
+		{[]string{"delete", "leases.coordination.k8s.io", "-n", "kube-node-lease"}, "yes"},
+		{[]string{"update", "deployments.apps", "-n", "kube-system"}, "yes"},
 	} {
 		out, _ := kubectl(t, append(append([]string{"auth", "can-i"}, c.args...), sa)...)
-		if got := strings.TrimSpace(out); got != c.want {
+		lines := strings.Split(strings.TrimSpace(out), "\n") // the answer, after any warning
+		if got := lines[len(lines)-1]; got != c.want {
 			t.Errorf("can the controller %s? %q, want %s", strings.Join(c.args, " "), got, c.want)
 		}
 	}

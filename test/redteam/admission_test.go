@@ -6,9 +6,13 @@ package redteam
 // default image policy (reversi, reversi:*, reversi@sha256:*), the Secrets db-creds and
 // gateway-keys, and users minted by envtest acting with kubectl:
 //   - rg-only may create and change ReversiGateways, nothing else;
-//   - deployer may also create Deployments and get gateway-keys, but not db-creds;
+//   - deployer may also create Deployments and PersistentVolumeClaims and get gateway-keys,
+//     but not db-creds;
+//   - deploys-only may create ReversiGateways and Deployments and get gateway-keys, but not
+//     create PersistentVolumeClaims;
 //   - dana, of group gateway-authors, may do all of that by hand through her group: create
-//     Deployments and get db-creds and gateway-keys (not payments-admin).
+//     Deployments and PersistentVolumeClaims and get db-creds and gateway-keys (not
+//     payments-admin).
 // Without the webhook every refusal below is admitted (RBAC lets each of them create
 // ReversiGateways) and the controller renders the Deployment with the Secrets.
 
@@ -38,6 +42,7 @@ import (
 const (
 	rgOnly       = "rg-only"
 	deployer     = "deployer"
+	deploysOnly  = "deploys-only"
 	dana         = "dana"
 	authorsGroup = "gateway-authors"
 )
@@ -51,7 +56,7 @@ type admissionWorld struct {
 func newAdmissionWorld(t *testing.T) *admissionWorld {
 	w := newControlPlane(t, testenv.Options{Webhooks: true})
 	aw := &admissionWorld{world: w, users: map[string]string{}}
-	for name, groups := range map[string][]string{rgOnly: nil, deployer: nil, dana: {authorsGroup}} {
+	for name, groups := range map[string][]string{rgOnly: nil, deployer: nil, deploysOnly: nil, dana: {authorsGroup}} {
 		kc, err := w.env.UserKubeconfig(w.dir, name, groups...)
 		must(t, err)
 		aw.users[name] = kc
@@ -72,11 +77,13 @@ func newAdmissionWorld(t *testing.T) *admissionWorld {
 	group := rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: authorsGroup}
 	role("gateway-author", rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversigateways"},
 		Verbs: []string{"get", "list", "watch", "create", "update", "patch"}})
-	bind("gateway-author", user(rgOnly), user(deployer), group)
+	bind("gateway-author", user(rgOnly), user(deployer), user(deploysOnly), group)
 	role("deployment-creator", rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"create"}})
-	bind("deployment-creator", user(deployer), group)
+	bind("deployment-creator", user(deployer), user(deploysOnly), group)
+	role("claim-creator", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"create"}})
+	bind("claim-creator", user(deployer), group)
 	role("gateway-keys-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"gateway-keys"}, Verbs: []string{"get"}})
-	bind("gateway-keys-reader", user(deployer), group)
+	bind("gateway-keys-reader", user(deployer), user(deploysOnly), group)
 	role("db-creds-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"db-creds"}, Verbs: []string{"get"}})
 	bind("db-creds-reader", group)
 
@@ -169,6 +176,7 @@ func TestGatewayAdmission(t *testing.T) {
 		}
 	})
 	deployments := `may not create deployments.apps in namespace "` + ns + `"`
+	claims := `may not create persistentvolumeclaims in namespace "` + ns + `"`
 	dbCreds := `may not get secret "db-creds" (spec.upstreams[0].headers[0].secretKeyRef)`
 	keys := `may not get secret "gateway-keys" (spec.auth.keysSecretRef)`
 	patterns := "reversi, reversi:*, reversi@sha256:* (reversi controller --gateway-images)"
@@ -187,18 +195,40 @@ spec:
 	// Every missing right at once: the Deployment and both Secrets, with their fields.
 	t.Run("EveryMissingRightAtOnce", func(t *testing.T) {
 		aw.refused(t, rgOnly, "rg-only-secrets", gatewayYAML("rg-only-secrets", ""), []string{
-			`user "` + rgOnly + `" ` + deployments + "; " + dbCreds + "; " + keys + ": a ReversiGateway runs a Deployment"}, nil)
+			`user "` + rgOnly + `" ` + deployments + "; " + claims + "; " + dbCreds + "; " + keys + ": a ReversiGateway runs a Deployment"}, nil)
 	})
 	// May create Deployments, may not read db-creds: refused naming the Secret and the field.
 	t.Run("SecretNotReadableByAuthor", func(t *testing.T) {
 		aw.refused(t, deployer, "deployer-db", gatewayYAML("deployer-db", ""), []string{`user "` + deployer + `" ` + dbCreds + ": a ReversiGateway runs"},
-			[]string{deployments, "gateway-keys"})
+			[]string{deployments, "gateway-keys", "persistentvolumeclaims"})
+	})
+	// May create Deployments, not PersistentVolumeClaims: the sqlite store's claim (of any
+	// size and storage class the spec says, bound to any volume that fits) is refused; a
+	// postgres store needs none.
+	t.Run("VolumeClaimWithoutRights", func(t *testing.T) {
+		yaml := `apiVersion: reversi.dev/v1alpha1
+kind: ReversiGateway
+metadata: {name: big-claim}
+spec:
+  upstreams: [{name: db, url: "http://db-mcp.tools.svc:8080/mcp"}]
+  auth: {keysSecretRef: {name: gateway-keys, key: keys.json}}
+  store: {type: sqlite, sqlite: {size: 100Ti, storageClassName: payments-nfs}}
+`
+		aw.refused(t, deploysOnly, "big-claim", yaml, []string{`user "` + deploysOnly + `" ` + claims + ": a ReversiGateway runs"}, []string{deployments, "may not get secret"})
+		postgres := strings.Replace(strings.Replace(yaml, "big-claim", "pg", 1), "store: {type: sqlite, sqlite: {size: 100Ti, storageClassName: payments-nfs}}",
+			"store: {type: postgres, postgres: {urlSecretRef: {name: gateway-keys, key: keys.json}}}", 1)
+		if out, err := aw.kubectl(t, deploysOnly, postgres, "apply", "--dry-run=server", "-f", "-"); err != nil {
+			t.Errorf("%s with a postgres store (no claim): %v\n%s", deploysOnly, err, out)
+		}
 	})
 	// Every right, an image outside the patterns: refused naming the image and the patterns.
 	t.Run("ImageOutsidePatterns", func(t *testing.T) {
 		aw.refused(t, dana, "exfil", gatewayYAML("exfil", "attacker.example/exfil:1"),
 			[]string{`spec.image "attacker.example/exfil:1" is not allowed: the controller runs gateway images matching ` + patterns}, []string{"may not"})
 	})
+
+	// A ManifestRegistry's git credentials are a Secret too (issue 17, found by the red team).
+	t.Run("RegistryBorrowsSecret", aw.testRegistryBorrowsSecret)
 
 	// The honest author: every right by hand (through her group) and an allowed image.
 	t.Run("HonestAuthor", func(t *testing.T) {
@@ -250,7 +280,7 @@ spec:
 		}
 		// A spec change by the same user is checked.
 		out, err := aw.kubectl(t, rgOnly, "", "patch", "reversigateway", "pay", "--type=merge", "-p", `{"spec":{"replicas":0}}`)
-		if err == nil || !strings.Contains(out, `user "`+rgOnly+`" `+deployments+"; "+dbCreds) {
+		if err == nil || !strings.Contains(out, `user "`+rgOnly+`" `+deployments+"; "+claims+"; "+dbCreds) {
 			t.Errorf("rg-only changing pay's spec: %v\n%s", err, out)
 		}
 	})

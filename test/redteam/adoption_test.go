@@ -2,6 +2,7 @@ package redteam
 
 import (
 	"fmt"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,9 +23,10 @@ import (
 
 // testNoAdoption (issue 17, "ReversiGateway as a confused deputy"): a ReversiGateway named
 // after an existing object it does not control (a ConfigMap, ServiceAccount, Role,
-// RoleBinding, Deployment, Service of another team) overwrites and adopts nothing: its Ready
-// condition is False with reason OwnershipConflict naming the object, and the object is as it
-// was (data, rules, subjects, spec, owner references).
+// RoleBinding, PersistentVolumeClaim, Deployment, Service of another team) overwrites and
+// adopts nothing: its Ready condition is False with reason OwnershipConflict naming the
+// object, and the object is as it was (data, rules, subjects, spec, owner references); the
+// gateway's Role does not name it.
 func (w *world) testNoAdoption(t *testing.T) {
 	victims := map[string]func(name string) client.Object{
 		"ConfigMap": func(gw string) client.Object {
@@ -44,6 +47,11 @@ func (w *world) testNoAdoption(t *testing.T) {
 		"Service": func(gw string) client.Object {
 			return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: gw + "-gateway"},
 				Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "payments"}, Ports: []corev1.ServicePort{{Name: "http", Port: 8080}}}}
+		},
+		"PersistentVolumeClaim": func(gw string) client.Object {
+			return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: gw + "-data", Labels: map[string]string{"team": "payments"}},
+				Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("5Gi")}}}}
 		},
 		"Deployment": func(gw string) client.Object {
 			labels := map[string]string{"app": "payments"}
@@ -81,6 +89,16 @@ func (w *world) testNoAdoption(t *testing.T) {
 			}); err != nil {
 				t.Error(err)
 			}
+			// Nor is it granted: the gateway's ServiceAccount (whose token whoever may create
+			// Deployments in the namespace can have) may not read a ConfigMap the gateway
+			// does not control.
+			if kind == "ConfigMap" {
+				out, _ := exec.CommandContext(w.ctx, w.env.Kubectl(), "--kubeconfig", w.admin, "auth", "can-i", "get", "configmaps/"+victim.GetName(),
+					"-n", ns, "--as", "system:serviceaccount:"+ns+":"+gw+"-gateway").CombinedOutput()
+				if got := strings.TrimSpace(string(out)); got != "no" {
+					t.Errorf("ATTACK: kubectl auth can-i get configmaps/%s as the gateway's ServiceAccount: %q, want no", victim.GetName(), got)
+				}
+			}
 			after := victim.DeepCopyObject().(client.Object)
 			must(t, w.k8s.Get(w.ctx, client.ObjectKeyFromObject(victim), after))
 			if !reflect.DeepEqual(content(before), content(after)) || len(after.GetOwnerReferences()) != 0 || after.GetResourceVersion() != before.GetResourceVersion() {
@@ -106,6 +124,8 @@ func content(obj client.Object) any {
 		return []any{o.Labels, o.Spec.Selector, o.Spec.Ports}
 	case *appsv1.Deployment:
 		return []any{o.Labels, o.Spec.Template}
+	case *corev1.PersistentVolumeClaim:
+		return []any{o.Labels, o.Spec.Resources}
 	}
 	return nil
 }
