@@ -11,7 +11,9 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -253,7 +255,8 @@ func (w *GatewayObjectsWebhook) validate(ctx context.Context, req admission.Requ
 }
 
 // owners are the usernames that act as gateway gw of namespace ns: the ServiceAccount of the
-// ReversiGateway ns/gw when it exists, and the users Identities names for ns/gw and */gw.
+// ReversiGateway ns/gw when the gateway controls it, and the users Identities names for ns/gw
+// and */gw.
 func (w *GatewayObjectsWebhook) owners(ctx context.Context, ns, gw string) ([]string, error) {
 	var out []string
 	for _, k := range []string{ns + "/" + gw, "*/" + gw} {
@@ -264,17 +267,38 @@ func (w *GatewayObjectsWebhook) owners(ctx context.Context, ns, gw string) ([]st
 	if gw == "" {
 		return out, nil
 	}
-	switch err := w.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: gw}, &v1alpha1.ReversiGateway{}); {
-	case err == nil:
+	switch ok, err := w.controlsServiceAccount(ctx, ns, gw); {
+	case err != nil:
+		return nil, err
+	case ok:
 		out = append(out, GatewayServiceAccountUsername(ns, gw))
-	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("reading ReversiGateway %s/%s: %w", ns, gw, err)
 	}
 	return out, nil
 }
 
+// controlsServiceAccount reports whether the ReversiGateway ns/gw exists and controls the
+// ServiceAccount <gw>-gateway: a ServiceAccount of that name made by someone else (which the
+// reconciler refuses as an OwnershipConflict) is nobody's gateway identity (issue 17).
+func (w *GatewayObjectsWebhook) controlsServiceAccount(ctx context.Context, ns, gw string) (bool, error) {
+	var rg v1alpha1.ReversiGateway
+	switch err := w.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: gw}, &rg); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading ReversiGateway %s/%s: %w", ns, gw, err)
+	}
+	var sa corev1.ServiceAccount
+	switch err := w.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: namesOf(&rg).object}, &sa); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading ServiceAccount %s/%s: %w", ns, namesOf(&rg).object, err)
+	}
+	return metav1.IsControlledBy(&sa, &rg), nil
+}
+
 // gatewaysOf are the gateways ("namespace/name") user is an identity of: a ServiceAccount
-// <gw>-gateway whose ReversiGateway exists, or a user Identities names.
+// <gw>-gateway that its ReversiGateway controls, or a user Identities names.
 func (w *GatewayObjectsWebhook) gatewaysOf(ctx context.Context, user string) ([]string, error) {
 	var out []string
 	for k, u := range w.Identities {
@@ -285,11 +309,11 @@ func (w *GatewayObjectsWebhook) gatewaysOf(ctx context.Context, user string) ([]
 	if rest, ok := strings.CutPrefix(user, serviceAccountPrefix); ok {
 		ns, sa, _ := strings.Cut(rest, ":")
 		if gw, ok := strings.CutSuffix(sa, "-gateway"); ok && gw != "" {
-			switch err := w.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: gw}, &v1alpha1.ReversiGateway{}); {
-			case err == nil:
+			switch ok, err := w.controlsServiceAccount(ctx, ns, gw); {
+			case err != nil:
+				return nil, err
+			case ok:
 				out = append(out, ns+"/"+gw)
-			case !apierrors.IsNotFound(err):
-				return nil, fmt.Errorf("reading ReversiGateway %s/%s: %w", ns, gw, err)
 			}
 		}
 	}
@@ -300,7 +324,7 @@ func (w *GatewayObjectsWebhook) gatewaysOf(ctx context.Context, user string) ([]
 // describe says who may act as gateway gw, or how to name one when nobody may.
 func describe(owners []string, ns, gw string) string {
 	if len(owners) == 0 {
-		return fmt.Sprintf("no ReversiGateway %s exists in namespace %s and no --gateway-identity names it: create the ReversiGateway, or run the controller with --gateway-identity %s/%s=USERNAME for a standalone gateway", gw, ns, ns, gw)
+		return fmt.Sprintf("no ReversiGateway %s exists in namespace %s (or it does not control its ServiceAccount %s-gateway) and no --gateway-identity names it: create the ReversiGateway, or run the controller with --gateway-identity %s/%s=USERNAME for a standalone gateway", gw, ns, gw, ns, gw)
 	}
 	return "its identity is " + strings.Join(owners, " or ")
 }

@@ -1,10 +1,12 @@
 package controllers
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,20 +30,24 @@ func TestParseGatewayIdentity(t *testing.T) {
 	}
 }
 
-// twoGateways makes a namespace with ReversiGateways pay and other (their pods never run here:
-// only their ServiceAccounts' usernames matter to admission).
+// twoGateways makes a namespace with ReversiGateways pay and other, rendered (their pods never
+// run here: only their ServiceAccounts, which the gateways control, matter to admission).
 func twoGateways(t *testing.T) string {
 	t.Helper()
 	ns := namespace(t)
+	createSecret(t, ns, "gateway-keys", map[string][]byte{"keys.json": []byte(`{"keys":[]}`)})
 	for _, name := range []string{"pay", "other"} {
 		create(t, &v1alpha1.ReversiGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: v1alpha1.ReversiGatewaySpec{Upstreams: []v1alpha1.GatewayUpstream{{Name: "stripe", URL: "http://stripe-mcp.tools.svc:8080/mcp"}}}})
+			Spec: v1alpha1.ReversiGatewaySpec{Upstreams: []v1alpha1.GatewayUpstream{{Name: "stripe", URL: "http://stripe-mcp.tools.svc:8080/mcp"}},
+				Auth: &v1alpha1.GatewayAuth{KeysSecretRef: &v1alpha1.SecretKeyReference{Name: "gateway-keys", Key: "keys.json"}}}})
 	}
-	// The webhook reads ReversiGateways from the manager's cache.
+	// The webhook reads ReversiGateways and ServiceAccounts from the manager's cache.
 	eventually(t, 10*time.Second, func() string {
-		var gw v1alpha1.ReversiGateway
-		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "other"}, &gw); err != nil || gw.Status.ObservedGeneration == 0 {
-			return "the gateways are not reconciled yet"
+		for _, name := range []string{"pay", "other"} {
+			var sa corev1.ServiceAccount
+			if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name + "-gateway"}, &sa); err != nil || len(sa.OwnerReferences) == 0 {
+				return fmt.Sprintf("gateway %s has no ServiceAccount yet (%v)", name, err)
+			}
 		}
 		return ""
 	})
@@ -91,7 +97,7 @@ func TestGatewayObjectsAdmission(t *testing.T) {
 			"vreversirun.reversi.dev", "only gateway pay creates its ReversiRuns")
 	}
 	wantRefused(t, "a request of a gateway nobody runs", pay.Create(ctx, request("req-ghost", "ghost")),
-		"no ReversiGateway ghost exists in namespace "+ns+" and no --gateway-identity names it", "--gateway-identity "+ns+"/ghost=USERNAME")
+		"no ReversiGateway ghost exists in namespace "+ns+" (or it does not control its ServiceAccount ghost-gateway) and no --gateway-identity names it", "--gateway-identity "+ns+"/ghost=USERNAME")
 	forged := request("req-forged", "pay")
 	forged.Annotations = map[string]string{v1alpha1.AnnotationCreatedBy: otherSA}
 	wantRefused(t, "a created-by written by the creator", pay.Create(ctx, forged),
@@ -174,4 +180,33 @@ func TestGatewayObjectsAdmission(t *testing.T) {
 	if got := getRequest(t, ns, "req-pay").Status.Phase; got != v1alpha1.ApprovalPending {
 		t.Errorf("phase %q after the refused writes", got)
 	}
+}
+
+// A ServiceAccount named <gw>-gateway that its ReversiGateway does not control (made before
+// the gateway, which the reconciler refuses as an OwnershipConflict) is not the gateway's
+// identity: it creates no requests or runs in the gateway's name (issue 17).
+func TestSquattedGatewayServiceAccountIsNobody(t *testing.T) {
+	ns := namespace(t)
+	ctx := t.Context()
+	create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "squat-gateway"}})
+	create(t, &v1alpha1.ReversiGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "squat"},
+		Spec: v1alpha1.ReversiGatewaySpec{Upstreams: []v1alpha1.GatewayUpstream{{Name: "stripe", URL: "http://stripe-mcp.tools.svc:8080/mcp"}}}})
+	eventually(t, 10*time.Second, func() string { // the webhook reads ReversiGateways from the cache
+		var gw v1alpha1.ReversiGateway
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "squat"}, &gw); err != nil || gw.Status.ObservedGeneration == 0 {
+			return fmt.Sprintf("the gateway is not reconciled yet (%v)", err)
+		}
+		return ""
+	})
+	var sa corev1.ServiceAccount
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "squat-gateway"}, &sa); err != nil || len(sa.OwnerReferences) != 0 {
+		t.Fatalf("the squatted ServiceAccount was adopted or lost: %v %+v", err, sa.OwnerReferences)
+	}
+	squatter := clientAs(t, GatewayServiceAccountUsername(ns, "squat"), "", "system:masters")
+	wantRefused(t, "the squatted ServiceAccount creating a request", squatter.Create(ctx, &v1alpha1.ApprovalRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "req-squat"},
+		Spec: v1alpha1.ApprovalRequestSpec{Tool: "stripe.refund", Run: "run-1", Actor: "agent-7", Gateway: "squat", ArgumentsDigest: "sha256:" + strings.Repeat("ab", 32),
+			ExpiresAt: &metav1.Time{Time: time.Now().Add(time.Hour)}}}),
+		"vapprovalrequest.reversi.dev", "does not control its ServiceAccount squat-gateway")
+	wantRefused(t, "the squatted ServiceAccount creating a run", squatter.Create(ctx, &v1alpha1.ReversiRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "run-squat"},
+		Spec: v1alpha1.ReversiRunSpec{Actor: "agent-7", Gateway: "squat"}}), "vreversirun.reversi.dev", "does not control its ServiceAccount squat-gateway")
 }
