@@ -190,7 +190,7 @@ func transport(d dialer, u config.Upstream) mcp.Transport {
 	return &mcp.StreamableClientTransport{
 		Endpoint: u.URL,
 		HTTPClient: &http.Client{Transport: &bodyLimitTransport{base: base, name: u.Name, limit: limit,
-			warn: d.warn, hit: d.limitHit}},
+			warn: d.warn, hit: d.limitHit, answers: newAnswerGate(u.Name, d.warn)}},
 		// Above the limit: bodyLimitTransport decides, so the SDK never fails the whole
 		// connection for one oversized event.
 		MaxEventSize: int(limit) + sseSlack,

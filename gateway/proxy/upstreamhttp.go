@@ -31,9 +31,24 @@ type bodyLimitTransport struct {
 	limit int64  // limits.message_bytes
 	warn  func(format string, args ...any)
 	hit   func(limit string)
+	// answers bounds the POSTs of the gateway's answers to the upstream's own requests
+	// (answers.go); nil: unbounded.
+	answers *answerGate
 }
 
 func (t *bodyLimitTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.answers != nil && isAnswer(r) {
+		return t.answers.answerRoundTrip(roundTripFunc(t.roundTrip), r)
+	}
+	return t.roundTrip(r)
+}
+
+// roundTripFunc is a function as an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (t *bodyLimitTransport) roundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(r)
 	if err != nil || resp.Body == nil || r.Method != http.MethodPost && r.Method != http.MethodGet {
 		return resp, err

@@ -25,6 +25,11 @@
 //	                       a child that keeps stdout open for 30 s)
 //	relist {list}          switches the listing to list, sends
 //	                       notifications/tools/list_changed, then answers "relisted"
+//	flood {n, method, deaf} sends n requests of method (default ping) to the client, ids
+//	                       "flood-1"…, then answers "flooded"; with deaf it first stops reading
+//	                       stdin for good (HTTP: the client's answers are never taken; the
+//	                       requests go on the call's stream with -sse, nowhere without)
+//	answers {}             answers how many of the flood's requests the client answered
 //
 // Other faults: -banner writes a line before reading anything; -garbage writes a line that is
 // not JSON before every message. -cancel-log appends the requestId of every
@@ -50,7 +55,16 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+)
+
+// deaf is closed when the server stops taking the client's messages (the flood tool's deaf);
+// answered counts the client's answers to the flood's requests.
+var (
+	deaf     = make(chan struct{})
+	deafOnce sync.Once
+	answered atomic.Int64
 )
 
 var (
@@ -88,6 +102,11 @@ func main() {
 	}
 	in := bufio.NewReaderSize(os.Stdin, 64<<10)
 	for {
+		select {
+		case <-deaf:
+			select {} // never reads again
+		default:
+		}
 		line, err := in.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
 			s.handle(context.Background(), line, s.writeMessage)
@@ -97,6 +116,10 @@ func main() {
 		}
 	}
 }
+
+// streamKey carries, in an HTTP call's context with -sse, the function that writes one event
+// on the call's stream.
+type streamKey struct{}
 
 type server struct {
 	mu   sync.Mutex // guards out and list
@@ -185,6 +208,10 @@ func (s *server) handle(ctx context.Context, line []byte, write func([]byte)) {
 	case "tools/call":
 		// Its own goroutine: a hanging call must not hold the others.
 		go s.call(ctx, req, write)
+	case "": // an answer to a request of ours
+		if bytes.HasPrefix(req.ID, []byte(`"flood-`)) {
+			answered.Add(1)
+		}
 	case "notifications/cancelled":
 		var p struct {
 			RequestID any `json:"requestId"`
@@ -217,6 +244,8 @@ func fixedTools() []any {
 		tool("hang", "Never answers.", nil),
 		tool("crash", "Exits without answering.", nil),
 		tool("relist", "Changes the listing and says so.", map[string]any{"list": str}),
+		tool("flood", "Sends n requests to the client, then answers.", map[string]any{"n": num, "method": str, "deaf": map[string]any{"type": "boolean"}}),
+		tool("answers", "Answers how many of the flood's requests the client answered.", nil),
 	}
 }
 
@@ -275,6 +304,9 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 			Bytes  float64 `json:"bytes"`
 			IDLast bool    `json:"id_last"`
 			List   string  `json:"list"`
+			N      float64 `json:"n"`
+			Method string  `json:"method"`
+			Deaf   bool    `json:"deaf"`
 		} `json:"arguments"`
 	}
 	_ = json.Unmarshal(req.Params, &p)
@@ -331,6 +363,25 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 			s.writeLine([]byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`))
 		}
 		write(result(req.ID, text("relisted")))
+	case "answers":
+		write(result(req.ID, text(strconv.FormatInt(answered.Load(), 10))))
+	case "flood":
+		if a.Deaf {
+			deafOnce.Do(func() { close(deaf) })
+		}
+		method := a.Method
+		if method == "" {
+			method = "ping"
+		}
+		for i := 1; i <= int(a.N); i++ {
+			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": fmt.Sprintf("flood-%d", i), "method": method, "params": map[string]any{}})
+			if stream, ok := ctx.Value(streamKey{}).(func([]byte)); ok {
+				stream(b) // HTTP -sse: on the call's own stream
+			} else if s.notify == nil {
+				s.writeLine(b)
+			}
+		}
+		write(result(req.ID, text("flooded")))
 	default:
 		write(result(req.ID, map[string]any{"isError": true, "content": []any{map[string]any{"type": "text", "text": "unknown tool " + p.Name}}}))
 	}
@@ -370,18 +421,43 @@ func (s *server) serveHTTP(addr string) error {
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
+		if req.Method == "" { // the client's answer to a request of ours
+			select {
+			case <-deaf: // deaf: the answer is never taken
+				<-r.Context().Done()
+				return
+			default:
+			}
+			s.handle(r.Context(), body, func([]byte) {})
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		if *sse && req.Method == "tools/call" {
+			// One event stream per call: the requests the call sends (flood), then its answer.
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			var mu sync.Mutex
+			event := func(b []byte) {
+				mu.Lock()
+				defer mu.Unlock()
+				fmt.Fprintf(w, "event: message\ndata: %s\n\n", b)
+				w.(http.Flusher).Flush()
+			}
+			answer := make(chan []byte, 1)
+			s.handle(context.WithValue(r.Context(), streamKey{}, event), body, func(b []byte) { answer <- b })
+			select {
+			case msg := <-answer:
+				event(msg)
+			case <-r.Context().Done():
+			}
+			return
+		}
 		answer := make(chan []byte, 1)
 		s.handle(r.Context(), body, func(b []byte) { answer <- b })
 		var msg []byte
 		select {
 		case msg = <-answer:
 		case <-r.Context().Done():
-			return
-		}
-		if *sse && req.Method == "tools/call" {
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.WriteHeader(http.StatusOK)
-			fmt.Fprintf(w, "event: message\ndata: %s\n\n", msg)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")

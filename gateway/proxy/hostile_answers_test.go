@@ -1,0 +1,100 @@
+package proxy
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/reversi-gitops/reversi/gateway/config"
+)
+
+// An upstream that sends the gateway requests (pings here) and never takes the answers: a
+// stdio upstream that stops reading its stdin, an HTTP one that never answers the POSTs that
+// carry them. Without answers.go each request held a goroutine for good (and, over HTTP, a
+// connection to the upstream), and the gateway's Close hung on them.
+
+// settleGoroutines waits, up to within, for the goroutines to fall to at most want; it
+// returns the last count.
+func settleGoroutines(want int, within time.Duration) int {
+	n := runtime.NumGoroutine()
+	for deadline := time.Now().Add(within); n > want && time.Now().Before(deadline); n = runtime.NumGoroutine() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return n
+}
+
+// closeWithin closes the gateway, failing the test when that takes longer than within.
+func closeWithin(t *testing.T, h *upstreamGW, within time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { _ = h.gw.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(within):
+		t.Fatalf("Close did not return within %s", within)
+	}
+}
+
+func TestHostileUpstreamRequestFlood(t *testing.T) {
+	for _, mode := range []string{"stdio", "http"} {
+		t.Run(mode, func(t *testing.T) {
+			n := 20000
+			cfg := hostileConfig(t)
+			if mode == "http" {
+				n = 2000 // each one a POST, and without the bound a socket held for good
+				cfg = &config.Gateway{Mode: config.ModeAuto, UnclassifiedReads: config.UnclassifiedBlock, ValidateSchemas: true,
+					Actor: "dev-laptop", Upstreams: []config.Upstream{{Name: "h", URL: hostileHTTP(t, "-sse"), Namespace: true}}}
+			}
+			cfg.CallTimeout = 20 * time.Second
+			h := startUpstreamGW(t, cfg)
+			a, b := h.client(t), h.client(t)
+
+			// An honest burst first: 50 pings, every one answered.
+			if res := call(t, a, "h.flood", map[string]any{"n": 50}); res.IsError {
+				t.Fatalf("flood: %v", texts(res))
+			}
+			answered := ""
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if answered = texts(call(t, a, "h.answers", map[string]any{}))[0]; answered == "50" {
+					break
+				}
+			}
+			if answered != "50" {
+				t.Fatalf("the upstream got %s answers to its 50 pings, want 50", answered)
+			}
+
+			base := settleGoroutines(0, 0)
+			start := time.Now()
+			if res := call(t, a, "h.flood", map[string]any{"n": n, "deaf": true}); res.IsError {
+				t.Fatalf("deaf flood: %v", texts(res))
+			}
+			// Within the bound at once, whatever the upstream does next: a waiting answer is a
+			// goroutine (over HTTP three: the POST and its connection's two).
+			limit := base + 3*maxPendingAnswers + 60
+			got := settleGoroutines(limit, 3*time.Second)
+			t.Logf("%d pings never taken (%s): goroutines %d -> %d", n, time.Since(start).Round(time.Millisecond), base, got)
+			if got > limit {
+				t.Fatalf("%d goroutines after %d unanswerable pings, over %d (%d before)", got, n, limit, base)
+			}
+			if mode == "http" { // the calls of the other session still go through
+				if res, err := callCtx(b, 10*time.Second, "h.echo", map[string]any{"text": "other"}); err != nil || res.IsError {
+					t.Errorf("the other session's call: %v %v", err, res)
+				}
+			}
+			// Once answerTimeout passed, none is left.
+			if got := settleGoroutines(base+20, answerTimeout+5*time.Second); got > base+20 {
+				t.Errorf("%d goroutines %s after the flood, want about %d", got, answerTimeout+5*time.Second, base)
+			}
+			if s := h.stderr.String(); !containsAll([]string{s}, "upstream h: dropped the answer to a request it sent") {
+				t.Errorf("the dropped answers were not logged:\n%s", s)
+			}
+			for _, note := range h.notes(t) {
+				if containsAll([]string{note}, "stopped") {
+					t.Errorf("the upstream was restarted: %q", note)
+				}
+			}
+			closeWithin(t, h, 15*time.Second)
+			h.checkJournal(t)
+		})
+	}
+}
