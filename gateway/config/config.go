@@ -133,6 +133,9 @@ type Limits struct {
 	CallsPerSession, CallsPerPrincipal int
 	// Connections is the most HTTP connections open at once (connections).
 	Connections int
+	// Sessions and SessionsPerPrincipal are the most MCP sessions open at once over HTTP, in
+	// all and for one principal (sessions, sessions_per_principal).
+	Sessions, SessionsPerPrincipal int
 	// ReadTimeout bounds reading a whole HTTP request, WriteTimeout writing a response (on the
 	// MCP endpoints each write and flush of it, so that SSE streams and long calls live),
 	// IdleTimeout a keep-alive connection between requests (read_timeout, write_timeout,

@@ -75,6 +75,11 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 				r.Body = &drainReader{b: body}
 			}
 			r.ContentLength = int64(len(body))
+			done, ok := g.admitSession(w, r)
+			if !ok {
+				return
+			}
+			defer done()
 			id := strconv.FormatUint(g.posts.seq.Add(1), 10)
 			r.Header.Set(postHeader, id)
 			g.posts.m.Store(id, r.Context())
@@ -218,15 +223,20 @@ func (g *Gateway) closingSession(s *mcp.Server, r *http.Request) {
 	if id == "" || s == nil {
 		return
 	}
-	principal := g.cfg.Actor
-	if who := auth.FromContext(r.Context()); who != nil {
-		principal = who.Principal
-	}
+	principal := g.httpPrincipal(r)
 	for ss := range s.Sessions() {
 		if ss.ID() == id {
 			g.calls.cancelSession(ss, principal, ErrSessionClosed)
 		}
 	}
+}
+
+// httpPrincipal is the principal of an HTTP request: the authenticated one, else the actor.
+func (g *Gateway) httpPrincipal(r *http.Request) string {
+	if who := auth.FromContext(r.Context()); who != nil {
+		return who.Principal
+	}
+	return g.cfg.Actor
 }
 
 // deadlineWriter gives each write and flush of a response limits.write_timeout.

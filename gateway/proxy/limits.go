@@ -46,6 +46,8 @@ func effectiveLimits(l config.Limits) config.Limits {
 	set(&l.CallsPerSession, d.CallsPerSession)
 	set(&l.CallsPerPrincipal, d.CallsPerPrincipal)
 	set(&l.Connections, d.Connections)
+	set(&l.Sessions, d.Sessions)
+	set(&l.SessionsPerPrincipal, d.SessionsPerPrincipal)
 	if l.BatchSize < 0 {
 		l.BatchSize = 0
 	}

@@ -118,9 +118,10 @@ type Gateway struct {
 	health  health   // health.go
 	sec     security // httpauth.go, operator.go
 
-	limits config.Limits // effectiveLimits of the config's (limits.go)
-	calls  *inflight     // tools/call in flight (limits.go)
-	posts  posts         // HTTP POSTs being served (httplimits.go)
+	limits   config.Limits // effectiveLimits of the config's (limits.go)
+	calls    *inflight     // tools/call in flight (limits.go)
+	sessions *sessionCount // HTTP sessions open (sessions.go)
+	posts    posts         // HTTP POSTs being served (httplimits.go)
 }
 
 // New connects to every upstream, lists and names their tools, builds the engine, prints the
@@ -147,6 +148,8 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	g.limits = effectiveLimits(o.Config.Limits)
 	g.calls = newInflight(g.limits)
+	g.sessions = newSessionCount(g.limits.SessionsPerPrincipal, g.limits.Sessions,
+		func() []*mcp.Server { return []*mcp.Server{g.server, g.sec.opServer} })
 	g.mode = engine.Mode(o.Config.Mode)
 	if g.mode == "" { // the automatic choice, made once (seed: Observe first)
 		g.mode = engine.Enforce
