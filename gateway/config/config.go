@@ -125,6 +125,9 @@ type Limits struct {
 	// RequestBodyBytes is the largest HTTP request body a client may send, and the longest line
 	// a stdio client may send (request_body_bytes).
 	RequestBodyBytes int64
+	// HeaderBytes is the most bytes of request line and headers an HTTP request may have
+	// (header_bytes): read before authentication, so anyone can make the gateway hold them.
+	HeaderBytes int64
 	// BatchSize is the most messages one JSON-RPC batch may hold; 0 refuses batches
 	// (batch_size).
 	BatchSize int

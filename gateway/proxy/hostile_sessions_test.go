@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,4 +121,56 @@ func TestHostileManySessions(t *testing.T) {
 		}
 		h.stillServes(t)
 	})
+}
+
+// TestHostileHeaderFlood: headers are read before authentication. 100 unauthenticated
+// connections that send a megabyte of headers each and never end them made net/http hold
+// about 2.7 MiB apiece (its default MaxHeaderBytes is 1 MiB; 1,024 connections, the default
+// limits.connections, about 2.7 GiB); within limits.header_bytes (32 KiB) they are answered
+// 431 and closed, and a request with 16 KiB of headers (a large token) is still served.
+func TestHostileHeaderFlood(t *testing.T) {
+	h := startHostile(t, true, nil)
+	const conns = 100
+	w := watchHeap(nil)
+	var wg sync.WaitGroup
+	refused := make(chan bool, conns)
+	var line strings.Builder
+	for j := 0; line.Len() < 1<<20; j++ {
+		fmt.Fprintf(&line, "X-Flood-%d: %s\r\n", j, strings.Repeat("v", 100))
+	}
+	flood := []byte(line.String())
+	for range conns {
+		wg.Go(func() {
+			c := h.rawConn(t)
+			fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: %s\r\n", h.host)
+			_, _ = c.Write(flood) // the gateway may close before the end: that is the point
+			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			status, _ := bufio.NewReader(c).ReadString('\n')
+			refused <- strings.HasPrefix(status, "HTTP/1.1 431")
+		})
+	}
+	wg.Wait()
+	close(refused)
+	growth := w.Stop()
+	n := 0
+	for r := range refused {
+		if r {
+			n++
+		}
+	}
+	t.Logf("%d connections with 1 MiB of headers: heap peak +%s, %d answered 431", conns, mibs(growth), n)
+	if growth > 64<<20 {
+		t.Errorf("the heap grew by %s for %d unauthenticated header floods, over 64 MiB", mibs(growth), conns)
+	}
+	if n != conns {
+		t.Errorf("%d of %d header floods were answered 431", n, conns)
+	}
+	if got := limitHits(h.gw, "header_bytes"); got < conns {
+		t.Errorf("limit_hits{header_bytes} = %v, want %d", got, conns)
+	}
+	res := post(t, h.base+PathAgent, initBody, "Authorization", "Bearer "+h.key("ci-bot"), "X-Large", strings.Repeat("t", 16<<10))
+	if body := readBody(t, res); res.StatusCode != http.StatusOK {
+		t.Errorf("initialize with 16 KiB of headers: %d %s", res.StatusCode, body)
+	}
+	h.stillServes(t)
 }

@@ -321,6 +321,18 @@ type countedConn struct {
 	once sync.Once
 }
 
+// headerRefusal is how net/http starts its answer to a request whose headers passed
+// limits.header_bytes (it writes it to the connection itself, past every handler).
+var headerRefusal = []byte("HTTP/1.1 431 Request Header Fields Too Large\r\n")
+
+// Write counts net/http's refusals of oversized headers (limits.header_bytes).
+func (c *countedConn) Write(p []byte) (int, error) {
+	if bytes.HasPrefix(p, headerRefusal) {
+		c.l.m.limitHit("header_bytes")
+	}
+	return c.Conn.Write(p)
+}
+
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.l.open.Add(-1) })
 	return c.Conn.Close()

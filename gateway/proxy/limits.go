@@ -57,6 +57,9 @@ func effectiveLimits(l config.Limits) config.Limits {
 	if l.RequestBodyBytes <= 0 {
 		l.RequestBodyBytes = d.RequestBodyBytes
 	}
+	if l.HeaderBytes <= 0 {
+		l.HeaderBytes = d.HeaderBytes
+	}
 	if l.ReadTimeout <= 0 {
 		l.ReadTimeout = d.ReadTimeout
 	}
