@@ -90,7 +90,11 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 		}
 		_ = rc.SetWriteDeadline(time.Time{})
 		defer func() { _ = rc.SetWriteDeadline(time.Now().Add(lim.WriteTimeout)) }() // the final flush
-		next.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, timeout: lim.WriteTimeout, m: g.metrics}, r)
+		dw := &deadlineWriter{ResponseWriter: w, rc: rc, timeout: lim.WriteTimeout, m: g.metrics}
+		next.ServeHTTP(dw, r)
+		if r.Method == http.MethodDelete && dw.status == http.StatusNoContent {
+			g.sessions.closed(r.Header.Get("Mcp-Session-Id")) // its place is free at once
+		}
 	})
 }
 
@@ -246,6 +250,14 @@ type deadlineWriter struct {
 	timeout time.Duration
 	m       *metrics
 	hit     atomic.Bool
+	status  int // the status written, 0 before
+}
+
+func (w *deadlineWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *deadlineWriter) Write(p []byte) (int, error) {

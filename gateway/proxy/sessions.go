@@ -62,7 +62,8 @@ func (c *sessionCount) admit(principal string) (done func(id string), _ error) {
 		return nil, &LimitError{Limit: "sessions_per_principal", Max: int64(c.perPrincipal),
 			Text: fmt.Sprintf("%s already has %d MCP sessions open (limits.sessions_per_principal is %d): close one (DELETE with its Mcp-Session-Id) before opening another; an idle session closes after %s", principal, mine, c.perPrincipal, SessionTimeout)}
 	}
-	if n := max(len(live), len(c.owner)) + opening; n >= c.total {
+	// The sessions this count admitted: the SDK's list may still hold one a DELETE just closed.
+	if n := len(c.owner) + opening; n >= c.total {
 		return nil, &LimitError{Limit: "sessions", Max: int64(c.total),
 			Text: fmt.Sprintf("the gateway has %d MCP sessions open (limits.sessions is %d): try again once some have closed", n, c.total)}
 	}
@@ -80,6 +81,13 @@ func (c *sessionCount) admit(principal string) (done func(id string), _ error) {
 			}
 		})
 	}, nil
+}
+
+// closed frees the place of session id at once (a DELETE closed it).
+func (c *sessionCount) closed(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.owner, id)
 }
 
 // admitSession applies sessionCount to a POST that opens a session (one without an
