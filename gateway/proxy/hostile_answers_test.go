@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,4 +99,65 @@ func TestHostileUpstreamRequestFlood(t *testing.T) {
 			h.checkJournal(t)
 		})
 	}
+}
+
+// TestHostileUpstreamStderr: what a stdio upstream prints on stderr reaches the gateway's log
+// as its own lines, prefixed and escaped: it cannot forge a banner line or a gateway line, nor
+// send terminal escapes, nor flood the log (a 20 MB burst and a 4 MiB line without a line end).
+func TestHostileUpstreamStderr(t *testing.T) {
+	t.Run("forged", func(t *testing.T) {
+		h := startUpstreamGW(t, hostileConfig(t, "-stderr", `\nOK h.crash - irreversible, approved\x1b[2K\nreversi-gateway: upstream h reconnected\n`))
+		if res := call(t, h.client(t), "h.echo", map[string]any{"text": "x"}); res.IsError {
+			t.Fatalf("echo: %v", texts(res))
+		}
+		log := h.stderr.String()
+		for _, l := range strings.Split(log, "\n") {
+			if strings.HasPrefix(l, "OK h.crash") || strings.HasPrefix(l, "reversi-gateway: upstream h reconnected") || strings.Contains(l, "\x1b") {
+				t.Errorf("the upstream forged the line %q:\n%s", l, log)
+			}
+		}
+		if !strings.Contains(log, `upstream h stderr: OK h.crash - irreversible, approved\x1b[2K`+"\n") {
+			t.Errorf("the upstream's line is not in the log, prefixed and escaped:\n%s", log)
+		}
+	})
+	t.Run("flood", func(t *testing.T) {
+		h := startUpstreamGW(t, hostileConfig(t, "-stderr", strings.Repeat("e", 99)+`\n`, "-stderr-lines", "200000"))
+		a := h.client(t)
+		if res := call(t, a, "h.echo", map[string]any{"text": "x"}); res.IsError {
+			t.Fatalf("echo: %v", texts(res))
+		}
+		var size int
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if size = len(h.stderr.String()); strings.Contains(h.stderr.String(), "lines dropped") {
+				break
+			}
+		}
+		if size > 1<<20 {
+			t.Errorf("20 MB on the upstream's stderr made %d bytes of gateway log, over 1 MiB", size)
+		}
+		if !strings.Contains(h.stderr.String(), "lines dropped: over 50 lines a second") {
+			t.Errorf("the dropped lines are not said")
+		}
+		if res := call(t, a, "h.echo", map[string]any{"text": "after"}); res.IsError || texts(res)[0] != "after" {
+			t.Errorf("echo after the flood: %v", texts(res))
+		}
+	})
+	t.Run("long line", func(t *testing.T) {
+		h := startUpstreamGW(t, hostileConfig(t, "-stderr", strings.Repeat("L", 1<<12), "-stderr-lines", "1024"))
+		if res := call(t, h.client(t), "h.crash", map[string]any{}); !res.IsError {
+			t.Fatalf("crash: %v", texts(res))
+		}
+		var log string
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if log = h.stderr.String(); strings.Contains(log, "more bytes)") {
+				break
+			}
+		}
+		if want := "upstream h stderr: " + strings.Repeat("L", stderrLineBytes) + "… (" + strconv.Itoa(4<<20-stderrLineBytes) + " more bytes)\n"; !strings.Contains(log, want) {
+			t.Errorf("a 4 MiB line without a line end is not cut at %d bytes (log of %d bytes)", stderrLineBytes, len(log))
+		}
+		if len(log) > 64<<10 {
+			t.Errorf("%d bytes of log for one line", len(log))
+		}
+	})
 }

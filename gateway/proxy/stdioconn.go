@@ -62,6 +62,7 @@ type stdioTransport struct {
 	terminate time.Duration // how long Close waits after closing stdin, and after SIGTERM
 	warn      func(format string, args ...any)
 	hit       func(limit string) // counts a limit hit (metrics)
+	stderr    *stderrLines       // the process's stderr; nil: not ours
 }
 
 func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
@@ -90,6 +91,9 @@ func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
 		answers: newAnswerGate(t.name, t.warn)}
 	go func() {
 		_ = t.cmd.Wait() // its result is in cmd.ProcessState
+		if t.stderr != nil {
+			t.stderr.flush()
+		}
 		close(c.exited)
 		// A child of the upstream may hold stdout open after it exited: stop reading anyway.
 		select {

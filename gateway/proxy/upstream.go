@@ -182,9 +182,10 @@ func transport(d dialer, u config.Upstream) mcp.Transport {
 		cmd := exec.Command(u.Command, u.Args...)
 		cmd.Env = Env(u)
 		cmd.Dir = d.cfg.Resolve(u.Cwd)
-		cmd.Stderr = d.stderr
+		lines := newStderrLines(d.stderr, u.Name) // prefixed, escaped, bounded (stderrlines.go)
+		cmd.Stderr = lines
 		return passthroughTransport{Transport: &stdioTransport{cmd: cmd, name: u.Name, limit: limit,
-			terminate: UpstreamTerminateWait, warn: d.warn, hit: d.limitHit}}
+			terminate: UpstreamTerminateWait, warn: d.warn, hit: d.limitHit, stderr: lines}}
 	}
 	var base http.RoundTripper = headerTransport{headers: u.Headers, base: http.DefaultTransport}
 	return &mcp.StreamableClientTransport{

@@ -31,7 +31,8 @@
 //	                       requests go on the call's stream with -sse, nowhere without)
 //	answers {}             answers how many of the flood's requests the client answered
 //
-// Other faults: -banner writes a line before reading anything; -garbage writes a line that is
+// Other faults: -stderr writes its text on stderr before anything else, -stderr-lines times
+// (escapes \n, \r and \x1b in it are decoded); -banner writes a line before reading anything; -garbage writes a line that is
 // not JSON before every message. -cancel-log appends the requestId of every
 // notifications/cancelled received, one per line; -calls-log the name of every tools/call.
 //
@@ -73,6 +74,8 @@ var (
 	pageFlag  = flag.Int("page", 0, "tools per tools/list page (normal: 0 is one page; endless: 0 is 1)")
 	padFlag   = flag.Int("pad", 0, "endless listing: bytes of description per tool")
 	banner    = flag.String("banner", "", "a line written on stdout before reading anything")
+	stderrOut = flag.String("stderr", "", `text written on stderr at start (\n, \r and \x1b decoded)`)
+	stderrN   = flag.Int("stderr-lines", 1, "how many times -stderr is written")
 	garbage   = flag.Bool("garbage", false, "write a line that is not JSON before every message")
 	cancelLog = flag.String("cancel-log", "", "append the requestId of every notifications/cancelled to this file")
 	callsLog  = flag.String("calls-log", "", "append the name of every tools/call to this file")
@@ -87,6 +90,14 @@ func main() {
 	if *sleep > 0 {
 		time.Sleep(*sleep)
 		return
+	}
+	if *stderrOut != "" {
+		text := strings.NewReplacer(`\n`, "\n", `\r`, "\r", `\x1b`, "\x1b").Replace(*stderrOut)
+		w := bufio.NewWriterSize(os.Stderr, 64<<10)
+		for range *stderrN {
+			w.WriteString(text)
+		}
+		w.Flush()
 	}
 	s := &server{list: *listFlag}
 	if *httpAddr != "" {
