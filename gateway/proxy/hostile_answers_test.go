@@ -161,3 +161,49 @@ func TestHostileUpstreamStderr(t *testing.T) {
 		}
 	})
 }
+
+// TestHostileListChangedSpam: an upstream that sends notifications/tools/list_changed in a
+// loop while its listing fails (a cursor cycle) had the gateway list it as fast as it answered
+// and journal each failure: about 9 listings and 9 notes a second for as long as it liked. Now
+// it is listed at most once per relistInterval and the same failure is noted once.
+func TestHostileListChangedSpam(t *testing.T) {
+	h := startUpstreamGW(t, hostileConfig(t))
+	a := h.client(t)
+	pages := func() int {
+		n, err := strconv.Atoi(texts(call(t, a, "h.lists", map[string]any{}))[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if res := call(t, a, "h.relist", map[string]any{"list": "cycle"}); res.IsError {
+		t.Fatalf("relist: %v", texts(res))
+	}
+	h.waitNote(t, 10*time.Second, "the tool list was not refreshed", "a cycle")
+	before, start := pages(), time.Now()
+	for range 5 {
+		if res := call(t, a, "h.flood", map[string]any{"n": 20000, "notify": true, "method": "notifications/tools/list_changed"}); res.IsError {
+			t.Fatalf("flood: %v", texts(res))
+		}
+	}
+	time.Sleep(2 * relistInterval)
+	elapsed := time.Since(start)
+	listings := (pages() - before) / 3 // a cycle listing is three pages
+	notes := 0
+	for _, n := range h.notes(t) {
+		if strings.Contains(n, "a cycle") {
+			notes++
+		}
+	}
+	t.Logf("100,000 list_changed in %s: %d listings, %d notes", elapsed.Round(time.Millisecond), listings, notes)
+	if max := int(elapsed/relistInterval) + 2; listings > max {
+		t.Errorf("%d listings in %s, over %d", listings, elapsed.Round(time.Millisecond), max)
+	}
+	if notes != 1 {
+		t.Errorf("the same failed listing was noted %d times, want once", notes)
+	}
+	if res := call(t, a, "h.echo", map[string]any{"text": "after"}); res.IsError || texts(res)[0] != "after" {
+		t.Errorf("echo after the spam: %v", texts(res))
+	}
+	h.checkJournal(t)
+}

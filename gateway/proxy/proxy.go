@@ -107,6 +107,8 @@ type Gateway struct {
 	setChecksum string
 	listedAt    time.Time
 	listing     singleflight.Group // one upstream re-listing at a time for agents' tools/list
+	listNote    string             // the last failed refresh noted (refreshTools), "" after a good one
+	listNoteAt  time.Time
 
 	sums atomic.Pointer[sync.Map] // *manifest.Manifest -> checksum string
 

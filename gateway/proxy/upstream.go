@@ -34,6 +34,7 @@ type upstream struct {
 
 	relist    chan struct{}  // a list_changed waiting to be handled (at most one)
 	relisting atomic.Bool    // a goroutine handles list_changed notifications
+	relistAt  atomic.Int64   // when the last list_changed listing began (Unix ns)
 	conn      mcp.Connection // the current session's connection (guarded by mu): see Gateway.Close
 
 	mu    sync.Mutex
@@ -268,6 +269,13 @@ func (u *upstream) listChanged(changed func(*upstream)) {
 		for {
 			select {
 			case <-u.relist:
+				// At most one listing per relistInterval: an upstream that sends list_changed in
+				// a loop would otherwise have the gateway list it (and journal a failed listing)
+				// as fast as it answers.
+				if wait := relistInterval - time.Since(time.Unix(0, u.relistAt.Load())); wait > 0 {
+					time.Sleep(wait)
+				}
+				u.relistAt.Store(time.Now().UnixNano())
 				changed(u)
 				continue
 			default:
@@ -281,6 +289,10 @@ func (u *upstream) listChanged(changed func(*upstream)) {
 		}
 	}()
 }
+
+// relistInterval is the least time between two listings of one upstream that its
+// notifications/tools/list_changed ask for.
+const relistInterval = time.Second
 
 // Reconnect backoff of a lost upstream: 0.5 s doubling to 30 s (stdio upstreams are started
 // again, HTTP ones dialled again).

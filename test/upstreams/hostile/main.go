@@ -25,11 +25,13 @@
 //	                       a child that keeps stdout open for 30 s)
 //	relist {list}          switches the listing to list, sends
 //	                       notifications/tools/list_changed, then answers "relisted"
-//	flood {n, method, deaf} sends n requests of method (default ping) to the client, ids
-//	                       "flood-1"…, then answers "flooded"; with deaf it first stops reading
+//	flood {n, method, deaf, notify} sends n requests of method (default ping) to the client,
+//	                       ids "flood-1"… (notifications with notify), then answers "flooded";
+//	                       with deaf it first stops reading
 //	                       stdin for good (HTTP: the client's answers are never taken; the
 //	                       requests go on the call's stream with -sse, nowhere without)
 //	answers {}             answers how many of the flood's requests the client answered
+//	lists {}               answers how many tools/list requests (pages) it received
 //
 // Other faults: -stderr writes its text on stderr before anything else, -stderr-lines times
 // (escapes \n, \r and \x1b in it are decoded); -banner writes a line before reading anything; -garbage writes a line that is
@@ -66,6 +68,7 @@ var (
 	deaf     = make(chan struct{})
 	deafOnce sync.Once
 	answered atomic.Int64
+	listed   atomic.Int64 // tools/list requests received
 )
 
 var (
@@ -209,6 +212,7 @@ func (s *server) handle(ctx context.Context, line []byte, write func([]byte)) {
 	case "ping":
 		write(result(req.ID, map[string]any{}))
 	case "tools/list":
+		listed.Add(1)
 		var p struct {
 			Cursor string `json:"cursor"`
 		}
@@ -255,8 +259,9 @@ func fixedTools() []any {
 		tool("hang", "Never answers.", nil),
 		tool("crash", "Exits without answering.", nil),
 		tool("relist", "Changes the listing and says so.", map[string]any{"list": str}),
-		tool("flood", "Sends n requests to the client, then answers.", map[string]any{"n": num, "method": str, "deaf": map[string]any{"type": "boolean"}}),
+		tool("flood", "Sends n requests to the client, then answers.", map[string]any{"n": num, "method": str, "deaf": map[string]any{"type": "boolean"}, "notify": map[string]any{"type": "boolean"}}),
 		tool("answers", "Answers how many of the flood's requests the client answered.", nil),
+		tool("lists", "Answers how many tools/list requests (pages) it received.", nil),
 	}
 }
 
@@ -318,6 +323,7 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 			N      float64 `json:"n"`
 			Method string  `json:"method"`
 			Deaf   bool    `json:"deaf"`
+			Notify bool    `json:"notify"`
 		} `json:"arguments"`
 	}
 	_ = json.Unmarshal(req.Params, &p)
@@ -376,6 +382,8 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 		write(result(req.ID, text("relisted")))
 	case "answers":
 		write(result(req.ID, text(strconv.FormatInt(answered.Load(), 10))))
+	case "lists":
+		write(result(req.ID, text(strconv.FormatInt(listed.Load(), 10))))
 	case "flood":
 		if a.Deaf {
 			deafOnce.Do(func() { close(deaf) })
@@ -385,7 +393,11 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 			method = "ping"
 		}
 		for i := 1; i <= int(a.N); i++ {
-			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": fmt.Sprintf("flood-%d", i), "method": method, "params": map[string]any{}})
+			m := map[string]any{"jsonrpc": "2.0", "id": fmt.Sprintf("flood-%d", i), "method": method, "params": map[string]any{}}
+			if a.Notify {
+				delete(m, "id")
+			}
+			b, _ := json.Marshal(m)
 			if stream, ok := ctx.Value(streamKey{}).(func([]byte)); ok {
 				stream(b) // HTTP -sse: on the call's own stream
 			} else if s.notify == nil {
