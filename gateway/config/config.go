@@ -122,6 +122,9 @@ type Limits struct {
 	PagesPerListing int
 	// MessageBytes is the largest JSON-RPC message read from an upstream (message_bytes).
 	MessageBytes int64
+	// ListingBytes is the most bytes (as JSON) the tools of one upstream's listing may take,
+	// over all its pages (listing_bytes).
+	ListingBytes int64
 	// RequestBodyBytes is the largest HTTP request body a client may send, and the longest line
 	// a stdio client may send (request_body_bytes).
 	RequestBodyBytes int64

@@ -54,6 +54,9 @@ func effectiveLimits(l config.Limits) config.Limits {
 	if l.MessageBytes <= 0 {
 		l.MessageBytes = d.MessageBytes
 	}
+	if l.ListingBytes <= 0 {
+		l.ListingBytes = d.ListingBytes
+	}
 	if l.RequestBodyBytes <= 0 {
 		l.RequestBodyBytes = d.RequestBodyBytes
 	}

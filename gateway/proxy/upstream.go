@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -69,9 +70,10 @@ var ErrCursorCycle = errors.New("tools/list gave a cursor an earlier page gave (
 
 // list fetches every page of the upstream's tools/list and keeps it. The listing is bounded
 // (issue 18): at most limits.pages_per_listing pages and limits.tools_per_upstream tools (a
-// *LimitError past either), no cursor twice (ErrCursorCycle), within ListTimeout; only the
-// tools are kept, so memory is bounded by the tools and one page (limits.message_bytes). A
-// failed listing keeps nothing: the previous list stays.
+// *LimitError past either, or past limits.listing_bytes of tools as JSON over all pages), no
+// cursor twice (ErrCursorCycle), within ListTimeout; only the tools are kept, so memory is
+// bounded by limits.listing_bytes and one page (limits.message_bytes). A failed listing keeps
+// nothing: the previous list stays.
 func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 	cs, err := u.session()
 	if err != nil {
@@ -81,6 +83,7 @@ func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 	defer cancel()
 	l := effectiveLimits(u.dial.cfg.Limits)
 	var tools []*mcp.Tool
+	var size int64                       // the tools' JSON so far
 	seen := map[[sha256.Size]byte]bool{} // hashes, not cursors: a cursor can be megabytes
 	params := &mcp.ListToolsParams{}
 	for page := 1; ; page++ {
@@ -95,6 +98,16 @@ func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 			u.dial.limitHit("tools_per_upstream")
 			return nil, upstreamLimit(u.name, "tools_per_upstream", l.ToolsPerUpstream,
 				fmt.Sprintf("tools/list offers more than %d tools (%d by page %d)", l.ToolsPerUpstream, n, page))
+		}
+		// The tools as JSON: pages_per_listing pages of message_bytes each would let one
+		// listing hold gigabytes of schemas and descriptions.
+		if b, err := json.Marshal(res.Tools); err == nil {
+			size += int64(len(b))
+		}
+		if size > l.ListingBytes {
+			u.dial.limitHit("listing_bytes")
+			return nil, upstreamLimit(u.name, "listing_bytes", int(l.ListingBytes),
+				fmt.Sprintf("the tools of tools/list take more than %d bytes (%d by page %d)", l.ListingBytes, size, page))
 		}
 		tools = append(tools, res.Tools...)
 		if res.NextCursor == "" {
