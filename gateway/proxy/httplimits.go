@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/net/netutil"
 
 	"github.com/reversi-gitops/reversi/gateway/auth"
 )
@@ -300,52 +299,3 @@ func (w refusalWriter) WriteHeader(code int) {
 }
 
 func (w refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// limitListener bounds ln to limits.connections open connections (netutil.LimitListener: the
-// next connection waits in the listen backlog until one closes) and counts each time the bound
-// is reached.
-func (g *Gateway) limitListener(ln net.Listener) net.Listener {
-	max := int64(g.limits.Connections)
-	return netutil.LimitListener(&countingListener{Listener: ln, max: max, m: g.metrics}, int(max))
-}
-
-type countingListener struct {
-	net.Listener
-	open atomic.Int64
-	max  int64
-	m    *metrics
-}
-
-func (l *countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	if l.open.Add(1) >= l.max {
-		l.m.limitHit("connections")
-	}
-	return &countedConn{Conn: c, l: l}, nil
-}
-
-type countedConn struct {
-	net.Conn
-	l    *countingListener
-	once sync.Once
-}
-
-// headerRefusal is how net/http starts its answer to a request whose headers passed
-// limits.header_bytes (it writes it to the connection itself, past every handler).
-var headerRefusal = []byte("HTTP/1.1 431 Request Header Fields Too Large\r\n")
-
-// Write counts net/http's refusals of oversized headers (limits.header_bytes).
-func (c *countedConn) Write(p []byte) (int, error) {
-	if bytes.HasPrefix(p, headerRefusal) {
-		c.l.m.limitHit("header_bytes")
-	}
-	return c.Conn.Write(p)
-}
-
-func (c *countedConn) Close() error {
-	c.once.Do(func() { c.l.open.Add(-1) })
-	return c.Conn.Close()
-}
