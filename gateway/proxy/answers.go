@@ -78,16 +78,11 @@ var errAnswerDropped = errors.New("the answer was dropped: the upstream does not
 // isAnswer reports whether r is a POST carrying a JSON-RPC response (the gateway's answer to
 // a request of the upstream): it has an id and no method.
 func isAnswer(r *http.Request) bool {
-	if r.Method != http.MethodPost || r.GetBody == nil {
+	if r.Method != http.MethodPost {
 		return false
 	}
-	body, err := r.GetBody()
-	if err != nil {
-		return false
-	}
-	defer body.Close()
-	var s idScanner
-	if _, err := io.Copy(&s, io.LimitReader(body, 1<<20)); err != nil {
+	s, ok := scanPost(r)
+	if !ok {
 		return false
 	}
 	_, hasID := s.ID()

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -206,4 +207,48 @@ func TestHostileListChangedSpam(t *testing.T) {
 		t.Errorf("echo after the spam: %v", texts(res))
 	}
 	h.checkJournal(t)
+}
+
+// TestHostileHTTPBadAnswer: an HTTP upstream that answers one call with something that is not
+// a JSON-RPC message (a JSON body that is not JSON, an SSE event whose data is not, an SSE line
+// without a colon, or an HTTP error status with an error page) fails that call only. go-sdk's
+// client fails the whole connection on each, and with it every session's calls on that
+// upstream (they are all on one connection), which it then dials again.
+func TestHostileHTTPBadAnswer(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		args   []string
+		line   bool
+		status int // answered with this HTTP status and a text body instead
+	}{{"json", nil, false, 0}, {"sse", []string{"-sse"}, false, 0}, {"sse line", []string{"-sse"}, true, 0},
+		{"500", nil, false, 500}, {"400", nil, false, 400}, {"403", nil, false, 403}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := &config.Gateway{Mode: config.ModeAuto, UnclassifiedReads: config.UnclassifiedBlock, ValidateSchemas: true,
+				Actor: "dev-laptop", Upstreams: []config.Upstream{{Name: "h", URL: hostileHTTP(t, c.args...), Namespace: true}}}
+			h := startUpstreamGW(t, cfg)
+			a, b := h.client(t), h.client(t)
+			alongside(t, b, func() {
+				tool, args, want := "h.bad_answer", map[string]any{"line": c.line}, "not a JSON-RPC message"
+				if c.status != 0 {
+					tool, args, want = "h.http_error", map[string]any{"status": c.status}, fmt.Sprintf("answered HTTP %d", c.status)
+					if c.status == 500 { // transient to the SDK: refused, as it says
+						want = "Internal Server Error"
+					}
+				}
+				res, err := callCtx(a, 20*time.Second, tool, args)
+				if err != nil || !res.IsError || !strings.Contains(strings.Join(texts(res), ""), want) {
+					t.Errorf("%s: %v %v, want %q", tool, err, res, want)
+				}
+			})
+			if res := call(t, a, "h.echo", map[string]any{"text": "after"}); res.IsError || texts(res)[0] != "after" {
+				t.Errorf("echo after the bad answer: %v", texts(res))
+			}
+			for _, n := range h.notes(t) {
+				if strings.Contains(n, "stopped") {
+					t.Errorf("the upstream's connection was lost: %q", n)
+				}
+			}
+			h.checkJournal(t)
+		})
+	}
 }

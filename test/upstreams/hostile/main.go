@@ -30,6 +30,9 @@
 //	                       with deaf it first stops reading
 //	                       stdin for good (HTTP: the client's answers are never taken; the
 //	                       requests go on the call's stream with -sse, nowhere without)
+//	http_error {status}    HTTP: answers the call's POST with status and a text/plain body
+//	bad_answer {line}      answers with text that is not JSON (-sse: as an event's data; with
+//	                       line, the event also has a line without a colon)
 //	answers {}             answers how many of the flood's requests the client answered
 //	lists {}               answers how many tools/list requests (pages) it received
 //
@@ -260,6 +263,8 @@ func fixedTools() []any {
 		tool("crash", "Exits without answering.", nil),
 		tool("relist", "Changes the listing and says so.", map[string]any{"list": str}),
 		tool("flood", "Sends n requests to the client, then answers.", map[string]any{"n": num, "method": str, "deaf": map[string]any{"type": "boolean"}, "notify": map[string]any{"type": "boolean"}}),
+		tool("http_error", "HTTP: answers the POST with the status and a body that is not JSON.", map[string]any{"status": num}),
+		tool("bad_answer", "Answers with something that is not a JSON-RPC message.", map[string]any{"line": map[string]any{"type": "boolean"}}),
 		tool("answers", "Answers how many of the flood's requests the client answered.", nil),
 		tool("lists", "Answers how many tools/list requests (pages) it received.", nil),
 	}
@@ -324,6 +329,7 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 			Method string  `json:"method"`
 			Deaf   bool    `json:"deaf"`
 			Notify bool    `json:"notify"`
+			Line   bool    `json:"line"`
 		} `json:"arguments"`
 	}
 	_ = json.Unmarshal(req.Params, &p)
@@ -380,6 +386,15 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 			s.writeLine([]byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`))
 		}
 		write(result(req.ID, text("relisted")))
+	case "bad_answer":
+		// Not a JSON-RPC message: over stdio a line that is not JSON, over HTTP a JSON body (or
+		// an SSE event, whose data lines then include one without a colon with line) that is
+		// not JSON.
+		bad := "this answer is not JSON"
+		if a.Line {
+			bad += "\nthis line has no colon"
+		}
+		write([]byte(bad))
 	case "answers":
 		write(result(req.ID, text(strconv.FormatInt(answered.Load(), 10))))
 	case "lists":
@@ -453,6 +468,20 @@ func (s *server) serveHTTP(addr string) error {
 			}
 			s.handle(r.Context(), body, func([]byte) {})
 			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		var status struct {
+			Params struct {
+				Name      string `json:"name"`
+				Arguments struct {
+					Status int `json:"status"`
+				} `json:"arguments"`
+			} `json:"params"`
+		}
+		if req.Method == "tools/call" && json.Unmarshal(body, &status) == nil && status.Params.Name == "http_error" {
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(status.Params.Arguments.Status)
+			fmt.Fprintln(w, "<html>an error page, not JSON</html>")
 			return
 		}
 		if *sse && req.Method == "tools/call" {
