@@ -1,14 +1,20 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/reversi-gitops/reversi/gateway/config"
+	"github.com/reversi-gitops/reversi/gateway/store"
 )
 
 // An upstream that sends the gateway requests (pings here) and never takes the answers: a
@@ -250,5 +256,49 @@ func TestHostileHTTPBadAnswer(t *testing.T) {
 			}
 			h.checkJournal(t)
 		})
+	}
+}
+
+// TestHostileBigError: an upstream's JSON-RPC error message (8 MiB here, within message_bytes)
+// was journaled whole in the call's outcome note, and a client's reason (_meta reversi/reason,
+// 2 MiB here) in each record of the call, so that every call could add megabytes to the
+// journal; both are cut there (the agent still gets the upstream's answer).
+func TestHostileBigError(t *testing.T) {
+	h := startUpstreamGW(t, hostileConfig(t))
+	a := h.client(t)
+	for range 3 {
+		res := call(t, a, "h.big_error", map[string]any{"bytes": 8 << 20})
+		if !res.IsError || !strings.Contains(strings.Join(texts(res), ""), "EEEE") {
+			t.Fatalf("big_error: %.200v", texts(res))
+		}
+	}
+	// A client's reason is cut too.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := a.CallTool(ctx, &mcp.CallToolParams{Name: "h.echo", Arguments: map[string]any{"text": "r"},
+		Meta: mcp.Meta{ReasonMeta: strings.Repeat("R", 2<<20)}}); err != nil {
+		t.Fatal(err)
+	}
+	recs := h.checkJournal(t)
+	for _, r := range recs {
+		if len(r.Reason) > maxReasonBytes+3 {
+			t.Errorf("a %s record of %s with a reason of %d bytes", r.Kind, r.Tool, len(r.Reason))
+		}
+	}
+	for _, o := range outcomesOf(recs, "h.big_error") {
+		if len(o.Note) > maxNoteBytes+16 || o.Status != store.Uncertain {
+			t.Errorf("outcome %s with a note of %d bytes, want uncertain and at most %d", o.Status, len(o.Note), maxNoteBytes)
+		}
+	}
+	var size int64
+	_ = filepath.Walk(h.data, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			size += fi.Size()
+		}
+		return nil
+	})
+	t.Logf("journal folder after three 8 MiB errors: %.1f MiB", float64(size)/(1<<20))
+	if size > 8<<20 {
+		t.Errorf("the journal takes %.1f MiB after three calls", float64(size)/(1<<20))
 	}
 }

@@ -416,7 +416,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	r := g.route(name)
 	reason := "MCP tools/call " + name
 	if s, ok := req.Params.Meta[ReasonMeta].(string); ok && strings.TrimSpace(s) != "" {
-		reason = s
+		reason = clip(s, maxReasonBytes) // journaled with every record of the call
 	}
 	run, err := g.runFor(ctx, req)
 	if err != nil {
@@ -714,7 +714,17 @@ func (g *Gateway) journalBlocked(ctx context.Context, in store.Intent, reason st
 	g.outcome(ctx, in.Run, step, store.StepOutcome{Status: store.Blocked, Note: reason})
 }
 
+// maxNoteBytes and maxReasonBytes bound what a call journals of text an upstream or a client
+// chose: an upstream's error message (up to limits.message_bytes) in an outcome's note, a
+// client's reason (up to limits.request_body_bytes). Journaled whole, every call could add
+// megabytes to the journal.
+const (
+	maxNoteBytes   = 4096
+	maxReasonBytes = 1024
+)
+
 func (g *Gateway) outcome(ctx context.Context, run string, step int64, o store.StepOutcome) {
+	o.Note = clip(o.Note, maxNoteBytes)
 	// The outcome is journaled even if the client went away mid-call.
 	if _, err := g.store.RecordOutcome(context.WithoutCancel(ctx), run, step, o); err != nil {
 		g.warn("journal outcome of step %d in run %s: %v", step, run, err)

@@ -192,7 +192,7 @@ func (g *Gateway) listStale() bool {
 
 // note writes a gateway-level note to stderr and to the gateway journal.
 func (g *Gateway) note(format string, args ...any) {
-	text := fmt.Sprintf(format, args...)
+	text := clip(fmt.Sprintf(format, args...), maxNoteBytes) // errors may quote an upstream
 	g.warn("%s", text)
 	if _, err := g.store.AppendEvent(context.Background(), store.Event{Run: store.GatewayJournal, Kind: store.KindNote, Note: text}); err != nil {
 		g.warn("journal note: %v", err)

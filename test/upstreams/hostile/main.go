@@ -30,6 +30,7 @@
 //	                       with deaf it first stops reading
 //	                       stdin for good (HTTP: the client's answers are never taken; the
 //	                       requests go on the call's stream with -sse, nowhere without)
+//	big_error {bytes}      answers a JSON-RPC error whose message has bytes bytes (default 20 MiB)
 //	http_error {status}    HTTP: answers the call's POST with status and a text/plain body
 //	bad_answer {line}      answers with text that is not JSON (-sse: as an event's data; with
 //	                       line, the event also has a line without a colon)
@@ -264,6 +265,7 @@ func fixedTools() []any {
 		tool("relist", "Changes the listing and says so.", map[string]any{"list": str}),
 		tool("flood", "Sends n requests to the client, then answers.", map[string]any{"n": num, "method": str, "deaf": map[string]any{"type": "boolean"}, "notify": map[string]any{"type": "boolean"}}),
 		tool("http_error", "HTTP: answers the POST with the status and a body that is not JSON.", map[string]any{"status": num}),
+		tool("big_error", "Answers a JSON-RPC error whose message has bytes bytes.", map[string]any{"bytes": num}),
 		tool("bad_answer", "Answers with something that is not a JSON-RPC message.", map[string]any{"line": map[string]any{"type": "boolean"}}),
 		tool("answers", "Answers how many of the flood's requests the client answered.", nil),
 		tool("lists", "Answers how many tools/list requests (pages) it received.", nil),
@@ -386,6 +388,8 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 			s.writeLine([]byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`))
 		}
 		write(result(req.ID, text("relisted")))
+	case "big_error":
+		write(rpcError(req.ID, -32603, strings.Repeat("E", size)))
 	case "bad_answer":
 		// Not a JSON-RPC message: over stdio a line that is not JSON, over HTTP a JSON body (or
 		// an SSE event, whose data lines then include one without a colon with line) that is
