@@ -174,3 +174,27 @@ func TestHostileHeaderFlood(t *testing.T) {
 	}
 	h.stillServes(t)
 }
+
+// TestHostileAnnouncedBodies: a body is held as it arrives, not as announced. 100 requests
+// that announce 4 MiB (request_body_bytes) and send nothing made the gateway allocate 4 MiB
+// each at once (400 MiB for 100 connections; 4 GiB for the default 1,024), held for the read
+// timeout, at the cost of a request head each.
+func TestHostileAnnouncedBodies(t *testing.T) {
+	h := startHostile(t, true, nil)
+	const conns = 100
+	w := watchHeap(nil)
+	for range conns {
+		c := h.rawConn(t) // closed when the test ends
+		head := h.postHead("Authorization: Bearer "+h.key("ci-bot"), fmt.Sprintf("Content-Length: %d", 4<<20))
+		if _, err := io.WriteString(c, head+"{"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
+	growth := w.Stop()
+	t.Logf("%d requests announcing 4 MiB and sending 1 byte: heap peak +%s", conns, mibs(growth))
+	if growth > 64<<20 {
+		t.Errorf("the heap grew by %s for %d announced bodies, over 64 MiB", mibs(growth), conns)
+	}
+	h.stillServes(t)
+}

@@ -136,7 +136,9 @@ func (g *Gateway) readMessage(w http.ResponseWriter, r *http.Request) ([]byte, b
 	}
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
+		// Not the whole announced length: a request head announcing request_body_bytes would
+		// otherwise cost that much at once, however little of it comes.
+		buf.Grow(int(min(r.ContentLength, 64<<10)))
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, max))
 	var mbe *http.MaxBytesError
