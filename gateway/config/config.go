@@ -122,9 +122,15 @@ type Limits struct {
 	PagesPerListing int
 	// MessageBytes is the largest JSON-RPC message read from an upstream (message_bytes).
 	MessageBytes int64
+	// ListingBytes is the most bytes (as JSON) the tools of one upstream's listing may take,
+	// over all its pages (listing_bytes).
+	ListingBytes int64
 	// RequestBodyBytes is the largest HTTP request body a client may send, and the longest line
 	// a stdio client may send (request_body_bytes).
 	RequestBodyBytes int64
+	// HeaderBytes is the most bytes of request line and headers an HTTP request may have
+	// (header_bytes): read before authentication, so anyone can make the gateway hold them.
+	HeaderBytes int64
 	// BatchSize is the most messages one JSON-RPC batch may hold; 0 refuses batches
 	// (batch_size).
 	BatchSize int
@@ -133,6 +139,9 @@ type Limits struct {
 	CallsPerSession, CallsPerPrincipal int
 	// Connections is the most HTTP connections open at once (connections).
 	Connections int
+	// Sessions and SessionsPerPrincipal are the most MCP sessions open at once over HTTP, in
+	// all and for one principal (sessions, sessions_per_principal).
+	Sessions, SessionsPerPrincipal int
 	// ReadTimeout bounds reading a whole HTTP request, WriteTimeout writing a response (on the
 	// MCP endpoints each write and flush of it, so that SSE streams and long calls live),
 	// IdleTimeout a keep-alive connection between requests (read_timeout, write_timeout,

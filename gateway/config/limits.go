@@ -12,22 +12,26 @@ import (
 // tool result rarely passes a few MiB.
 func DefaultLimits() Limits {
 	return Limits{
-		ToolsPerUpstream:  2000,
-		PagesPerListing:   100,
-		MessageBytes:      16 << 20,
-		RequestBodyBytes:  4 << 20,
-		BatchSize:         0,
-		CallsPerSession:   16,
-		CallsPerPrincipal: 64,
-		Connections:       1024,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      120 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		ToolsPerUpstream:     2000,
+		PagesPerListing:      100,
+		MessageBytes:         16 << 20,
+		ListingBytes:         16 << 20,
+		RequestBodyBytes:     4 << 20,
+		HeaderBytes:          32 << 10,
+		BatchSize:            0,
+		CallsPerSession:      16,
+		CallsPerPrincipal:    64,
+		Connections:          1024,
+		Sessions:             4096,
+		SessionsPerPrincipal: 128,
+		ReadTimeout:          30 * time.Second,
+		WriteTimeout:         120 * time.Second,
+		IdleTimeout:          120 * time.Second,
 	}
 }
 
-var limitFields = []string{"tools_per_upstream", "pages_per_listing", "message_bytes", "request_body_bytes", "batch_size",
-	"calls_per_session", "calls_per_principal", "connections", "read_timeout", "write_timeout", "idle_timeout"}
+var limitFields = []string{"tools_per_upstream", "pages_per_listing", "message_bytes", "listing_bytes", "request_body_bytes", "header_bytes", "batch_size",
+	"calls_per_session", "calls_per_principal", "connections", "sessions", "sessions_per_principal", "read_timeout", "write_timeout", "idle_timeout"}
 
 // LimitNames are the label values of reversi_gateway_limit_hits_total: call_timeout and every
 // field of `limits:`.
@@ -42,11 +46,15 @@ func (d *decoder) limits(v any) Limits {
 	d.count(m, "limits", "tools_per_upstream", 1, &l.ToolsPerUpstream)
 	d.count(m, "limits", "pages_per_listing", 1, &l.PagesPerListing)
 	d.bytes(m, "limits", "message_bytes", &l.MessageBytes)
+	d.bytes(m, "limits", "listing_bytes", &l.ListingBytes)
 	d.bytes(m, "limits", "request_body_bytes", &l.RequestBodyBytes)
+	d.bytes(m, "limits", "header_bytes", &l.HeaderBytes)
 	d.count(m, "limits", "batch_size", 0, &l.BatchSize)
 	d.count(m, "limits", "calls_per_session", 1, &l.CallsPerSession)
 	d.count(m, "limits", "calls_per_principal", 1, &l.CallsPerPrincipal)
 	d.count(m, "limits", "connections", 1, &l.Connections)
+	d.count(m, "limits", "sessions", 1, &l.Sessions)
+	d.count(m, "limits", "sessions_per_principal", 1, &l.SessionsPerPrincipal)
 	d.duration(m, "limits", "read_timeout", &l.ReadTimeout)
 	d.duration(m, "limits", "write_timeout", &l.WriteTimeout)
 	d.duration(m, "limits", "idle_timeout", &l.IdleTimeout)
@@ -103,6 +111,6 @@ func (d *decoder) duration(m map[string]any, p, key string, out *time.Duration) 
 
 // String lists the limits as `field=value` pairs, for logs.
 func (l Limits) String() string {
-	return fmt.Sprintf("tools_per_upstream=%d pages_per_listing=%d message_bytes=%d request_body_bytes=%d batch_size=%d calls_per_session=%d calls_per_principal=%d connections=%d read_timeout=%s write_timeout=%s idle_timeout=%s",
-		l.ToolsPerUpstream, l.PagesPerListing, l.MessageBytes, l.RequestBodyBytes, l.BatchSize, l.CallsPerSession, l.CallsPerPrincipal, l.Connections, l.ReadTimeout, l.WriteTimeout, l.IdleTimeout)
+	return fmt.Sprintf("tools_per_upstream=%d pages_per_listing=%d message_bytes=%d listing_bytes=%d request_body_bytes=%d header_bytes=%d batch_size=%d calls_per_session=%d calls_per_principal=%d connections=%d sessions=%d sessions_per_principal=%d read_timeout=%s write_timeout=%s idle_timeout=%s",
+		l.ToolsPerUpstream, l.PagesPerListing, l.MessageBytes, l.ListingBytes, l.RequestBodyBytes, l.HeaderBytes, l.BatchSize, l.CallsPerSession, l.CallsPerPrincipal, l.Connections, l.Sessions, l.SessionsPerPrincipal, l.ReadTimeout, l.WriteTimeout, l.IdleTimeout)
 }

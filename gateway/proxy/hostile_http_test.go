@@ -328,13 +328,20 @@ func (h hostRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// TestHostileConnections: with limits.connections 3, three connections that send nothing take
-// every slot: a fourth client is not served until one of them closes, then it is; reaching the
-// bound is counted.
+// TestHostileConnections: with limits.connections 3, three connections busy in a handler (a
+// POST whose body is still coming: the handler is reading it) take every slot: a fourth client
+// is not served until one of them ends, then it is; reaching the bound is counted.
 func TestHostileConnections(t *testing.T) {
 	h := startHostile(t, false, func(c *config.Gateway) { c.Limits.Connections = 3 })
 	http.DefaultClient.CloseIdleConnections()
-	held := []net.Conn{h.rawConn(t), h.rawConn(t), h.rawConn(t)}
+	var held []net.Conn
+	for range 3 {
+		c := h.rawConn(t)
+		if _, err := io.WriteString(c, h.postHead("Content-Length: 1000")+`{"jsonrpc":"2.0",`); err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
 	get := func(timeout time.Duration) error {
 		c := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
 		res, err := c.Get(h.base + "/healthz")
@@ -343,7 +350,7 @@ func TestHostileConnections(t *testing.T) {
 		}
 		return err
 	}
-	if err := get(time.Second); err == nil {
+	if err := get(2 * time.Second); err == nil {
 		t.Fatal("a fourth connection was served while three held every slot")
 	}
 	_ = held[0].Close()
@@ -355,6 +362,62 @@ func TestHostileConnections(t *testing.T) {
 	}
 	for _, c := range held[1:] {
 		_ = c.Close()
+	}
+	h.stillServes(t)
+}
+
+// TestHostileConnectionHogs: the connection bound is no lockout. Without a credential, eight
+// connections (limits.connections) that each made a GET /healthz and then stayed idle, or that
+// send their headers a byte every 200 ms, held every slot for idle_timeout (120 s) or as long
+// as they trickled, and no one else was served. A connection that does nothing for anyone now
+// gives its slot up to a new one when all are taken: the newcomers are served at once.
+func TestHostileConnectionHogs(t *testing.T) {
+	const slots = 8
+	h := startHostile(t, true, func(c *config.Gateway) { c.Limits.Connections = slots })
+	http.DefaultClient.CloseIdleConnections()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	for i := range slots {
+		c := h.rawConn(t)
+		if i%2 == 0 { // one request, then idle
+			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", h.host)
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = res.Body.Close()
+			continue
+		}
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\nX-Slow: ", h.host)
+		wg.Go(func() { // a header a byte every 200 ms, for at most 15 s
+			for range 75 {
+				select {
+				case <-stop:
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
+				if _, err := c.Write([]byte("x")); err != nil {
+					return // closed: its slot was taken back
+				}
+			}
+		})
+	}
+	time.Sleep(stalledAfter + 200*time.Millisecond) // the tricklers are past stalledAfter
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range slots + 2 {
+		start := time.Now()
+		res, err := client.Get(h.base + "/healthz")
+		if err != nil {
+			t.Fatalf("newcomer %d not served while %d hogs held the slots: %v", i, slots, err)
+		}
+		_ = res.Body.Close()
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("newcomer %d served after %s", i, took)
+		}
+	}
+	if got := limitHits(h.gw, "connections"); got < 1 {
+		t.Errorf("limit_hits{connections} = %v, want at least 1", got)
 	}
 	h.stillServes(t)
 }

@@ -227,6 +227,11 @@ func TestHostileListingAtStart(t *testing.T) {
 			var le *LimitError
 			return errors.As(err, &le) && le.Limit == "pages_per_listing"
 		}, []string{"upstream h", "more than 100 pages", "limits.pages_per_listing is 100", "raise limits.pages_per_listing in gateway.yaml"}},
+		// 15 tools of 1 MB each per page: within message_bytes page by page, 1.5 GB by the 100th.
+		{"huge tools", []string{"-list", "endless", "-page", "15", "-pad", "1000000"}, func(err error) bool {
+			var le *LimitError
+			return errors.As(err, &le) && le.Limit == "listing_bytes"
+		}, []string{"upstream h", "the tools of tools/list take more than 16777216 bytes", "raise limits.listing_bytes in gateway.yaml"}},
 		{"2,500 tools", []string{"-list", "many"}, func(err error) bool {
 			var le *LimitError
 			return errors.As(err, &le) && le.Limit == "tools_per_upstream"

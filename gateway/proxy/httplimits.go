@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/net/netutil"
 
 	"github.com/reversi-gitops/reversi/gateway/auth"
 )
@@ -75,6 +74,11 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 				r.Body = &drainReader{b: body}
 			}
 			r.ContentLength = int64(len(body))
+			done, ok := g.admitSession(w, r)
+			if !ok {
+				return
+			}
+			defer done()
 			id := strconv.FormatUint(g.posts.seq.Add(1), 10)
 			r.Header.Set(postHeader, id)
 			g.posts.m.Store(id, r.Context())
@@ -85,7 +89,11 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 		}
 		_ = rc.SetWriteDeadline(time.Time{})
 		defer func() { _ = rc.SetWriteDeadline(time.Now().Add(lim.WriteTimeout)) }() // the final flush
-		next.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, timeout: lim.WriteTimeout, m: g.metrics}, r)
+		dw := &deadlineWriter{ResponseWriter: w, rc: rc, timeout: lim.WriteTimeout, m: g.metrics}
+		next.ServeHTTP(dw, r)
+		if r.Method == http.MethodDelete && dw.status == http.StatusNoContent {
+			g.sessions.closed(r.Header.Get("Mcp-Session-Id")) // its place is free at once
+		}
 	})
 }
 
@@ -128,7 +136,9 @@ func (g *Gateway) readMessage(w http.ResponseWriter, r *http.Request) ([]byte, b
 	}
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
+		// Not the whole announced length: a request head announcing request_body_bytes would
+		// otherwise cost that much at once, however little of it comes.
+		buf.Grow(int(min(r.ContentLength, 64<<10)))
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, max))
 	var mbe *http.MaxBytesError
@@ -218,15 +228,20 @@ func (g *Gateway) closingSession(s *mcp.Server, r *http.Request) {
 	if id == "" || s == nil {
 		return
 	}
-	principal := g.cfg.Actor
-	if who := auth.FromContext(r.Context()); who != nil {
-		principal = who.Principal
-	}
+	principal := g.httpPrincipal(r)
 	for ss := range s.Sessions() {
 		if ss.ID() == id {
 			g.calls.cancelSession(ss, principal, ErrSessionClosed)
 		}
 	}
+}
+
+// httpPrincipal is the principal of an HTTP request: the authenticated one, else the actor.
+func (g *Gateway) httpPrincipal(r *http.Request) string {
+	if who := auth.FromContext(r.Context()); who != nil {
+		return who.Principal
+	}
+	return g.cfg.Actor
 }
 
 // deadlineWriter gives each write and flush of a response limits.write_timeout.
@@ -236,6 +251,14 @@ type deadlineWriter struct {
 	timeout time.Duration
 	m       *metrics
 	hit     atomic.Bool
+	status  int // the status written, 0 before
+}
+
+func (w *deadlineWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *deadlineWriter) Write(p []byte) (int, error) {
@@ -278,40 +301,3 @@ func (w refusalWriter) WriteHeader(code int) {
 }
 
 func (w refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// limitListener bounds ln to limits.connections open connections (netutil.LimitListener: the
-// next connection waits in the listen backlog until one closes) and counts each time the bound
-// is reached.
-func (g *Gateway) limitListener(ln net.Listener) net.Listener {
-	max := int64(g.limits.Connections)
-	return netutil.LimitListener(&countingListener{Listener: ln, max: max, m: g.metrics}, int(max))
-}
-
-type countingListener struct {
-	net.Listener
-	open atomic.Int64
-	max  int64
-	m    *metrics
-}
-
-func (l *countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	if l.open.Add(1) >= l.max {
-		l.m.limitHit("connections")
-	}
-	return &countedConn{Conn: c, l: l}, nil
-}
-
-type countedConn struct {
-	net.Conn
-	l    *countingListener
-	once sync.Once
-}
-
-func (c *countedConn) Close() error {
-	c.once.Do(func() { c.l.open.Add(-1) })
-	return c.Conn.Close()
-}

@@ -46,14 +46,22 @@ func effectiveLimits(l config.Limits) config.Limits {
 	set(&l.CallsPerSession, d.CallsPerSession)
 	set(&l.CallsPerPrincipal, d.CallsPerPrincipal)
 	set(&l.Connections, d.Connections)
+	set(&l.Sessions, d.Sessions)
+	set(&l.SessionsPerPrincipal, d.SessionsPerPrincipal)
 	if l.BatchSize < 0 {
 		l.BatchSize = 0
 	}
 	if l.MessageBytes <= 0 {
 		l.MessageBytes = d.MessageBytes
 	}
+	if l.ListingBytes <= 0 {
+		l.ListingBytes = d.ListingBytes
+	}
 	if l.RequestBodyBytes <= 0 {
 		l.RequestBodyBytes = d.RequestBodyBytes
+	}
+	if l.HeaderBytes <= 0 {
+		l.HeaderBytes = d.HeaderBytes
 	}
 	if l.ReadTimeout <= 0 {
 		l.ReadTimeout = d.ReadTimeout

@@ -107,6 +107,8 @@ type Gateway struct {
 	setChecksum string
 	listedAt    time.Time
 	listing     singleflight.Group // one upstream re-listing at a time for agents' tools/list
+	listNote    string             // the last failed refresh noted (refreshTools), "" after a good one
+	listNoteAt  time.Time
 
 	sums atomic.Pointer[sync.Map] // *manifest.Manifest -> checksum string
 
@@ -118,9 +120,10 @@ type Gateway struct {
 	health  health   // health.go
 	sec     security // httpauth.go, operator.go
 
-	limits config.Limits // effectiveLimits of the config's (limits.go)
-	calls  *inflight     // tools/call in flight (limits.go)
-	posts  posts         // HTTP POSTs being served (httplimits.go)
+	limits   config.Limits // effectiveLimits of the config's (limits.go)
+	calls    *inflight     // tools/call in flight (limits.go)
+	sessions *sessionCount // HTTP sessions open (sessions.go)
+	posts    posts         // HTTP POSTs being served (httplimits.go)
 }
 
 // New connects to every upstream, lists and names their tools, builds the engine, prints the
@@ -147,6 +150,8 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	g.limits = effectiveLimits(o.Config.Limits)
 	g.calls = newInflight(g.limits)
+	g.sessions = newSessionCount(g.limits.SessionsPerPrincipal, g.limits.Sessions,
+		func() []*mcp.Server { return []*mcp.Server{g.server, g.sec.opServer} })
 	g.mode = engine.Mode(o.Config.Mode)
 	if g.mode == "" { // the automatic choice, made once (seed: Observe first)
 		g.mode = engine.Enforce
@@ -411,7 +416,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	r := g.route(name)
 	reason := "MCP tools/call " + name
 	if s, ok := req.Params.Meta[ReasonMeta].(string); ok && strings.TrimSpace(s) != "" {
-		reason = s
+		reason = clip(s, maxReasonBytes) // journaled with every record of the call
 	}
 	run, err := g.runFor(ctx, req)
 	if err != nil {
@@ -709,7 +714,17 @@ func (g *Gateway) journalBlocked(ctx context.Context, in store.Intent, reason st
 	g.outcome(ctx, in.Run, step, store.StepOutcome{Status: store.Blocked, Note: reason})
 }
 
+// maxNoteBytes and maxReasonBytes bound what a call journals of text an upstream or a client
+// chose: an upstream's error message (up to limits.message_bytes) in an outcome's note, a
+// client's reason (up to limits.request_body_bytes). Journaled whole, every call could add
+// megabytes to the journal.
+const (
+	maxNoteBytes   = 4096
+	maxReasonBytes = 1024
+)
+
 func (g *Gateway) outcome(ctx context.Context, run string, step int64, o store.StepOutcome) {
+	o.Note = clip(o.Note, maxNoteBytes)
 	// The outcome is journaled even if the client went away mid-call.
 	if _, err := g.store.RecordOutcome(context.WithoutCancel(ctx), run, step, o); err != nil {
 		g.warn("journal outcome of step %d in run %s: %v", step, run, err)

@@ -70,10 +70,15 @@ func (g *Gateway) Handler() http.Handler { return g.httpHandler() }
 // MCP endpoints' streams, idle_timeout between requests, at most connections open at once).
 func (g *Gateway) ServeListener(ctx context.Context, ln net.Listener) error {
 	lim := g.limits
-	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: min(10*time.Second, lim.ReadTimeout),
-		ReadTimeout: lim.ReadTimeout, WriteTimeout: lim.WriteTimeout, IdleTimeout: lim.IdleTimeout}
+	// MaxHeaderBytes: headers are read before authentication, and net/http holds about 2.7 times
+	// their size while it parses them (its default, 1 MiB, let 200 unauthenticated connections
+	// that never finish their headers hold 530 MiB).
+	cl := g.limitListener(ln) // connlimit.go
+	srv := &http.Server{Handler: cl.handler(g.Handler()), ReadHeaderTimeout: min(10*time.Second, lim.ReadTimeout),
+		ReadTimeout: lim.ReadTimeout, WriteTimeout: lim.WriteTimeout, IdleTimeout: lim.IdleTimeout,
+		MaxHeaderBytes: int(lim.HeaderBytes), ConnState: cl.connState, ConnContext: cl.connContext}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(g.limitListener(ln)) }()
+	go func() { errc <- srv.Serve(cl) }()
 	select {
 	case err := <-errc:
 		return err

@@ -62,6 +62,7 @@ type stdioTransport struct {
 	terminate time.Duration // how long Close waits after closing stdin, and after SIGTERM
 	warn      func(format string, args ...any)
 	hit       func(limit string) // counts a limit hit (metrics)
+	stderr    *stderrLines       // the process's stderr; nil: not ours
 }
 
 func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
@@ -86,9 +87,13 @@ func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
 	_, _ = inR.Close(), outW.Close()
 	c := &stdioConn{t: t, stdin: inW, stdout: outR, incoming: make(chan jsonrpc.Message),
 		readDone: make(chan struct{}), exited: make(chan struct{}), closed: make(chan struct{}),
-		writeSem: make(chan struct{}, 1), logs: rate.Sometimes{First: 10, Interval: 10 * time.Second}}
+		writeSem: make(chan struct{}, 1), logs: rate.Sometimes{First: 10, Interval: 10 * time.Second},
+		answers: newAnswerGate(t.name, t.warn)}
 	go func() {
 		_ = t.cmd.Wait() // its result is in cmd.ProcessState
+		if t.stderr != nil {
+			t.stderr.flush()
+		}
 		close(c.exited)
 		// A child of the upstream may hold stdout open after it exited: stop reading anyway.
 		select {
@@ -122,6 +127,8 @@ type stdioConn struct {
 
 	logs    rate.Sometimes // at most 10 skipped-line logs, then one per 10 s
 	skipped atomic.Int64   // lines skipped so far
+
+	answers *answerGate // the answers to the upstream's own requests (answers.go)
 }
 
 func (c *stdioConn) SessionID() string { return "" }
@@ -142,13 +149,34 @@ func (c *stdioConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 
 // Write writes one message and its newline. It gives up when ctx ends before the upstream
 // takes the bytes (an upstream that stops reading stdin fills the pipe); a message written
-// in part breaks the framing, so the connection is then closed.
+// in part breaks the framing, so the connection is then closed. An answer to the upstream's
+// own request is bounded by the connection's answerGate (answers.go): dropped, not failed,
+// when it cannot be written in time.
 func (c *stdioConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
 		return fmt.Errorf("encoding a message for upstream %s: %w", c.t.name, err)
 	}
 	data = append(data, '\n')
+	if _, ok := msg.(*jsonrpc.Response); ok {
+		if !c.answers.enter() {
+			return nil
+		}
+		defer c.answers.leave()
+		actx, cancel := context.WithTimeout(ctx, answerTimeout)
+		defer cancel()
+		err := c.write(actx, data)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			c.answers.drop(fmt.Sprintf("it did not read the answer within %s", answerTimeout))
+			return nil // nothing was written: the framing holds
+		}
+		return err
+	}
+	return c.write(ctx, data)
+}
+
+// write writes data, one message and its newline, as Write describes.
+func (c *stdioConn) write(ctx context.Context, data []byte) error {
 	select {
 	case c.writeSem <- struct{}{}:
 	case <-ctx.Done():

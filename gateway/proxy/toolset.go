@@ -16,6 +16,9 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/store"
 )
 
+// listNoteRepeat is how often a tool listing that keeps failing the same way is noted again.
+const listNoteRepeat = 10 * time.Minute
+
 // ListCacheTTL is how long the upstreams' tools/list answers are reused before an agent's
 // tools/list asks them again (seed: Limits, "tools/list results are cached for five seconds").
 // A notifications/tools/list_changed from an upstream refreshes it at once.
@@ -146,11 +149,12 @@ func (g *Gateway) refreshTools(ctx context.Context, only ...*upstream) error {
 		g.listedAt = time.Now()
 	}
 	if err := errors.Join(errs...); err != nil {
-		g.note("the tool list was not refreshed: %v", err)
+		g.noteListing(fmt.Sprintf("the tool list was not refreshed: %v", err))
 		return err
 	}
 	ts, err := buildTools(g.upstreams)
 	if err == nil && reflect.DeepEqual(ts.tools, (*g.tools.Load()).tools) {
+		g.listNote = ""
 		return nil
 	}
 	var e *engine.Engine
@@ -158,13 +162,25 @@ func (g *Gateway) refreshTools(ctx context.Context, only ...*upstream) error {
 		e, err = g.newEngine(g.manifests, ts.tools)
 	}
 	if err != nil {
-		g.note("the new tool list was refused, the previous one keeps serving: %v", err)
+		g.noteListing(fmt.Sprintf("the new tool list was refused, the previous one keeps serving: %v", err))
 		return err
 	}
+	g.listNote = ""
 	old := *g.tools.Load()
 	g.engine.Swap(e)
 	g.publish(old, ts)
 	return nil
+}
+
+// noteListing notes a failed refresh of the tools (g.stateMu held). The same failure again (an
+// upstream whose listing keeps failing, asked again on every list_changed) is noted once per
+// listNoteRepeat, so that it cannot fill the journal.
+func (g *Gateway) noteListing(text string) {
+	if text == g.listNote && time.Since(g.listNoteAt) < listNoteRepeat {
+		return
+	}
+	g.listNote, g.listNoteAt = text, time.Now()
+	g.note("%s", text)
 }
 
 // listStale reports whether the upstreams were last listed longer than ListCacheTTL ago.
@@ -176,7 +192,7 @@ func (g *Gateway) listStale() bool {
 
 // note writes a gateway-level note to stderr and to the gateway journal.
 func (g *Gateway) note(format string, args ...any) {
-	text := fmt.Sprintf(format, args...)
+	text := clip(fmt.Sprintf(format, args...), maxNoteBytes) // errors may quote an upstream
 	g.warn("%s", text)
 	if _, err := g.store.AppendEvent(context.Background(), store.Event{Run: store.GatewayJournal, Kind: store.KindNote, Note: text}); err != nil {
 		g.warn("journal note: %v", err)

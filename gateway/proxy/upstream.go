@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ type upstream struct {
 
 	relist    chan struct{}  // a list_changed waiting to be handled (at most one)
 	relisting atomic.Bool    // a goroutine handles list_changed notifications
+	relistAt  atomic.Int64   // when the last list_changed listing began (Unix ns)
 	conn      mcp.Connection // the current session's connection (guarded by mu): see Gateway.Close
 
 	mu    sync.Mutex
@@ -68,9 +70,10 @@ var ErrCursorCycle = errors.New("tools/list gave a cursor an earlier page gave (
 
 // list fetches every page of the upstream's tools/list and keeps it. The listing is bounded
 // (issue 18): at most limits.pages_per_listing pages and limits.tools_per_upstream tools (a
-// *LimitError past either), no cursor twice (ErrCursorCycle), within ListTimeout; only the
-// tools are kept, so memory is bounded by the tools and one page (limits.message_bytes). A
-// failed listing keeps nothing: the previous list stays.
+// *LimitError past either, or past limits.listing_bytes of tools as JSON over all pages), no
+// cursor twice (ErrCursorCycle), within ListTimeout; only the tools are kept, so memory is
+// bounded by limits.listing_bytes and one page (limits.message_bytes). A failed listing keeps
+// nothing: the previous list stays.
 func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 	cs, err := u.session()
 	if err != nil {
@@ -80,6 +83,7 @@ func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 	defer cancel()
 	l := effectiveLimits(u.dial.cfg.Limits)
 	var tools []*mcp.Tool
+	var size int64                       // the tools' JSON so far
 	seen := map[[sha256.Size]byte]bool{} // hashes, not cursors: a cursor can be megabytes
 	params := &mcp.ListToolsParams{}
 	for page := 1; ; page++ {
@@ -94,6 +98,16 @@ func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 			u.dial.limitHit("tools_per_upstream")
 			return nil, upstreamLimit(u.name, "tools_per_upstream", l.ToolsPerUpstream,
 				fmt.Sprintf("tools/list offers more than %d tools (%d by page %d)", l.ToolsPerUpstream, n, page))
+		}
+		// The tools as JSON: pages_per_listing pages of message_bytes each would let one
+		// listing hold gigabytes of schemas and descriptions.
+		if b, err := json.Marshal(res.Tools); err == nil {
+			size += int64(len(b))
+		}
+		if size > l.ListingBytes {
+			u.dial.limitHit("listing_bytes")
+			return nil, upstreamLimit(u.name, "listing_bytes", int(l.ListingBytes),
+				fmt.Sprintf("the tools of tools/list take more than %d bytes (%d by page %d)", l.ListingBytes, size, page))
 		}
 		tools = append(tools, res.Tools...)
 		if res.NextCursor == "" {
@@ -182,15 +196,16 @@ func transport(d dialer, u config.Upstream) mcp.Transport {
 		cmd := exec.Command(u.Command, u.Args...)
 		cmd.Env = Env(u)
 		cmd.Dir = d.cfg.Resolve(u.Cwd)
-		cmd.Stderr = d.stderr
+		lines := newStderrLines(d.stderr, u.Name) // prefixed, escaped, bounded (stderrlines.go)
+		cmd.Stderr = lines
 		return passthroughTransport{Transport: &stdioTransport{cmd: cmd, name: u.Name, limit: limit,
-			terminate: UpstreamTerminateWait, warn: d.warn, hit: d.limitHit}}
+			terminate: UpstreamTerminateWait, warn: d.warn, hit: d.limitHit, stderr: lines}}
 	}
 	var base http.RoundTripper = headerTransport{headers: u.Headers, base: http.DefaultTransport}
 	return &mcp.StreamableClientTransport{
 		Endpoint: u.URL,
 		HTTPClient: &http.Client{Transport: &bodyLimitTransport{base: base, name: u.Name, limit: limit,
-			warn: d.warn, hit: d.limitHit}},
+			warn: d.warn, hit: d.limitHit, answers: newAnswerGate(u.Name, d.warn)}},
 		// Above the limit: bodyLimitTransport decides, so the SDK never fails the whole
 		// connection for one oversized event.
 		MaxEventSize: int(limit) + sseSlack,
@@ -267,6 +282,13 @@ func (u *upstream) listChanged(changed func(*upstream)) {
 		for {
 			select {
 			case <-u.relist:
+				// At most one listing per relistInterval: an upstream that sends list_changed in
+				// a loop would otherwise have the gateway list it (and journal a failed listing)
+				// as fast as it answers.
+				if wait := relistInterval - time.Since(time.Unix(0, u.relistAt.Load())); wait > 0 {
+					time.Sleep(wait)
+				}
+				u.relistAt.Store(time.Now().UnixNano())
 				changed(u)
 				continue
 			default:
@@ -280,6 +302,10 @@ func (u *upstream) listChanged(changed func(*upstream)) {
 		}
 	}()
 }
+
+// relistInterval is the least time between two listings of one upstream that its
+// notifications/tools/list_changed ask for.
+const relistInterval = time.Second
 
 // Reconnect backoff of a lost upstream: 0.5 s doubling to 30 s (stdio upstreams are started
 // again, HTTP ones dialled again).

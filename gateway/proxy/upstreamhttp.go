@@ -31,9 +31,24 @@ type bodyLimitTransport struct {
 	limit int64  // limits.message_bytes
 	warn  func(format string, args ...any)
 	hit   func(limit string)
+	// answers bounds the POSTs of the gateway's answers to the upstream's own requests
+	// (answers.go); nil: unbounded.
+	answers *answerGate
 }
 
 func (t *bodyLimitTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.answers != nil && isAnswer(r) {
+		return t.answers.answerRoundTrip(roundTripFunc(t.roundTrip), r)
+	}
+	return t.roundTrip(r)
+}
+
+// roundTripFunc is a function as an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (t *bodyLimitTransport) roundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(r)
 	if err != nil || resp.Body == nil || r.Method != http.MethodPost && r.Method != http.MethodGet {
 		return resp, err
@@ -43,13 +58,47 @@ func (t *bodyLimitTransport) RoundTrip(r *http.Request) (*http.Response, error) 
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		// The SDK reads an error body only to find a JSON-RPC error in it: a cut one is none.
 		resp.Body = readCloser2{io.LimitReader(resp.Body, t.limit), resp.Body}
+		if r.Method == http.MethodPost {
+			t.errorStatus(r, resp)
+		}
 	case mt == "application/json":
 		resp.Body = &jsonBody{t: t, body: resp.Body, req: r}
 		resp.ContentLength = -1
 	case mt == "text/event-stream":
-		resp.Body = &sseBody{t: t, body: resp.Body, br: bufio.NewReaderSize(resp.Body, 64<<10), lineStart: true}
+		resp.Body = &sseBody{t: t, body: resp.Body, req: r, br: bufio.NewReaderSize(resp.Body, 64<<10), lineStart: true}
 	}
 	return resp, nil
+}
+
+// errorStatus makes an HTTP error answer to one POST fail only what that POST carried. The SDK
+// fails the whole connection (every session's calls) on an error status that is neither a
+// session gone (404) nor transient (429, 500, 502 to 504) unless the body is a JSON-RPC error:
+// an upstream answering one call 400 or 403 with an error page broke them all. A call's error
+// page is replaced by a JSON-RPC error answer to it saying the status; any other message's
+// status is made transient (502), which the SDK takes as that message refused.
+func (t *bodyLimitTransport) errorStatus(r *http.Request, resp *http.Response) {
+	switch resp.StatusCode {
+	case http.StatusNotFound, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return // the SDK's own handling: the session is gone, or the message is refused
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if m, err := jsonrpc.DecodeMessage(body); err == nil {
+		if a, ok := m.(*jsonrpc.Response); ok && a.Error != nil {
+			return // a JSON-RPC error: the SDK fails that call only
+		}
+	}
+	id, call := postedMessage(r)
+	if !call {
+		resp.StatusCode, resp.Status = http.StatusBadGateway, fmt.Sprintf("%d %s (upstream: %s)", http.StatusBadGateway, http.StatusText(http.StatusBadGateway), resp.Status)
+		return
+	}
+	fail := fmt.Errorf("upstream %s answered HTTP %s: %s", t.name, resp.Status, snippet(bytes.TrimSpace(body)))
+	t.warn("%v; the call with id %v fails, the others go on", fail, id.Raw())
+	resp.Body = io.NopCloser(bytes.NewReader(errorAnswer(id, fail)))
+	resp.Header.Set("Content-Type", "application/json")
 }
 
 type readCloser2 struct {
@@ -63,22 +112,42 @@ func errorAnswer(id jsonrpc.ID, err error) []byte {
 	return b
 }
 
-// requestID is the id of the JSON-RPC request r carries (the SDK's POST bodies are small and
-// can be read again with GetBody).
-func requestID(r *http.Request) (jsonrpc.ID, bool) {
+// scanPost runs the id scan over the JSON-RPC message r posts (the SDK's POST bodies are small
+// and can be read again with GetBody); ok is false when the body cannot be read again.
+func scanPost(r *http.Request) (s *idScanner, ok bool) {
 	if r.GetBody == nil {
-		return jsonrpc.ID{}, false
+		return nil, false
 	}
 	body, err := r.GetBody()
 	if err != nil {
-		return jsonrpc.ID{}, false
+		return nil, false
 	}
 	defer body.Close()
-	var s idScanner
-	if _, err := io.Copy(&s, body); err != nil {
+	s = &idScanner{}
+	if _, err := io.Copy(s, io.LimitReader(body, 1<<20)); err != nil {
+		return nil, false
+	}
+	return s, true
+}
+
+// requestID is the id of the JSON-RPC message r posts.
+func requestID(r *http.Request) (jsonrpc.ID, bool) {
+	s, ok := scanPost(r)
+	if !ok {
 		return jsonrpc.ID{}, false
 	}
 	return s.ID()
+}
+
+// postedMessage is the id of the JSON-RPC message r posts and whether it is a call (a request
+// with an id, whose answer the SDK waits for).
+func postedMessage(r *http.Request) (jsonrpc.ID, bool) {
+	s, ok := scanPost(r)
+	if !ok {
+		return jsonrpc.ID{}, false
+	}
+	id, ok := s.ID()
+	return id, ok && s.hasMethod
 }
 
 // jsonBody is an application/json answer: read whole on the first Read up to the limit; over
@@ -104,6 +173,12 @@ func (b *jsonBody) Read(p []byte) (int, error) {
 			fail = &MessageTooLargeError{Upstream: b.t.name, Limit: b.t.limit}
 		default:
 			data = held.Bytes()
+			// The SDK fails the whole connection (every session's calls) on an answer it
+			// cannot decode: fail only this call.
+			if _, err := jsonrpc.DecodeMessage(data); err != nil {
+				fail = fmt.Errorf("upstream %s answered with a body that is not a JSON-RPC message: %v", b.t.name, clipErr(err))
+				data = nil
+			}
 		}
 		held.Reset()
 		if fail != nil {
@@ -128,6 +203,7 @@ func (b *jsonBody) Close() error { return b.body.Close() }
 type sseBody struct {
 	t    *bodyLimitTransport
 	body io.ReadCloser
+	req  *http.Request // the POST or GET whose answer the stream is
 	br   *bufio.Reader
 
 	out []byte // bytes ready for the reader
@@ -219,8 +295,27 @@ func (b *sseBody) feed(frag []byte, start bool) {
 // endEvent passes the event on (with its blank line end), or what replaces an oversized one.
 func (b *sseBody) endEvent(end []byte) {
 	if b.over == nil {
-		b.out = append(b.event.Bytes(), end...)
+		ev := b.event.Bytes()
 		b.event.Reset()
+		if why := badEvent(ev); why != nil {
+			// The SDK fails the whole connection on an event it cannot read: fail only the call
+			// whose stream this is, or drop the event from the standalone stream.
+			fail := fmt.Errorf("upstream %s sent an event that is not a JSON-RPC message (%v)", b.t.name, why)
+			id, ok := jsonrpc.ID{}, false
+			if b.req.Method == http.MethodPost {
+				id, ok = requestID(b.req)
+			}
+			if !ok {
+				b.t.warn("%v; dropped it", fail)
+				return
+			}
+			b.t.warn("%v; the call with id %v fails, the others go on", fail, id.Raw())
+			b.out = append(b.out, "event: message\ndata: "...)
+			b.out = append(b.out, errorAnswer(id, fail)...)
+			b.out = append(b.out, "\n\n"...)
+			return
+		}
+		b.out = append(ev, end...)
 		return
 	}
 	o := b.over
@@ -237,3 +332,38 @@ func (b *sseBody) endEvent(end []byte) {
 	b.out = append(b.out, errorAnswer(id, tooLarge)...)
 	b.out = append(b.out, "\n\n"...)
 }
+
+// badEvent reports why the SDK's SSE reader would fail the connection on event (its lines,
+// without the blank line that ends it), or nil: a line without a colon, or data (the data
+// lines joined, of an event named message or unnamed) that is not a JSON-RPC message.
+func badEvent(event []byte) error {
+	name, data, hasData := "", []byte(nil), false
+	for line := range bytes.SplitSeq(event, []byte("\n")) {
+		line = bytes.TrimRight(line, "\r")
+		if len(line) == 0 {
+			continue
+		}
+		field, value, found := bytes.Cut(line, []byte(":"))
+		switch {
+		case !found:
+			return fmt.Errorf("a line without a colon: %s", snippet(line))
+		case string(field) == "event":
+			name = string(bytes.TrimSpace(value))
+		case string(field) == "data":
+			if hasData {
+				data = append(data, '\n')
+			}
+			data, hasData = append(data, bytes.TrimSpace(value)...), true
+		}
+	}
+	if len(data) == 0 || name != "" && name != "message" {
+		return nil
+	}
+	if _, err := jsonrpc.DecodeMessage(data); err != nil {
+		return fmt.Errorf("its data: %v", clipErr(err))
+	}
+	return nil
+}
+
+// clipErr is err's text cut to 200 bytes (a decoding error quotes the input).
+func clipErr(err error) string { return clip(err.Error(), 200) }

@@ -25,8 +25,20 @@
 //	                       a child that keeps stdout open for 30 s)
 //	relist {list}          switches the listing to list, sends
 //	                       notifications/tools/list_changed, then answers "relisted"
+//	flood {n, method, deaf, notify} sends n requests of method (default ping) to the client,
+//	                       ids "flood-1"… (notifications with notify), then answers "flooded";
+//	                       with deaf it first stops reading
+//	                       stdin for good (HTTP: the client's answers are never taken; the
+//	                       requests go on the call's stream with -sse, nowhere without)
+//	big_error {bytes}      answers a JSON-RPC error whose message has bytes bytes (default 20 MiB)
+//	http_error {status}    HTTP: answers the call's POST with status and a text/plain body
+//	bad_answer {line}      answers with text that is not JSON (-sse: as an event's data; with
+//	                       line, the event also has a line without a colon)
+//	answers {}             answers how many of the flood's requests the client answered
+//	lists {}               answers how many tools/list requests (pages) it received
 //
-// Other faults: -banner writes a line before reading anything; -garbage writes a line that is
+// Other faults: -stderr writes its text on stderr before anything else, -stderr-lines times
+// (escapes \n, \r and \x1b in it are decoded); -banner writes a line before reading anything; -garbage writes a line that is
 // not JSON before every message. -cancel-log appends the requestId of every
 // notifications/cancelled received, one per line; -calls-log the name of every tools/call.
 //
@@ -50,7 +62,17 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+)
+
+// deaf is closed when the server stops taking the client's messages (the flood tool's deaf);
+// answered counts the client's answers to the flood's requests.
+var (
+	deaf     = make(chan struct{})
+	deafOnce sync.Once
+	answered atomic.Int64
+	listed   atomic.Int64 // tools/list requests received
 )
 
 var (
@@ -59,6 +81,8 @@ var (
 	pageFlag  = flag.Int("page", 0, "tools per tools/list page (normal: 0 is one page; endless: 0 is 1)")
 	padFlag   = flag.Int("pad", 0, "endless listing: bytes of description per tool")
 	banner    = flag.String("banner", "", "a line written on stdout before reading anything")
+	stderrOut = flag.String("stderr", "", `text written on stderr at start (\n, \r and \x1b decoded)`)
+	stderrN   = flag.Int("stderr-lines", 1, "how many times -stderr is written")
 	garbage   = flag.Bool("garbage", false, "write a line that is not JSON before every message")
 	cancelLog = flag.String("cancel-log", "", "append the requestId of every notifications/cancelled to this file")
 	callsLog  = flag.String("calls-log", "", "append the name of every tools/call to this file")
@@ -74,6 +98,14 @@ func main() {
 		time.Sleep(*sleep)
 		return
 	}
+	if *stderrOut != "" {
+		text := strings.NewReplacer(`\n`, "\n", `\r`, "\r", `\x1b`, "\x1b").Replace(*stderrOut)
+		w := bufio.NewWriterSize(os.Stderr, 64<<10)
+		for range *stderrN {
+			w.WriteString(text)
+		}
+		w.Flush()
+	}
 	s := &server{list: *listFlag}
 	if *httpAddr != "" {
 		if err := s.serveHTTP(*httpAddr); err != nil {
@@ -88,6 +120,11 @@ func main() {
 	}
 	in := bufio.NewReaderSize(os.Stdin, 64<<10)
 	for {
+		select {
+		case <-deaf:
+			select {} // never reads again
+		default:
+		}
 		line, err := in.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
 			s.handle(context.Background(), line, s.writeMessage)
@@ -97,6 +134,10 @@ func main() {
 		}
 	}
 }
+
+// streamKey carries, in an HTTP call's context with -sse, the function that writes one event
+// on the call's stream.
+type streamKey struct{}
 
 type server struct {
 	mu   sync.Mutex // guards out and list
@@ -175,6 +216,7 @@ func (s *server) handle(ctx context.Context, line []byte, write func([]byte)) {
 	case "ping":
 		write(result(req.ID, map[string]any{}))
 	case "tools/list":
+		listed.Add(1)
 		var p struct {
 			Cursor string `json:"cursor"`
 		}
@@ -185,6 +227,10 @@ func (s *server) handle(ctx context.Context, line []byte, write func([]byte)) {
 	case "tools/call":
 		// Its own goroutine: a hanging call must not hold the others.
 		go s.call(ctx, req, write)
+	case "": // an answer to a request of ours
+		if bytes.HasPrefix(req.ID, []byte(`"flood-`)) {
+			answered.Add(1)
+		}
 	case "notifications/cancelled":
 		var p struct {
 			RequestID any `json:"requestId"`
@@ -217,6 +263,12 @@ func fixedTools() []any {
 		tool("hang", "Never answers.", nil),
 		tool("crash", "Exits without answering.", nil),
 		tool("relist", "Changes the listing and says so.", map[string]any{"list": str}),
+		tool("flood", "Sends n requests to the client, then answers.", map[string]any{"n": num, "method": str, "deaf": map[string]any{"type": "boolean"}, "notify": map[string]any{"type": "boolean"}}),
+		tool("http_error", "HTTP: answers the POST with the status and a body that is not JSON.", map[string]any{"status": num}),
+		tool("big_error", "Answers a JSON-RPC error whose message has bytes bytes.", map[string]any{"bytes": num}),
+		tool("bad_answer", "Answers with something that is not a JSON-RPC message.", map[string]any{"line": map[string]any{"type": "boolean"}}),
+		tool("answers", "Answers how many of the flood's requests the client answered.", nil),
+		tool("lists", "Answers how many tools/list requests (pages) it received.", nil),
 	}
 }
 
@@ -275,6 +327,11 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 			Bytes  float64 `json:"bytes"`
 			IDLast bool    `json:"id_last"`
 			List   string  `json:"list"`
+			N      float64 `json:"n"`
+			Method string  `json:"method"`
+			Deaf   bool    `json:"deaf"`
+			Notify bool    `json:"notify"`
+			Line   bool    `json:"line"`
 		} `json:"arguments"`
 	}
 	_ = json.Unmarshal(req.Params, &p)
@@ -331,6 +388,42 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 			s.writeLine([]byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`))
 		}
 		write(result(req.ID, text("relisted")))
+	case "big_error":
+		write(rpcError(req.ID, -32603, strings.Repeat("E", size)))
+	case "bad_answer":
+		// Not a JSON-RPC message: over stdio a line that is not JSON, over HTTP a JSON body (or
+		// an SSE event, whose data lines then include one without a colon with line) that is
+		// not JSON.
+		bad := "this answer is not JSON"
+		if a.Line {
+			bad += "\nthis line has no colon"
+		}
+		write([]byte(bad))
+	case "answers":
+		write(result(req.ID, text(strconv.FormatInt(answered.Load(), 10))))
+	case "lists":
+		write(result(req.ID, text(strconv.FormatInt(listed.Load(), 10))))
+	case "flood":
+		if a.Deaf {
+			deafOnce.Do(func() { close(deaf) })
+		}
+		method := a.Method
+		if method == "" {
+			method = "ping"
+		}
+		for i := 1; i <= int(a.N); i++ {
+			m := map[string]any{"jsonrpc": "2.0", "id": fmt.Sprintf("flood-%d", i), "method": method, "params": map[string]any{}}
+			if a.Notify {
+				delete(m, "id")
+			}
+			b, _ := json.Marshal(m)
+			if stream, ok := ctx.Value(streamKey{}).(func([]byte)); ok {
+				stream(b) // HTTP -sse: on the call's own stream
+			} else if s.notify == nil {
+				s.writeLine(b)
+			}
+		}
+		write(result(req.ID, text("flooded")))
 	default:
 		write(result(req.ID, map[string]any{"isError": true, "content": []any{map[string]any{"type": "text", "text": "unknown tool " + p.Name}}}))
 	}
@@ -370,18 +463,57 @@ func (s *server) serveHTTP(addr string) error {
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
+		if req.Method == "" { // the client's answer to a request of ours
+			select {
+			case <-deaf: // deaf: the answer is never taken
+				<-r.Context().Done()
+				return
+			default:
+			}
+			s.handle(r.Context(), body, func([]byte) {})
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		var status struct {
+			Params struct {
+				Name      string `json:"name"`
+				Arguments struct {
+					Status int `json:"status"`
+				} `json:"arguments"`
+			} `json:"params"`
+		}
+		if req.Method == "tools/call" && json.Unmarshal(body, &status) == nil && status.Params.Name == "http_error" {
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(status.Params.Arguments.Status)
+			fmt.Fprintln(w, "<html>an error page, not JSON</html>")
+			return
+		}
+		if *sse && req.Method == "tools/call" {
+			// One event stream per call: the requests the call sends (flood), then its answer.
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			var mu sync.Mutex
+			event := func(b []byte) {
+				mu.Lock()
+				defer mu.Unlock()
+				fmt.Fprintf(w, "event: message\ndata: %s\n\n", b)
+				w.(http.Flusher).Flush()
+			}
+			answer := make(chan []byte, 1)
+			s.handle(context.WithValue(r.Context(), streamKey{}, event), body, func(b []byte) { answer <- b })
+			select {
+			case msg := <-answer:
+				event(msg)
+			case <-r.Context().Done():
+			}
+			return
+		}
 		answer := make(chan []byte, 1)
 		s.handle(r.Context(), body, func(b []byte) { answer <- b })
 		var msg []byte
 		select {
 		case msg = <-answer:
 		case <-r.Context().Done():
-			return
-		}
-		if *sse && req.Method == "tools/call" {
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.WriteHeader(http.StatusOK)
-			fmt.Fprintf(w, "event: message\ndata: %s\n\n", msg)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
