@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -36,43 +37,29 @@ func (e *LimitError) Error() string { return e.Text }
 // without limits gets the defaults, never "unlimited". BatchSize 0 is the default (refused).
 func effectiveLimits(l config.Limits) config.Limits {
 	d := config.DefaultLimits()
-	set := func(v *int, def int) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	set(&l.ToolsPerUpstream, d.ToolsPerUpstream)
-	set(&l.PagesPerListing, d.PagesPerListing)
-	set(&l.CallsPerSession, d.CallsPerSession)
-	set(&l.CallsPerPrincipal, d.CallsPerPrincipal)
-	set(&l.Connections, d.Connections)
-	set(&l.Sessions, d.Sessions)
-	set(&l.SessionsPerPrincipal, d.SessionsPerPrincipal)
-	if l.BatchSize < 0 {
-		l.BatchSize = 0
-	}
-	if l.MessageBytes <= 0 {
-		l.MessageBytes = d.MessageBytes
-	}
-	if l.ListingBytes <= 0 {
-		l.ListingBytes = d.ListingBytes
-	}
-	if l.RequestBodyBytes <= 0 {
-		l.RequestBodyBytes = d.RequestBodyBytes
-	}
-	if l.HeaderBytes <= 0 {
-		l.HeaderBytes = d.HeaderBytes
-	}
-	if l.ReadTimeout <= 0 {
-		l.ReadTimeout = d.ReadTimeout
-	}
-	if l.WriteTimeout <= 0 {
-		l.WriteTimeout = d.WriteTimeout
-	}
-	if l.IdleTimeout <= 0 {
-		l.IdleTimeout = d.IdleTimeout
-	}
+	orDefault(&l.ToolsPerUpstream, d.ToolsPerUpstream)
+	orDefault(&l.PagesPerListing, d.PagesPerListing)
+	orDefault(&l.CallsPerSession, d.CallsPerSession)
+	orDefault(&l.CallsPerPrincipal, d.CallsPerPrincipal)
+	orDefault(&l.Connections, d.Connections)
+	orDefault(&l.Sessions, d.Sessions)
+	orDefault(&l.SessionsPerPrincipal, d.SessionsPerPrincipal)
+	orDefault(&l.MessageBytes, d.MessageBytes)
+	orDefault(&l.ListingBytes, d.ListingBytes)
+	orDefault(&l.RequestBodyBytes, d.RequestBodyBytes)
+	orDefault(&l.HeaderBytes, d.HeaderBytes)
+	orDefault(&l.ReadTimeout, d.ReadTimeout)
+	orDefault(&l.WriteTimeout, d.WriteTimeout)
+	orDefault(&l.IdleTimeout, d.IdleTimeout)
+	l.BatchSize = max(l.BatchSize, 0)
 	return l
+}
+
+// orDefault sets *v to def when it is unset (zero or negative).
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // inflight holds the tools/call requests in flight, by session and by principal, each with
