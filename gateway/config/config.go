@@ -172,8 +172,27 @@ type Upstream struct {
 	// URL (http or https) and Headers describe a Streamable HTTP upstream.
 	URL     string
 	Headers map[string]string
-	// Namespace exposes tools as <name>.<tool>; default true.
+	// Namespace exposes tools and prompts as <name>.<tool>; default true.
 	Namespace bool
+	// Session is `session:`: SessionPerClient (one upstream session per agent session, the
+	// default for url upstreams) or SessionShared (one for all agents, the default for stdio
+	// upstreams, whose servers often keep state per process). Issue 19.
+	Session SessionMode
+}
+
+// SessionMode says how agent sessions map to upstream sessions (`session:`).
+type SessionMode string
+
+// The values of `session:`.
+const (
+	SessionShared    SessionMode = "shared"
+	SessionPerClient SessionMode = "per_client"
+)
+
+// PerClient reports whether each agent session gets its own upstream session: `session:`,
+// or when it is not set ("") true for a url upstream and false for a stdio one.
+func (u *Upstream) PerClient() bool {
+	return u.Session == SessionPerClient || u.Session == "" && !u.Stdio()
 }
 
 // Stdio reports whether the upstream is a command rather than a URL.

@@ -384,7 +384,7 @@ func (d *decoder) upstreams(m map[string]any) []Upstream {
 
 func (d *decoder) upstream(v any, p string) (Upstream, bool) {
 	u := Upstream{Namespace: true}
-	m := d.object(v, p, "name", "command", "args", "env", "cwd", "url", "headers", "namespace")
+	m := d.object(v, p, "name", "command", "args", "env", "cwd", "url", "headers", "namespace", "session")
 	if m == nil {
 		return u, false
 	}
@@ -427,6 +427,14 @@ func (d *decoder) upstream(v any, p string) (Upstream, bool) {
 	}
 	if b, ok := d.boolean(m, p, "namespace"); ok {
 		u.Namespace = b
+	}
+	if s, ok := d.nonEmpty(m, p, "session"); ok {
+		switch SessionMode(s) {
+		case SessionShared, SessionPerClient:
+			u.Session = SessionMode(s)
+		default:
+			d.fail(join(p, "session"), "%q is not a session mode: use shared or per_client", s)
+		}
 	}
 	return u, upstreamNamePattern.MatchString(u.Name)
 }
