@@ -178,6 +178,9 @@ type Upstream struct {
 	// default for url upstreams) or SessionShared (one for all agents, the default for stdio
 	// upstreams, whose servers often keep state per process). Issue 19.
 	Session SessionMode
+	// NoResources is `resources: false` (default true): the upstream's resources and templates
+	// are not relayed, e.g. for two servers that list the same URIs (a clash otherwise).
+	NoResources bool
 }
 
 // SessionMode says how agent sessions map to upstream sessions (`session:`).

@@ -384,7 +384,7 @@ func (d *decoder) upstreams(m map[string]any) []Upstream {
 
 func (d *decoder) upstream(v any, p string) (Upstream, bool) {
 	u := Upstream{Namespace: true}
-	m := d.object(v, p, "name", "command", "args", "env", "cwd", "url", "headers", "namespace", "session")
+	m := d.object(v, p, "name", "command", "args", "env", "cwd", "url", "headers", "namespace", "session", "resources")
 	if m == nil {
 		return u, false
 	}
@@ -427,6 +427,9 @@ func (d *decoder) upstream(v any, p string) (Upstream, bool) {
 	}
 	if b, ok := d.boolean(m, p, "namespace"); ok {
 		u.Namespace = b
+	}
+	if b, ok := d.boolean(m, p, "resources"); ok {
+		u.NoResources = !b
 	}
 	if s, ok := d.nonEmpty(m, p, "session"); ok {
 		switch SessionMode(s) {

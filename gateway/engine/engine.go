@@ -246,6 +246,10 @@ func (e *Engine) Scope() []string { return append([]string(nil), e.scopeList...)
 // Listed reports whether tool passes the allow and deny globs, so that `tools/list` shows it.
 func (e *Engine) Listed(tool string) bool { _, ok := e.allowDeny(tool); return ok }
 
+// AllowDeny applies the allow/deny globs to name (a tool or prompt name, a resource URI): why
+// is the refusal's text when ok is false.
+func (e *Engine) AllowDeny(name string) (why string, ok bool) { return e.allowDeny(name) }
+
 // allowDeny returns the violation text of the allow/deny globs, or ok.
 func (e *Engine) allowDeny(tool string) (string, bool) {
 	for _, g := range e.deny {

@@ -61,7 +61,15 @@ func reservedName(upstream, exposed string) error {
 // (gateway/auth), or the config's actor when unauthenticated (seed: "the actor taken from the
 // credential (or actor in the config when unauthenticated)").
 func (g *Gateway) principal(req *mcp.CallToolRequest) string {
-	if id := identity(req); id != nil {
+	if req == nil {
+		return g.cfg.Actor
+	}
+	return g.principalOf(req.Extra)
+}
+
+// principalOf is principal for any request's extra (nil: unauthenticated).
+func (g *Gateway) principalOf(extra *mcp.RequestExtra) string {
+	if id := identityOf(extra); id != nil {
 		return id.Principal
 	}
 	return g.cfg.Actor

@@ -109,10 +109,18 @@ func refuseBeyondLoopback(host string) error {
 
 // identity is the authenticated principal of a request; nil when unauthenticated.
 func identity(req *mcp.CallToolRequest) *auth.Identity {
-	if req == nil || req.Extra == nil {
+	if req == nil {
 		return nil
 	}
-	return auth.FromTokenInfo(req.Extra.TokenInfo)
+	return identityOf(req.Extra)
+}
+
+// identityOf is identity for any request's extra.
+func identityOf(extra *mcp.RequestExtra) *auth.Identity {
+	if extra == nil {
+		return nil
+	}
+	return auth.FromTokenInfo(extra.TokenInfo)
 }
 
 // onOperatorEndpoint reports whether req came in on /operator/mcp.

@@ -169,7 +169,8 @@ var (
 // the call within limits.calls_per_session and limits.calls_per_principal (a refusal is
 // journaled, counted and answered at once), ties the call's context to its session and to the
 // HTTP request that carried it (postContext), and journals the SDK's refusal of an unknown
-// tool. Refusals go to the gateway journal, since no run step is opened for them.
+// tool, answered as an isError result. Refusals go to the gateway journal, since no run step is
+// opened for them.
 func (g *Gateway) callMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if method != "tools/call" {
@@ -202,6 +203,9 @@ func (g *Gateway) callMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		var je *jsonrpc.Error
 		if errors.As(err, &je) && je.Message == fmt.Sprintf("unknown tool %q", name) {
 			g.journalRefusal(ctx, principal, name, je.Message)
+			// A tool execution error, as the TypeScript SDK's servers answer: the agent (and the
+			// conformance suite) reads it like any refusal (issue 19).
+			return textResult(engine.BlockedPrefix + je.Message), nil
 		}
 		return res, err
 	}

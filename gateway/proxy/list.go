@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/suggest"
 )
@@ -30,7 +32,9 @@ func ListTools(ctx context.Context, g *config.Gateway, stderr io.Writer) ([]sugg
 		}
 	}()
 	for _, u := range g.Upstreams {
-		up, err := connect(ctx, dialer{cfg: g, stderr: stderr}, u, func(*upstream) {})
+		up, err := connect(ctx, dialer{cfg: g, stderr: stderr}, u, func(*upstream) *mcp.Client {
+			return mcp.NewClient(&mcp.Implementation{Name: Name, Version: Version}, nil)
+		})
 		if err != nil {
 			return nil, err
 		}

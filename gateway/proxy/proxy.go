@@ -98,8 +98,12 @@ type Gateway struct {
 	runID     string
 	name      string // on runs: Options.Name
 
-	mu   sync.Mutex
-	runs map[*mcp.ServerSession]string
+	mu     sync.Mutex
+	runs   map[*mcp.ServerSession]string
+	agents map[*mcp.ServerSession]*agentSession // agents.go
+
+	cat    atomic.Pointer[catalog] // prompts and resources by upstream (catalog.go)
+	tokens sync.Map                // relay progress token -> *flight (agents.go)
 
 	// stateMu serializes engine rebuilds (reload, tool refresh) and guards what they read.
 	stateMu     sync.Mutex
@@ -143,7 +147,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	// The upstreams' stderr copiers and the gateway write to it concurrently.
 	stderr = &lockedWriter{w: stderr}
 	g := &Gateway{cfg: o.Config, store: o.Store, stderr: stderr, load: o.Load,
-		stdin: o.Stdin, stdout: o.Stdout, runID: o.RunID, runs: map[*mcp.ServerSession]string{},
+		stdin: o.Stdin, stdout: o.Stdout, runID: o.RunID, runs: map[*mcp.ServerSession]string{}, agents: map[*mcp.ServerSession]*agentSession{},
 		started: make(chan struct{}), closed: make(chan struct{}), name: o.Name}
 	if g.name == "" {
 		g.name = Name
@@ -175,12 +179,16 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.metrics = newMetrics(g)
 	d := dialer{cfg: o.Config, stderr: stderr, hit: g.metrics.limitHit}
 	for _, u := range o.Config.Upstreams {
-		up, err := connect(ctx, d, u, g.upstreamChanged)
+		up, err := connect(ctx, d, u, func(up *upstream) *mcp.Client { return g.newClient(up, nil) })
 		if err != nil {
 			_ = g.Close()
 			return nil, err
 		}
 		g.upstreams = append(g.upstreams, up)
+		if err := up.listFeatures(ctx); err != nil {
+			_ = g.Close()
+			return nil, err
+		}
 	}
 	g.listedAt = time.Now()
 	ts, err := buildTools(g.upstreams)
@@ -188,6 +196,12 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		_ = g.Close()
 		return nil, err
 	}
+	cat, err := buildCatalog(g.upstreams)
+	if err != nil {
+		_ = g.Close()
+		return nil, err
+	}
+	g.cat.Store(cat)
 	e, err := g.newEngine(o.Manifests, ts.tools)
 	if err != nil {
 		_ = g.Close()
@@ -200,16 +214,20 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	fmt.Fprintln(stderr, e.Banner())
 	g.warnUnmatched(e)
 
-	g.server = mcp.NewServer(&mcp.Implementation{Name: Name, Version: Version}, &mcp.ServerOptions{
-		PageSize: o.PageSize,
-		// Tools come and go with the upstreams: say so even while there are none.
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
-	})
+	sopts := &mcp.ServerOptions{PageSize: o.PageSize, Capabilities: serverCapabilities(cat)}
+	if sopts.Capabilities.Resources != nil && sopts.Capabilities.Resources.Subscribe {
+		sopts.SubscribeHandler, sopts.UnsubscribeHandler = g.relaySubscribe, g.relayUnsubscribe
+	}
+	if sopts.Capabilities.Completions != nil {
+		sopts.CompletionHandler = g.relayComplete
+	}
+	g.server = mcp.NewServer(&mcp.Implementation{Name: Name, Version: Version}, sopts)
 	g.tools.Store(&toolSet{})
 	g.publish(toolSet{}, ts)
 	g.addAgentTools(g.server)
 	g.addOperatorServer(o.PageSize)
-	g.server.AddReceivingMiddleware(g.callMiddleware, g.listMiddleware, g.passMiddleware)
+	g.server.AddReceivingMiddleware(g.callMiddleware, g.listMiddleware, g.passMiddleware, g.relayMiddleware)
+	g.server.AddSendingMiddleware(notifyMiddleware)
 	g.metrics.setRevision(o.Revision)
 	close(g.started)
 	for _, up := range g.upstreams {
@@ -227,6 +245,7 @@ func (g *Gateway) upstreamChanged(up *upstream) {
 		return
 	}
 	_ = g.refreshTools(context.Background(), up) // within ListTimeout; a failure is journaled, the previous tools keep serving
+	g.refreshFeatures(context.Background(), up)
 }
 
 // lockedWriter serializes writes to w.
@@ -251,6 +270,11 @@ func (g *Gateway) Engine() *engine.Engine { return g.engine.Load() }
 // flight upstream end at once with an error (journaled uncertain by their handlers).
 func (g *Gateway) Close() error {
 	g.close.Do(func() { close(g.closed) })
+	var aw sync.WaitGroup
+	for _, a := range g.agentList() {
+		aw.Go(a.close)
+	}
+	aw.Wait()
 	errs := make([]error, len(g.upstreams))
 	var wg sync.WaitGroup
 	for i, u := range g.upstreams {
@@ -304,15 +328,20 @@ func ValidateRunID(id string) error {
 // opens it, or continues the run named by --run-id (stdio) or the Reversi-Run-Id header
 // (HTTP); only the run's actor may continue it.
 func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string, error) {
-	ss := req.Session
+	return g.runOf(ctx, req.Session, req.Extra)
+}
+
+// runOf is runFor for the session ss and a request's extra (headers, credential); reads
+// (resources/read, prompts/get) open the run as calls do.
+func (g *Gateway) runOf(ctx context.Context, ss *mcp.ServerSession, extra *mcp.RequestExtra) (string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if id, ok := g.runs[ss]; ok {
 		return id, nil
 	}
 	id := g.runID
-	if req.Extra != nil && req.Extra.Header != nil {
-		if h := req.Extra.Header.Get(RunIDHeader); h != "" {
+	if extra != nil && extra.Header != nil {
+		if h := extra.Header.Get(RunIDHeader); h != "" {
 			id = h
 		}
 	}
@@ -321,7 +350,7 @@ func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string,
 			return "", err
 		}
 	}
-	actor := g.principal(req)
+	actor := g.principalOf(extra)
 	var run store.Run
 	var err error
 	if id != "" {
@@ -343,6 +372,13 @@ func (g *Gateway) runFor(ctx context.Context, req *mcp.CallToolRequest) (string,
 		}()
 	}
 	return run.ID, nil
+}
+
+// existingRun is the run ss opened, "" when none yet.
+func (g *Gateway) existingRun(ss *mcp.ServerSession) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.runs[ss]
 }
 
 // openNamed continues run id, or opens it with that id when this gateway's store does not have
@@ -486,7 +522,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		g.outcome(ctx, d.Run, step, store.StepOutcome{Status: store.Failed, Note: "no upstream exposes " + name})
 		return textResult("no upstream exposes " + name), nil
 	}
-	res, resRaw, ferr := g.forward(ctx, r, req.Params.Arguments, d)
+	res, resRaw, ferr := g.forward(ctx, r, req, step, d)
 
 	notes := append([]string(nil), d.Notes...)
 	if d.WouldBlock {
@@ -615,7 +651,7 @@ var ErrCallCancelled = errors.New("the agent cancelled the call, or its session 
 // upstream. From a stdio upstream it also returns the result's raw bytes, and res is then
 // lightResult's (see Result pass-through). Errors: ErrUpstreamDown (never sent),
 // *CallTimeoutError, ErrCallCancelled, or the upstream's (MessageTooLargeError among them).
-func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d engine.Decision) (res *mcp.CallToolResult, resRaw json.RawMessage, err error) {
+func (g *Gateway) forward(ctx context.Context, r *route, req *mcp.CallToolRequest, step int64, d engine.Decision) (res *mcp.CallToolResult, resRaw json.RawMessage, err error) {
 	attempts, base, max := 1, 200*time.Millisecond, 5*time.Second
 	if d.Retry != nil {
 		attempts = 3
@@ -633,8 +669,13 @@ func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d 
 	if timeout <= 0 {
 		timeout, byDefault = callTimeoutOf(g.cfg), true
 	}
-	params := &mcp.CallToolParams{Name: r.name}
-	if len(raw) > 0 {
+	// Over the agent's own upstream session (per_client) or the shared one, with the agent's
+	// _meta and a relay progress token (agents.go).
+	a := g.agentOf(req.Session)
+	f := g.begin(ctx, a, r.up, step, req.Params.Name, req.Params.GetProgressToken())
+	defer f.end()
+	params := &mcp.CallToolParams{Name: r.name, Meta: f.meta(forwardMeta(req.Params.Meta))}
+	if raw := req.Params.Arguments; len(raw) > 0 {
 		params.Arguments = raw
 	}
 	wait := base
@@ -647,10 +688,10 @@ func (g *Gateway) forward(ctx context.Context, r *route, raw json.RawMessage, d 
 			}
 			wait = min(2*wait, max)
 		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
+		cctx, cancel := context.WithTimeout(upstreamContext(ctx), timeout)
 		slot := &rawSlot{}
 		var cs *mcp.ClientSession
-		if cs, err = r.up.session(); err == nil {
+		if cs, err = a.session(cctx, r.up); err == nil {
 			res, err = cs.CallTool(context.WithValue(cctx, rawSlotKey{}, slot), params)
 		}
 		slot.release() // an unanswered call's slot is not kept

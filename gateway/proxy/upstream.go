@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,10 +36,17 @@ type upstream struct {
 	relistAt  atomic.Int64   // when the last list_changed listing began (Unix ns)
 	conn      mcp.Connection // the current session's connection (guarded by mu): see Gateway.Close
 
-	mu    sync.Mutex
-	cs    *mcp.ClientSession // nil while the upstream is down
-	down  error              // why it is down
-	tools []*mcp.Tool        // the last complete tools/list (every page)
+	mu       sync.Mutex
+	cs       *mcp.ClientSession // nil while the upstream is down
+	down     error              // why it is down
+	tools    []*mcp.Tool        // the last complete tools/list (every page)
+	features features           // the last complete listings of prompts and resources
+
+	fmu     sync.Mutex
+	flights map[*flight]struct{} // requests in flight on it, of every agent (agents.go)
+	subs    map[string]int       // agents subscribed per URI, shared upstreams (relay.go)
+
+	debugSet atomic.Bool // a shared upstream's log level was set to debug (relay.go)
 }
 
 // ErrUpstreamDown is returned (wrapped) for an upstream that is reconnecting.
@@ -64,9 +69,9 @@ func (u *upstream) listed() []*mcp.Tool {
 	return u.tools
 }
 
-// ErrCursorCycle is returned (wrapped) when an upstream's tools/list gives a cursor that an
+// ErrCursorCycle is returned (wrapped) when an upstream's listing (tools/list, prompts/list, ...) gives a cursor that an
 // earlier page of the same listing gave: the listing would never end.
-var ErrCursorCycle = errors.New("tools/list gave a cursor an earlier page gave (a cycle), so the listing would never end")
+var ErrCursorCycle = errors.New("the listing gave a cursor an earlier page gave (a cycle), so it would never end")
 
 // list fetches every page of the upstream's tools/list and keeps it. The listing is bounded
 // (issue 18): at most limits.pages_per_listing pages and limits.tools_per_upstream tools (a
@@ -79,52 +84,17 @@ func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, ListTimeout)
-	defer cancel()
 	l := effectiveLimits(u.dial.cfg.Limits)
-	var tools []*mcp.Tool
-	var size int64                       // the tools' JSON so far
-	seen := map[[sha256.Size]byte]bool{} // hashes, not cursors: a cursor can be megabytes
-	params := &mcp.ListToolsParams{}
-	for page := 1; ; page++ {
-		res, err := cs.ListTools(ctx, params)
-		if err != nil {
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, fmt.Errorf("upstream %s: tools/list: no complete listing within %s (at page %d): %w", u.name, ListTimeout, page, err)
+	tools, err := listPages(ctx, u, "tools/list", "tools", l.ToolsPerUpstream, "tools_per_upstream",
+		func(ctx context.Context, cursor string) ([]*mcp.Tool, string, error) {
+			res, err := cs.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+			if err != nil {
+				return nil, "", err
 			}
-			return nil, fmt.Errorf("upstream %s: tools/list: %w", u.name, err)
-		}
-		if n := len(tools) + len(res.Tools); n > l.ToolsPerUpstream {
-			u.dial.limitHit("tools_per_upstream")
-			return nil, upstreamLimit(u.name, "tools_per_upstream", l.ToolsPerUpstream,
-				fmt.Sprintf("tools/list offers more than %d tools (%d by page %d)", l.ToolsPerUpstream, n, page))
-		}
-		// The tools as JSON: pages_per_listing pages of message_bytes each would let one
-		// listing hold gigabytes of schemas and descriptions.
-		if b, err := json.Marshal(res.Tools); err == nil {
-			size += int64(len(b))
-		}
-		if size > l.ListingBytes {
-			u.dial.limitHit("listing_bytes")
-			return nil, upstreamLimit(u.name, "listing_bytes", int(l.ListingBytes),
-				fmt.Sprintf("the tools of tools/list take more than %d bytes (%d by page %d)", l.ListingBytes, size, page))
-		}
-		tools = append(tools, res.Tools...)
-		if res.NextCursor == "" {
-			break
-		}
-		sum := sha256.Sum256([]byte(res.NextCursor))
-		if seen[sum] {
-			u.dial.limitHit("pages_per_listing")
-			return nil, fmt.Errorf("upstream %s: page %d: %w", u.name, page, ErrCursorCycle)
-		}
-		seen[sum] = true
-		if page >= l.PagesPerListing {
-			u.dial.limitHit("pages_per_listing")
-			return nil, upstreamLimit(u.name, "pages_per_listing", l.PagesPerListing,
-				fmt.Sprintf("tools/list has more than %d pages", l.PagesPerListing))
-		}
-		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
+			return res.Tools, res.NextCursor, nil
+		})
+	if err != nil {
+		return nil, err
 	}
 	u.mu.Lock()
 	u.tools = tools
@@ -235,15 +205,13 @@ func (t notingTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 }
 
 // connect starts or dials one upstream (within ConnectTimeout) and lists all its tools
-// (list: bounded, within ListTimeout). changed is called, on its own goroutine, when the
-// upstream sends notifications/tools/list_changed. Errors name the upstream; a listing over a
-// limit is a *LimitError naming the field to raise.
-func connect(ctx context.Context, d dialer, u config.Upstream, changed func(*upstream)) (*upstream, error) {
+// (list: bounded, within ListTimeout). newClient makes the upstream's shared client (see
+// Gateway.newClient; listing-only callers pass a plain one). Errors name the upstream; a
+// listing over a limit is a *LimitError naming the field to raise.
+func connect(ctx context.Context, d dialer, u config.Upstream, newClient func(*upstream) *mcp.Client) (*upstream, error) {
 	up := &upstream{name: u.Name, cfg: u, dial: d, ready: make(chan struct{}), failed: make(chan struct{}),
-		relist: make(chan struct{}, 1)}
-	up.client = mcp.NewClient(&mcp.Implementation{Name: Name, Version: Version}, &mcp.ClientOptions{
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { up.listChanged(changed) },
-	})
+		relist: make(chan struct{}, 1), flights: map[*flight]struct{}{}}
+	up.client = newClient(up)
 	cctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	cs, err := up.client.Connect(cctx, up.transport(), nil)
 	cancel()

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -107,7 +108,17 @@ func connectLogged(t *testing.T, transport mcp.Transport) (*mcp.ClientSession, *
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	w := &wireLog{}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "accept", Version: "1"}, nil).Connect(ctx,
+	// Sampling and elicitation declared, as the gateway's shared upstream sessions do: some
+	// servers (server-everything) list tools by the client's capabilities.
+	opts := &mcp.ClientOptions{
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return nil, errors.New("no sampling in this test")
+		},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return nil, errors.New("no elicitation in this test")
+		},
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "accept", Version: "1"}, opts).Connect(ctx,
 		&mcp.LoggingTransport{Transport: transport, Writer: w}, nil)
 	if err != nil {
 		t.Fatal(err)

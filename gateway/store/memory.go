@@ -316,8 +316,8 @@ func (m *Memory) outcomeLocked(r *memRun, step int64, o StepOutcome, enc string)
 
 // AppendEvent implements Store.
 func (m *Memory) AppendEvent(_ context.Context, e Event) (int64, error) {
-	if e.Kind != KindReloaded && e.Kind != KindReloadFailed && e.Kind != KindNote {
-		return 0, fmt.Errorf("%w: event kind %q", ErrInvalid, e.Kind)
+	if err := checkEvent(e); err != nil {
+		return 0, err
 	}
 	if err := m.lock(); err != nil {
 		return 0, err
@@ -327,8 +327,7 @@ func (m *Memory) AppendEvent(_ context.Context, e Event) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("%w: run %q", ErrNotFound, e.Run)
 	}
-	rec := m.appendLocked(r, Record{Run: e.Run, Kind: e.Kind, Note: e.Note,
-		ManifestVersion: e.ManifestVersion, ManifestChecksum: e.ManifestChecksum})
+	rec := m.appendLocked(r, e.record())
 	return rec.Seq, nil
 }
 

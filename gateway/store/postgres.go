@@ -729,10 +729,10 @@ func (s *Postgres) RecordOutcome(ctx context.Context, run string, step int64, o 
 
 // AppendEvent implements Store.
 func (s *Postgres) AppendEvent(ctx context.Context, e Event) (int64, error) {
-	if e.Kind != KindReloaded && e.Kind != KindReloadFailed && e.Kind != KindNote {
-		return 0, fmt.Errorf("%w: event kind %q", ErrInvalid, e.Kind)
+	if err := checkEvent(e); err != nil {
+		return 0, err
 	}
-	rec := Record{Run: e.Run, Kind: e.Kind, Note: e.Note, ManifestVersion: e.ManifestVersion, ManifestChecksum: e.ManifestChecksum}
+	rec := e.record()
 	err := s.txLazy(ctx, func(ctx context.Context, tx pgx.Tx) error { return s.appendTx(ctx, tx, &rec, "") })
 	return rec.Seq, err
 }

@@ -903,10 +903,10 @@ func (s *SQLite) RecordOutcome(ctx context.Context, run string, step int64, o St
 
 // AppendEvent implements Store.
 func (s *SQLite) AppendEvent(ctx context.Context, e Event) (int64, error) {
-	if e.Kind != KindReloaded && e.Kind != KindReloadFailed && e.Kind != KindNote {
-		return 0, fmt.Errorf("%w: event kind %q", ErrInvalid, e.Kind)
+	if err := checkEvent(e); err != nil {
+		return 0, err
 	}
-	rec := Record{Run: e.Run, Kind: e.Kind, Note: e.Note, ManifestVersion: e.ManifestVersion, ManifestChecksum: e.ManifestChecksum}
+	rec := e.record()
 	err := s.writeLazy(ctx, func(ctx context.Context, tx *sql.Tx) error { return s.appendTx(ctx, tx, &rec, "") })
 	return rec.Seq, err
 }

@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -109,7 +110,35 @@ const (
 	// KindApproval is a decision record of an approval request (AppendApproval, and the
 	// consumption written by RecordIntent): see ApprovalRecord. Source: issue 16.
 	KindApproval Kind = "approval"
+	// KindRead is a relayed read that is not a tool call (issue 19): resources/read or
+	// prompts/get. Tool is the resource URI or the exposed prompt name, Reason the method,
+	// ArgsDigest the digest of the prompt's arguments, Decision allow or block, Note the
+	// upstream's error when it failed. No Status: only tool calls have outcomes, so that no
+	// read can count as a step (a manifest's requires, the outcome counts).
+	KindRead Kind = "read"
+	// KindServerRequest is a request an upstream sent the agent through the gateway (issue
+	// 19): sampling/createMessage, elicitation/create or roots/list. Reason is the method,
+	// Tool the upstream, Step the step of the tool call it came during (0 when none),
+	// ArgsDigest the digest of its params, Note what happened (answered, or why not).
+	KindServerRequest Kind = "server_request"
 )
+
+// eventKinds are the kinds AppendEvent writes.
+var eventKinds = []Kind{KindReloaded, KindReloadFailed, KindNote, KindRead, KindServerRequest}
+
+// checkEvent refuses an event AppendEvent does not write (ErrInvalid).
+func checkEvent(e Event) error {
+	if !slices.Contains(eventKinds, e.Kind) {
+		return fmt.Errorf("%w: event kind %q", ErrInvalid, e.Kind)
+	}
+	return nil
+}
+
+// record is the ledger record of e.
+func (e Event) record() Record {
+	return Record{Run: e.Run, Kind: e.Kind, Step: e.Step, Tool: e.Tool, ArgsDigest: e.ArgsDigest, Reason: e.Reason,
+		Decision: e.Decision, Note: e.Note, ManifestVersion: e.ManifestVersion, ManifestChecksum: e.ManifestChecksum}
+}
 
 // Status is the outcome of a step.
 type Status string
@@ -171,13 +200,20 @@ type StepOutcome struct {
 	Handle           map[string]any
 }
 
-// Event is a record that is not part of a step: KindReloaded, KindReloadFailed or KindNote.
+// Event is a record that is not part of a step: KindReloaded, KindReloadFailed, KindNote,
+// KindRead or KindServerRequest (the fields each kind uses are said at the kind).
 type Event struct {
 	Run              string // GatewayJournal for gateway-level records
 	Kind             Kind
 	Note             string
 	ManifestVersion  string // for reloaded: the revision now served
 	ManifestChecksum string
+	// Read and server_request records (issue 19).
+	Step       int64
+	Tool       string
+	Reason     string
+	ArgsDigest string
+	Decision   string
 }
 
 // Record is one ledger entry. Seq numbers the records of one run from 1 without gaps. Fields
@@ -255,8 +291,8 @@ type Store interface {
 	// Errors: ErrInvalid (unknown status or a Handle that is not JSON), ErrNotFound (no such
 	// intent in the run), ErrCompleted (the step already has an outcome).
 	RecordOutcome(ctx context.Context, run string, step int64, o StepOutcome) (seq int64, err error)
-	// AppendEvent appends a reloaded, reload_failed or note record and returns its Seq.
-	// Errors: ErrInvalid (other kinds), ErrNotFound (no run).
+	// AppendEvent appends a reloaded, reload_failed, note, read or server_request record and
+	// returns its Seq. Errors: ErrInvalid (other kinds), ErrNotFound (no run).
 	AppendEvent(ctx context.Context, e Event) (seq int64, err error)
 	// AppendRollback appends a KindRollback record for step Step of a run and returns its Seq.
 	// Errors: ErrInvalid (no run or step, a status not in RollbackStatuses, arguments that are

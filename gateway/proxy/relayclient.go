@@ -1,0 +1,312 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/reversi-gitops/reversi/gateway/engine"
+	"github.com/reversi-gitops/reversi/gateway/store"
+)
+
+// What an upstream sends the gateway's client (issue 19): notifications and requests that
+// belong to an agent are relayed to it (see agents.go for which agent), the rest is handled
+// here (list changes refresh the catalog and are announced to every agent).
+
+// newClient makes the client of one upstream session: the shared one (a nil) or agent a's own.
+// The capabilities a's session declares upstream are those the agent declared to the gateway
+// (an upstream must not ask an agent for what it cannot do); the shared session declares
+// sampling, elicitation and roots, and refuses such a request when it cannot tell the agent.
+func (g *Gateway) newClient(up *upstream, a *agentSession) *mcp.Client {
+	c := &mcp.ClientCapabilities{
+		RootsV2:     &mcp.RootCapabilities{ListChanged: true},
+		Sampling:    &mcp.SamplingCapabilities{},
+		Elicitation: &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}},
+	}
+	if a != nil {
+		c = agentCapabilities(a.ss)
+	}
+	opts := &mcp.ClientOptions{
+		Capabilities:           c,
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { up.listChanged(g.upstreamChanged) },
+		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
+			up.listChanged(g.upstreamChanged)
+		},
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
+			up.listChanged(g.upstreamChanged)
+		},
+		ResourceUpdatedHandler: func(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			g.relayUpdated(up, a, req.Params)
+		},
+		LoggingMessageHandler: func(ctx context.Context, req *mcp.LoggingMessageRequest) {
+			g.relayLog(up, a, req.Params)
+		},
+		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
+			g.relayProgress(up, a, req.Params)
+		},
+		ElicitationCompleteHandler: func(ctx context.Context, req *mcp.ElicitationCompleteNotificationRequest) {
+			if to, f, err := g.target(up, a, "notifications/elicitation/complete"); err == nil {
+				_ = to.ss.NotifyElicitationComplete(f.context(ctx), req.Params)
+			}
+		},
+	}
+	if c.Sampling != nil {
+		opts.CreateMessageWithToolsHandler = func(ctx context.Context, req *mcp.CreateMessageWithToolsRequest) (*mcp.CreateMessageWithToolsResult, error) {
+			return relayRequest(g, ctx, up, a, "sampling/createMessage", req.Params,
+				func(ctx context.Context, to *agentSession) (*mcp.CreateMessageWithToolsResult, error) {
+					return to.ss.CreateMessageWithTools(ctx, req.Params)
+				})
+		}
+	}
+	if c.Elicitation != nil {
+		opts.ElicitationHandler = func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return relayRequest(g, ctx, up, a, "elicitation/create", req.Params,
+				func(ctx context.Context, to *agentSession) (*mcp.ElicitResult, error) {
+					return to.ss.Elicit(ctx, req.Params)
+				})
+		}
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: Name, Version: Version}, opts)
+	if c.RootsV2 != nil {
+		client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if method != "roots/list" {
+					return next(ctx, method, req)
+				}
+				params, _ := req.GetParams().(*mcp.ListRootsParams)
+				return relayRequest(g, ctx, up, a, method, params,
+					func(ctx context.Context, to *agentSession) (*mcp.ListRootsResult, error) {
+						return to.ss.ListRoots(ctx, params)
+					})
+			}
+		})
+	}
+	return client
+}
+
+// agentCapabilities are the client capabilities ss declared (none: the zero value, so that
+// nothing is declared upstream on its behalf).
+func agentCapabilities(ss *mcp.ServerSession) *mcp.ClientCapabilities {
+	c := &mcp.ClientCapabilities{}
+	if p := ss.InitializeParams(); p != nil && p.Capabilities != nil {
+		in := p.Capabilities
+		c.Sampling, c.Elicitation, c.RootsV2 = in.Sampling, in.Elicitation, in.RootsV2
+		if c.RootsV2 == nil && in.Roots.ListChanged {
+			c.RootsV2 = &mcp.RootCapabilities{ListChanged: true}
+		}
+	}
+	return c
+}
+
+// ErrNoAgent is returned (wrapped) to an upstream request the gateway cannot give to one agent.
+var ErrNoAgent = fmt.Errorf("the gateway cannot tell which agent this is for")
+
+// target says which agent what up sent over one of its sessions belongs to: the agent of its
+// own (per_client) session a; for the shared session of a shared upstream, the agent of the
+// one request in flight on it. Otherwise (none or several in flight, or the listing-only shared
+// session of a per_client upstream) it is ErrNoAgent: a request is refused rather than given to
+// an agent it may not be for. f is the flight it came during, nil when not known.
+func (g *Gateway) target(up *upstream, a *agentSession, what string) (*agentSession, *flight, error) {
+	if a != nil {
+		return a, a.only(up), nil
+	}
+	if up.cfg.PerClient() {
+		return nil, nil, fmt.Errorf("upstream %s sent %s on the gateway's own session, which no agent uses: %w", up.name, what, ErrNoAgent)
+	}
+	f, n := up.onlyFlight()
+	if f == nil || f.agent == nil {
+		return nil, nil, fmt.Errorf("upstream %s is shared by every agent (session: shared) and %d requests are in flight on it, so %w (%s); set session: per_client on it", up.name, n, ErrNoAgent, what)
+	}
+	return f.agent, f, nil
+}
+
+// context is ctx (the upstream's request: its cancel) with the values of f's agent request, so
+// that what is sent with it goes on that request's stream; ctx itself when f is nil.
+func (f *flight) context(ctx context.Context) context.Context {
+	if f == nil {
+		return sdkValuesHidden{ctx}
+	}
+	return valuesOf{Context: ctx, values: f.ctx}
+}
+
+type valuesOf struct {
+	context.Context
+	values context.Context
+}
+
+func (v valuesOf) Value(key any) any {
+	if x := v.values.Value(key); x != nil {
+		return x
+	}
+	return sdkValuesHidden{v.Context}.Value(key)
+}
+
+// sdkValuesHidden is a context without the SDK's own values. A context crosses from the
+// gateway's server side to its client side (an agent's request forwarded upstream) and back
+// (an upstream's request relayed to the agent); the SDK keeps request state in context values
+// (the request's protocol version, its id, its stream), which on the other side would steer
+// the wrong session: an agent on 2025-06-18 would have the upstream called with that version
+// header.
+type sdkValuesHidden struct{ context.Context }
+
+var sdkPackage = reflect.TypeFor[mcp.Implementation]().PkgPath()
+
+func (c sdkValuesHidden) Value(key any) any {
+	if t := reflect.TypeOf(key); t != nil && t.PkgPath() == sdkPackage {
+		return nil
+	}
+	return c.Context.Value(key)
+}
+
+// upstreamContext is ctx, an agent's request, as the gateway calls an upstream with it: its
+// cancel and deadline and the gateway's values, not the SDK's (see sdkValuesHidden).
+func upstreamContext(ctx context.Context) context.Context { return sdkValuesHidden{ctx} }
+
+// relayRequest gives an upstream's request to the agent it belongs to (target) and returns the
+// agent's answer, journaling it in the agent's run as a server_request record with the step of
+// the call it came during. ctx ends when the upstream cancels its request; the agent is then
+// sent notifications/cancelled by the SDK.
+func relayRequest[P mcp.Params, R any](g *Gateway, ctx context.Context, up *upstream, a *agentSession, method string, params P,
+	send func(context.Context, *agentSession) (R, error)) (R, error) {
+	to, f, err := g.target(up, a, method)
+	if err != nil {
+		var zero R
+		g.warn("%v", err)
+		return zero, err
+	}
+	res, err := send(f.context(ctx), to)
+	note := "answered"
+	if err != nil {
+		note = "not answered: " + err.Error()
+	}
+	g.journalServerRequest(ctx, to, f, up, method, params, note)
+	return res, err
+}
+
+// journalServerRequest writes a server_request record in the run of agent a (when it has one).
+func (g *Gateway) journalServerRequest(ctx context.Context, a *agentSession, f *flight, up *upstream, method string, params any, note string) {
+	run := g.existingRun(a.ss)
+	if run == "" {
+		return // no call opened a run yet: nothing of the agent's is journaled
+	}
+	e := store.Event{Run: run, Kind: store.KindServerRequest, Tool: up.name, Reason: method, Note: clip(note, maxNoteBytes)}
+	if f != nil {
+		e.Step = f.step
+	}
+	if b, err := json.Marshal(params); err == nil {
+		var m map[string]any
+		if json.Unmarshal(b, &m) == nil {
+			e.ArgsDigest, _ = engine.ArgsDigest(m)
+		}
+	}
+	if _, err := g.store.AppendEvent(context.WithoutCancel(ctx), e); err != nil {
+		g.warn("journal %s of upstream %s in run %s: %v", method, up.name, run, err)
+	}
+}
+
+// relayLog gives an upstream's log message to the agent of its session (filtered by the level
+// that agent set, by the SDK); from a shared session, to the agent of the one request in
+// flight, else to every agent (a shared upstream's logs are everyone's).
+func (g *Gateway) relayLog(up *upstream, a *agentSession, p *mcp.LoggingMessageParams) {
+	ctx := context.Background()
+	if a != nil {
+		_ = a.ss.Log(a.only(up).context(ctx), p)
+		return
+	}
+	if up.cfg.PerClient() {
+		return // the listing session: no agent's
+	}
+	if f, _ := up.onlyFlight(); f != nil && f.agent != nil {
+		_ = f.agent.ss.Log(f.context(ctx), p)
+		return
+	}
+	for _, to := range g.agentList() {
+		_ = to.ss.Log(ctx, p)
+	}
+}
+
+// relayProgress gives a progress notification to the request it is about, with the agent's own
+// token. A token of another upstream, or of another agent's session, is dropped.
+func (g *Gateway) relayProgress(up *upstream, a *agentSession, p *mcp.ProgressNotificationParams) {
+	tok, ok := p.ProgressToken.(string)
+	if !ok {
+		return
+	}
+	v, ok := g.tokens.Load(tok)
+	if !ok {
+		return
+	}
+	f := v.(*flight)
+	if f.up != up || f.agent == nil || (up.cfg.PerClient() && f.agent != a) || (!up.cfg.PerClient() && a != nil) {
+		return
+	}
+	q := *p
+	q.ProgressToken = f.token
+	_ = f.agent.ss.NotifyProgress(f.ctx, &q)
+}
+
+// relayUpdated gives notifications/resources/updated to the agents subscribed to the URI (or
+// to a resource it is part of): the agent of a per_client session, or any agent for a shared
+// one.
+func (g *Gateway) relayUpdated(up *upstream, a *agentSession, p *mcp.ResourceUpdatedNotificationParams) {
+	if p == nil {
+		return
+	}
+	targets := []*agentSession{a}
+	if a == nil {
+		if up.cfg.PerClient() {
+			return
+		}
+		targets = g.agentList()
+	}
+	for _, to := range targets {
+		if to.subscribed(p.URI) {
+			_ = notify(context.Background(), to.ss, "notifications/resources/updated", p)
+		}
+	}
+}
+
+// subscribed reports whether a subscribed to uri or to a resource uri is part of.
+func (a *agentSession) subscribed(uri string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.subs[uri] {
+		return true
+	}
+	for s := range a.subs {
+		if strings.HasPrefix(uri, strings.TrimSuffix(s, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// notify sends one notification of any method to one agent session. The SDK has no such call,
+// so it goes as a progress notification that notifyMiddleware (a sending middleware) turns into
+// method with params before it is written.
+func notify(ctx context.Context, ss *mcp.ServerSession, method string, params mcp.Params) error {
+	return ss.NotifyProgress(context.WithValue(ctx, notifyKey{}, notifyAs{method: method, params: params}), &mcp.ProgressNotificationParams{})
+}
+
+type notifyKey struct{}
+
+type notifyAs struct {
+	method string
+	params mcp.Params
+}
+
+// notifyMiddleware is the sending half of notify.
+func notifyMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if n, ok := ctx.Value(notifyKey{}).(notifyAs); ok && method == "notifications/progress" {
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+				return next(ctx, n.method, &mcp.ServerRequest[mcp.Params]{Session: ss, Params: n.params})
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
