@@ -115,18 +115,17 @@ func RunTSRelay(t testing.TB, url, prefix string, extra ...string) TSRelayReport
 	return rep
 }
 
-// TSRelayTable writes one row per feature of TSRelayFeatures and one "ok"/"LOST" column per
-// report (named by names), with the detail of each feature that is not ok under the table.
+// TSRelayTable writes one row per feature of TSRelayFeatures and one column per report (named
+// by names): "ok", "LOST" (not ok; see Lost for why) or "MISSING" (not reported).
 func TSRelayTable(w io.Writer, names []string, reports ...TSRelayReport) {
 	fmt.Fprintf(w, "%-30s", "feature")
 	for _, n := range names {
 		fmt.Fprintf(w, " %-10s", n)
 	}
 	fmt.Fprintln(w)
-	var notes []string
 	for _, f := range TSRelayFeatures {
 		fmt.Fprintf(w, "%-30s", f)
-		for i, r := range reports {
+		for _, r := range reports {
 			res, ok := r.Features[f]
 			status := "ok"
 			switch {
@@ -134,14 +133,10 @@ func TSRelayTable(w io.Writer, names []string, reports ...TSRelayReport) {
 				status = "MISSING"
 			case !res.OK:
 				status = "LOST"
-				notes = append(notes, fmt.Sprintf("  %s / %s: %.300s", names[i], f, res.Detail))
 			}
 			fmt.Fprintf(w, " %-10s", status)
 		}
 		fmt.Fprintln(w)
-	}
-	for _, n := range notes {
-		fmt.Fprintln(w, n)
 	}
 }
 
