@@ -1,7 +1,9 @@
 // Package upstreams gives tests the command lines of real MCP servers from the npm registry
-// (@modelcontextprotocol/server-memory, server-filesystem, server-everything) and of a client
-// of another implementation (ts-client.mjs, on @modelcontextprotocol/sdk), all pinned in this
-// folder's package.json and package-lock.json.
+// (@modelcontextprotocol/server-memory, server-filesystem, server-everything) and of clients
+// of another implementation (ts-client.mjs and ts-relay.mjs, on @modelcontextprotocol/sdk),
+// all pinned in this folder's package.json and package-lock.json. It also starts
+// server-everything over Streamable HTTP on loopback (StartEverythingHTTP) and runs the MCP
+// conformance suite's server scenarios against an endpoint (RunConformance).
 //
 // hack/upstreams.sh installs them (npm ci) into test/upstreams/node_modules; `make test` runs
 // it and exports the folder as REVERSI_UPSTREAMS. A plain `go test` finds the same folder next
