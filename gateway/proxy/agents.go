@@ -3,9 +3,13 @@ package proxy
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -52,6 +56,49 @@ type flight struct {
 	tool  string
 	token any // the agent's progress token, nil when it sent none
 	relay string
+	// pending counts progress notifications of relay read from the upstream and not yet given
+	// to the agent: the SDK hands notifications to their handler on another goroutine than the
+	// response, and end waits for them so that the agent gets them before the result.
+	pending atomic.Int64
+}
+
+// progressWait bounds how long the end of a request waits for its progress notifications.
+const progressWait = time.Second
+
+// progressToken is the progressToken of a notifications/progress message (its JSON), when it is
+// one of the gateway's relay tokens.
+func progressToken(data []byte) (string, bool) {
+	var m struct {
+		Method string `json:"method"`
+		Params struct {
+			ProgressToken any `json:"progressToken"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(data, &m) != nil || m.Method != "notifications/progress" {
+		return "", false
+	}
+	tok, ok := m.Params.ProgressToken.(string)
+	return tok, ok && strings.HasPrefix(tok, relayTokenPrefix)
+}
+
+// relayTokenPrefix starts the progress tokens the gateway gives upstreams.
+const relayTokenPrefix = "reversi-"
+
+// progressSeen counts a progress notification read from an upstream (dialer.progress).
+func (g *Gateway) progressSeen(token string) {
+	if v, ok := g.tokens.Load(token); ok {
+		v.(*flight).pending.Add(1)
+	}
+}
+
+// relayed uncounts a progress notification given to the agent.
+func (f *flight) relayed() {
+	for {
+		n := f.pending.Load()
+		if n <= 0 || f.pending.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
 }
 
 // agentOf returns the state of ss, made on first use; nil for a nil session (in-process
@@ -220,7 +267,7 @@ func hasLogging(cs *mcp.ClientSession) bool {
 func (g *Gateway) begin(ctx context.Context, a *agentSession, up *upstream, step int64, tool string, token any) *flight {
 	f := &flight{g: g, agent: a, up: up, ctx: context.WithoutCancel(ctx), step: step, tool: tool, token: token}
 	if token != nil {
-		f.relay = "reversi-" + rand.Text()
+		f.relay = relayTokenPrefix + rand.Text()
 		g.tokens.Store(f.relay, f)
 	}
 	if a != nil {
@@ -234,9 +281,13 @@ func (g *Gateway) begin(ctx context.Context, a *agentSession, up *upstream, step
 	return f
 }
 
-// end forgets f.
+// end forgets f, once the progress notifications read before the answer were relayed (within
+// progressWait).
 func (f *flight) end() {
 	if f.relay != "" {
+		for deadline := time.Now().Add(progressWait); f.pending.Load() > 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
 		f.g.tokens.Delete(f.relay)
 	}
 	if a := f.agent; a != nil {

@@ -64,8 +64,10 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 	lim := g.limits
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
+		var body []byte
 		if r.Method == http.MethodPost {
-			body, ok := g.readMessage(w, r)
+			var ok bool
+			body, ok = g.readMessage(w, r)
 			if !ok {
 				return
 			}
@@ -90,7 +92,9 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 		_ = rc.SetWriteDeadline(time.Time{})
 		defer func() { _ = rc.SetWriteDeadline(time.Now().Add(lim.WriteTimeout)) }() // the final flush
 		dw := &deadlineWriter{ResponseWriter: w, rc: rc, timeout: lim.WriteTimeout, m: g.metrics}
-		next.ServeHTTP(dw, r)
+		out, closeGate := g.gates.open(dw, r, body) // httpcancel.go
+		defer closeGate()
+		next.ServeHTTP(out, r)
 		if r.Method == http.MethodDelete && dw.status == http.StatusNoContent {
 			g.sessions.closed(r.Header.Get("Mcp-Session-Id")) // its place is free at once
 		}

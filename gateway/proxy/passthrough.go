@@ -38,15 +38,19 @@ func (s *rawSlot) release() {
 
 type rawSlotKey struct{}
 
-// passthroughTransport wraps a stdio upstream's transport (see Result pass-through).
-type passthroughTransport struct{ mcp.Transport }
+// passthroughTransport wraps a stdio upstream's transport (see Result pass-through). progress
+// is told of each progress notification as it is read (dialer.progress).
+type passthroughTransport struct {
+	mcp.Transport
+	progress func(token string)
+}
 
 func (t passthroughTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	c, err := t.Transport.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &passthroughConn{Connection: c, pending: map[jsonrpc.ID]*rawSlot{}}, nil
+	return &passthroughConn{Connection: c, pending: map[jsonrpc.ID]*rawSlot{}, progress: t.progress}, nil
 }
 
 // pendingCalls is the number of tools/call slots waiting for an answer.
@@ -60,8 +64,9 @@ func (c *passthroughConn) pendingCalls() int {
 // response, which the SDK then decodes as an empty result.
 type passthroughConn struct {
 	mcp.Connection
-	mu      sync.Mutex
-	pending map[jsonrpc.ID]*rawSlot
+	mu       sync.Mutex
+	pending  map[jsonrpc.ID]*rawSlot
+	progress func(token string)
 }
 
 func (c *passthroughConn) Write(ctx context.Context, msg jsonrpc.Message) error {
@@ -93,6 +98,13 @@ var emptyResult = json.RawMessage(`{"content":[]}`)
 
 func (c *passthroughConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	msg, err := c.Connection.Read(ctx)
+	if req, ok := msg.(*jsonrpc.Request); ok && c.progress != nil && req.Method == "notifications/progress" {
+		if b, jerr := jsonrpc.EncodeMessage(req); jerr == nil {
+			if tok, ok := progressToken(b); ok {
+				c.progress(tok)
+			}
+		}
+	}
 	resp, ok := msg.(*jsonrpc.Response)
 	if !ok || !resp.ID.IsValid() {
 		return msg, err

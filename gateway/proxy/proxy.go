@@ -128,6 +128,7 @@ type Gateway struct {
 	calls    *inflight     // tools/call in flight (limits.go)
 	sessions *sessionCount // HTTP sessions open (sessions.go)
 	posts    posts         // HTTP POSTs being served (httplimits.go)
+	gates    cancelGates   // calls' POSTs whose response a cancel drops (httpcancel.go)
 }
 
 // New connects to every upstream, lists and names their tools, builds the engine, prints the
@@ -177,7 +178,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	// Before the upstreams: a limit they hit while connecting is counted (read when scraped).
 	g.metrics = newMetrics(g)
-	d := dialer{cfg: o.Config, stderr: stderr, hit: g.metrics.limitHit}
+	d := dialer{cfg: o.Config, stderr: stderr, hit: g.metrics.limitHit, progress: g.progressSeen}
 	for _, u := range o.Config.Upstreams {
 		up, err := connect(ctx, d, u, func(up *upstream) *mcp.Client { return g.newClient(up, nil) })
 		if err != nil {
@@ -214,7 +215,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	fmt.Fprintln(stderr, e.Banner())
 	g.warnUnmatched(e)
 
-	sopts := &mcp.ServerOptions{PageSize: o.PageSize, Capabilities: serverCapabilities(cat)}
+	sopts := &mcp.ServerOptions{PageSize: o.PageSize, Capabilities: serverCapabilities(cat), RootsListChangedHandler: g.relayRootsChanged}
 	if sopts.Capabilities.Resources != nil && sopts.Capabilities.Resources.Subscribe {
 		sopts.SubscribeHandler, sopts.UnsubscribeHandler = g.relaySubscribe, g.relayUnsubscribe
 	}

@@ -283,11 +283,10 @@ func (g *Gateway) subscription(ctx context.Context, req mcp.Request, uri string,
 		delete(a.subs, uri)
 	}
 	a.mu.Unlock()
-	if had == on {
+	// The agent's own session is told every time, as the server would be directly; a shared
+	// one once per URI for all agents.
+	if !up.cfg.PerClient() && (had == on || !up.share(uri, on)) {
 		return nil
-	}
-	if !up.cfg.PerClient() && !up.share(uri, on) {
-		return nil // another agent's subscription already covers it upstream
 	}
 	cs, err := a.session(ctx, up)
 	if err != nil {

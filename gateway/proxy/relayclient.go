@@ -34,10 +34,10 @@ func (g *Gateway) newClient(up *upstream, a *agentSession) *mcp.Client {
 		Capabilities:           c,
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { up.listChanged(g.upstreamChanged) },
 		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
-			up.listChanged(g.upstreamChanged)
+			g.relayListChanged(up, a, "notifications/prompts/list_changed", &mcp.PromptListChangedParams{})
 		},
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
-			up.listChanged(g.upstreamChanged)
+			g.relayListChanged(up, a, "notifications/resources/list_changed", &mcp.ResourceListChangedParams{})
 		},
 		ResourceUpdatedHandler: func(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
 			g.relayUpdated(up, a, req.Params)
@@ -71,6 +71,7 @@ func (g *Gateway) newClient(up *upstream, a *agentSession) *mcp.Client {
 		}
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: Name, Version: Version}, opts)
+	client.AddSendingMiddleware(notifyMiddleware)
 	if c.RootsV2 != nil {
 		client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
@@ -241,12 +242,58 @@ func (g *Gateway) relayProgress(up *upstream, a *agentSession, p *mcp.ProgressNo
 		return
 	}
 	f := v.(*flight)
+	defer f.relayed()
 	if f.up != up || f.agent == nil || (up.cfg.PerClient() && f.agent != a) || (!up.cfg.PerClient() && a != nil) {
 		return
 	}
 	q := *p
 	q.ProgressToken = f.token
 	_ = f.agent.ss.NotifyProgress(f.ctx, &q)
+}
+
+// relayRootsChanged is the agent server's RootsListChangedHandler: the agent's own upstream
+// sessions are told, and the shared ones (their roots/list goes to an agent with a request in
+// flight, see target).
+func (g *Gateway) relayRootsChanged(ctx context.Context, req *mcp.RootsListChangedRequest) {
+	a := g.agentFor(req)
+	for _, up := range g.upstreams {
+		var cs *mcp.ClientSession
+		if up.cfg.PerClient() {
+			if a == nil {
+				continue
+			}
+			a.mu.Lock()
+			p := a.peers[up]
+			a.mu.Unlock()
+			if p == nil {
+				continue // not opened yet: it will ask when it needs them
+			}
+			<-p.ready
+			cs = p.cs
+		} else {
+			cs, _ = up.session()
+		}
+		if cs != nil {
+			_ = notifyUpstream(upstreamContext(ctx), cs, "notifications/roots/list_changed", &mcp.RootsListChangedParams{})
+		}
+	}
+}
+
+// relayListChanged tells the agents at once that up's prompts or resources changed (the agent of
+// a per_client session, whose list may be its own, or every agent for a shared one) and has the
+// catalog refreshed (coalesced, at most once per relistInterval).
+func (g *Gateway) relayListChanged(up *upstream, a *agentSession, method string, p mcp.Params) {
+	targets := []*agentSession{a}
+	if a == nil {
+		targets = nil
+		if !up.cfg.PerClient() {
+			targets = g.agentList()
+		}
+	}
+	for _, to := range targets {
+		_ = notify(context.Background(), to.ss, method, p)
+	}
+	up.listChanged(g.upstreamChanged)
 }
 
 // relayUpdated gives notifications/resources/updated to the agents subscribed to the URI (or
@@ -292,6 +339,12 @@ func notify(ctx context.Context, ss *mcp.ServerSession, method string, params mc
 	return ss.NotifyProgress(context.WithValue(ctx, notifyKey{}, notifyAs{method: method, params: params}), &mcp.ProgressNotificationParams{})
 }
 
+// notifyUpstream is notify for an upstream session (the client's sending middleware is
+// notifyMiddleware too).
+func notifyUpstream(ctx context.Context, cs *mcp.ClientSession, method string, params mcp.Params) error {
+	return cs.NotifyProgress(context.WithValue(ctx, notifyKey{}, notifyAs{method: method, params: params}), &mcp.ProgressNotificationParams{})
+}
+
 type notifyKey struct{}
 
 type notifyAs struct {
@@ -303,8 +356,11 @@ type notifyAs struct {
 func notifyMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if n, ok := ctx.Value(notifyKey{}).(notifyAs); ok && method == "notifications/progress" {
-			if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
-				return next(ctx, n.method, &mcp.ServerRequest[mcp.Params]{Session: ss, Params: n.params})
+			switch s := req.GetSession().(type) {
+			case *mcp.ServerSession:
+				return next(ctx, n.method, &mcp.ServerRequest[mcp.Params]{Session: s, Params: n.params})
+			case *mcp.ClientSession:
+				return next(ctx, n.method, &mcp.ClientRequest[mcp.Params]{Session: s, Params: n.params})
 			}
 		}
 		return next(ctx, method, req)

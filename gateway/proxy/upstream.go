@@ -141,9 +141,10 @@ const UpstreamTerminateWait = time.Second
 
 // dialer is what connecting to an upstream needs from the gateway besides the upstream's config.
 type dialer struct {
-	cfg    *config.Gateway
-	stderr io.Writer
-	hit    func(limit string) // counts a limit hit; nil: not counted
+	cfg      *config.Gateway
+	stderr   io.Writer
+	hit      func(limit string)  // counts a limit hit; nil: not counted
+	progress func(token string) // told of each progress notification read, in order; nil: not told
 }
 
 func (d dialer) limitHit(limit string) {
@@ -169,13 +170,13 @@ func transport(d dialer, u config.Upstream) mcp.Transport {
 		lines := newStderrLines(d.stderr, u.Name) // prefixed, escaped, bounded (stderrlines.go)
 		cmd.Stderr = lines
 		return passthroughTransport{Transport: &stdioTransport{cmd: cmd, name: u.Name, limit: limit,
-			terminate: UpstreamTerminateWait, warn: d.warn, hit: d.limitHit, stderr: lines}}
+			terminate: UpstreamTerminateWait, warn: d.warn, hit: d.limitHit, stderr: lines}, progress: d.progress}
 	}
 	var base http.RoundTripper = headerTransport{headers: u.Headers, base: http.DefaultTransport}
 	return &mcp.StreamableClientTransport{
 		Endpoint: u.URL,
 		HTTPClient: &http.Client{Transport: &bodyLimitTransport{base: base, name: u.Name, limit: limit,
-			warn: d.warn, hit: d.limitHit, answers: newAnswerGate(u.Name, d.warn)}},
+			warn: d.warn, hit: d.limitHit, answers: newAnswerGate(u.Name, d.warn), progress: d.progress}},
 		// Above the limit: bodyLimitTransport decides, so the SDK never fails the whole
 		// connection for one oversized event.
 		MaxEventSize: int(limit) + sseSlack,

@@ -34,6 +34,9 @@ type bodyLimitTransport struct {
 	// answers bounds the POSTs of the gateway's answers to the upstream's own requests
 	// (answers.go); nil: unbounded.
 	answers *answerGate
+	// progress is told of each progress notification as it is read, in stream order (see
+	// progressToken); nil: not told.
+	progress func(token string)
 }
 
 func (t *bodyLimitTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -315,6 +318,11 @@ func (b *sseBody) endEvent(end []byte) {
 			b.out = append(b.out, "\n\n"...)
 			return
 		}
+		if b.t.progress != nil && bytes.Contains(ev, []byte(`"notifications/progress"`)) {
+			if tok, ok := progressToken(sseData(ev)); ok {
+				b.t.progress(tok)
+			}
+		}
 		b.out = append(ev, end...)
 		return
 	}
@@ -367,3 +375,15 @@ func badEvent(event []byte) error {
 
 // clipErr is err's text cut to 200 bytes (a decoding error quotes the input).
 func clipErr(err error) string { return clip(err.Error(), 200) }
+
+// sseData is the data of an SSE event: its data lines joined with newlines.
+func sseData(event []byte) []byte {
+	var data [][]byte
+	for line := range bytes.Lines(event) {
+		if rest, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			rest = bytes.TrimPrefix(rest, []byte(" "))
+			data = append(data, bytes.TrimRight(rest, "\r\n"))
+		}
+	}
+	return bytes.Join(data, []byte("\n"))
+}

@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// A request the agent cancelled gets no response over HTTP (MCP, cancellation: "receivers of a
+// cancellation notification SHOULD NOT send a response for the cancelled request"). The SDK's
+// server writes the handler's result anyway; the TypeScript client then reports a response for
+// an unknown id (issue 19). So each POST carrying a call writes through a cancelGate, and a
+// POST of notifications/cancelled for that call, in the same session and with the same
+// credential, closes the gate: what the SDK writes on that call's stream afterwards is dropped.
+
+// cancelGate is the writer of one call's POST.
+type cancelGate struct {
+	*deadlineWriter
+	auth    string // the Authorization header of the POST
+	dropped atomic.Bool
+}
+
+func (c *cancelGate) Write(p []byte) (int, error) {
+	if c.dropped.Load() {
+		return len(p), nil
+	}
+	return c.deadlineWriter.Write(p)
+}
+
+func (c *cancelGate) FlushError() error {
+	if c.dropped.Load() {
+		return nil
+	}
+	return c.deadlineWriter.FlushError()
+}
+
+// cancelGates are the calls' gates by session and request id (one per POST in flight).
+type cancelGates struct{ m sync.Map }
+
+func gateKey(session string, id any) string { return session + "\x00" + fmt.Sprint(id) }
+
+// open returns the writer for a POST of body: a gate when it carries one call in a session,
+// w otherwise; close forgets the gate.
+func (gs *cancelGates) open(w *deadlineWriter, r *http.Request, body []byte) (http.ResponseWriter, func()) {
+	session := r.Header.Get("Mcp-Session-Id")
+	if session == "" || len(body) == 0 || bytes.TrimSpace(body)[0] != '{' {
+		return w, func() {}
+	}
+	msg, err := jsonrpc.DecodeMessage(body)
+	req, ok := msg.(*jsonrpc.Request)
+	if err != nil || !ok {
+		return w, func() {}
+	}
+	if !req.IsCall() {
+		if req.Method == "notifications/cancelled" {
+			gs.cancel(session, r.Header.Get("Authorization"), req.Params)
+		}
+		return w, func() {}
+	}
+	key := gateKey(session, req.ID.Raw())
+	g := &cancelGate{deadlineWriter: w, auth: r.Header.Get("Authorization")}
+	if _, dup := gs.m.LoadOrStore(key, g); dup {
+		return w, func() {} // an id in use: the SDK refuses it
+	}
+	return g, func() { gs.m.CompareAndDelete(key, g) }
+}
+
+// cancel closes the gate of the call params names, when the cancel comes with its credential.
+func (gs *cancelGates) cancel(session, auth string, params json.RawMessage) {
+	var p struct {
+		RequestID json.Number `json:"requestId"`
+	}
+	d := json.NewDecoder(bytes.NewReader(params))
+	d.UseNumber()
+	if d.Decode(&p) != nil || p.RequestID == "" {
+		var s struct {
+			RequestID string `json:"requestId"`
+		}
+		if json.Unmarshal(params, &s) != nil || s.RequestID == "" {
+			return
+		}
+		p.RequestID = json.Number(s.RequestID)
+	}
+	if v, ok := gs.m.Load(gateKey(session, p.RequestID.String())); ok {
+		if g := v.(*cancelGate); g.auth == auth {
+			g.dropped.Store(true)
+		}
+	}
+}
