@@ -143,7 +143,7 @@ const UpstreamTerminateWait = time.Second
 type dialer struct {
 	cfg      *config.Gateway
 	stderr   io.Writer
-	hit      func(limit string)  // counts a limit hit; nil: not counted
+	hit      func(limit string) // counts a limit hit; nil: not counted
 	progress func(token string) // told of each progress notification read, in order; nil: not told
 }
 
