@@ -434,3 +434,39 @@ func TestClosed(t *testing.T) {
 		wantErr(t, err, ErrClosed)
 	})
 }
+
+// TestReadAndServerRequestRecords (issue 19): read and server_request records keep their
+// fields in every store, survive a restart, and are not steps (no outcome counts, no
+// "succeeded" record for a manifest's requires).
+func TestReadAndServerRequestRecords(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store, _ *fakeClock) {
+		ctx := context.Background()
+		run := must[Run](t)(s.CreateRun(ctx, Run{Actor: "alice"}))
+		step := must[int64](t)(s.RecordIntent(ctx, Intent{Run: run.ID, Tool: "up.work", Mode: "enforce", Decision: "allow"}))
+		read := Event{Run: run.ID, Kind: KindRead, Tool: "up.greet", Reason: "prompts/get", ArgsDigest: "sha256:ab", Decision: "allow"}
+		sreq := Event{Run: run.ID, Kind: KindServerRequest, Step: step, Tool: "up", Reason: "sampling/createMessage", ArgsDigest: "sha256:cd", Note: "answered"}
+		for _, e := range []Event{read, sreq} {
+			must[int64](t)(s.AppendEvent(ctx, e))
+		}
+		_, err := s.AppendEvent(ctx, Event{Run: run.ID, Kind: KindIntent})
+		wantErr(t, err, ErrInvalid)
+		s = restart(t, s)
+		recs := must[[]Record](t)(s.Records(ctx, run.ID, step, 0))
+		if len(recs) != 2 {
+			t.Fatalf("records %+v", recs)
+		}
+		for i, e := range []Event{read, sreq} {
+			r := recs[i]
+			if r.Kind != e.Kind || r.Tool != e.Tool || r.Reason != e.Reason || r.ArgsDigest != e.ArgsDigest || r.Decision != e.Decision ||
+				r.Note != e.Note || r.Step != e.Step || r.Status != "" {
+				t.Errorf("record %+v, want the fields of %+v", r, e)
+			}
+		}
+		if c := must[map[string]OutcomeCounts](t)(s.CountOutcomes(ctx, []string{run.ID})); len(c[run.ID]) != 0 {
+			t.Errorf("a read counted as an outcome: %v", c)
+		}
+		if got := must[[]Record](t)(s.SearchRecords(ctx, RecordSearch{Run: run.ID, Tool: "up.greet", Status: Succeeded})); len(got) != 0 {
+			t.Errorf("a read found as a succeeded step: %+v", got)
+		}
+	})
+}
