@@ -139,7 +139,7 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 			Upstreams: []v1alpha1.GatewayUpstream{{Name: "stripe", URL: "http://stripe-mcp.tools.svc:8080/mcp", Headers: []v1alpha1.ValueFrom{
 				{Name: "Authorization", SecretKeyRef: &v1alpha1.SecretKeyReference{Name: "upstream-token", Key: "token"}},
 				{Name: "X-Team", Value: "payments"},
-			}}},
+			}, Session: "Shared", Resources: ptr.To(false)}},
 			Deny:                 []string{"stripe.delete_*"},
 			Manifests:            &v1alpha1.GatewayManifests{Registries: []string{"payments"}},
 			TrustedKeysSecretRef: &v1alpha1.LocalObjectReference{Name: "manifest-keys"},
@@ -196,7 +196,8 @@ func TestGatewayRendersOwnedObjects(t *testing.T) {
 	if g.Mode != config.ModeEnforce || g.Actor != "agent-7" || g.Listen == nil || g.Listen.Address() != "0.0.0.0:7431" ||
 		g.Auth.Keys != GatewayAuthDir+"/"+GatewayAuthKey || g.Upstreams[0].Headers["Authorization"] != "Bearer from-env" ||
 		g.Upstreams[0].Headers["X-Team"] != "payments" || !reflect.DeepEqual(g.Deny, []string{"stripe.delete_*"}) ||
-		!reflect.DeepEqual(g.Permissions, []string{"payments:refund"}) || g.AllowedHosts[0] != "pay-gateway."+ns+".svc" {
+		!reflect.DeepEqual(g.Permissions, []string{"payments:refund"}) || g.AllowedHosts[0] != "pay-gateway."+ns+".svc" ||
+		g.Upstreams[0].PerClient() || !g.Upstreams[0].NoResources {
 		t.Fatalf("parsed %+v", g)
 	}
 

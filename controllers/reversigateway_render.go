@@ -148,6 +148,15 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 	var ups []any
 	for i, u := range s.Upstreams {
 		up := map[string]any{"name": u.Name}
+		switch u.Session {
+		case "Shared":
+			up["session"] = "shared"
+		case "PerClient":
+			up["session"] = "per_client"
+		}
+		if u.Resources != nil {
+			up["resources"] = *u.Resources
+		}
 		if u.NamespaceTools != nil {
 			up["namespace"] = *u.NamespaceTools
 		}

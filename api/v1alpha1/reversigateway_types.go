@@ -183,6 +183,19 @@ type GatewayUpstream struct {
 	// error.
 	// +optional
 	NamespaceTools *bool `json:"namespaceTools,omitempty"`
+
+	// Session says how agent sessions map to upstream sessions: PerClient (one upstream session
+	// per agent session, so that progress, logs and the upstream's sampling, elicitation and
+	// roots requests reach the right agent) or Shared (one for all agents). Default PerClient
+	// for a url upstream, Shared for a command.
+	// +optional
+	// +kubebuilder:validation:Enum=Shared;PerClient
+	Session string `json:"session,omitempty"`
+
+	// Resources relays the upstream's resources and resource templates. Default true; set false
+	// on one of two upstreams that list the same URIs (otherwise a clash the gateway refuses).
+	// +optional
+	Resources *bool `json:"resources,omitempty"`
 }
 
 // ValueFrom is a named value, given literally or read from a Secret key.

@@ -107,6 +107,8 @@ func TestEachRuleReportsFileLineAndPath(t *testing.T) {
 		{"header name", "upstreams:\n  - name: gh\n    url: https://x\n    headers: {\"X Y\": b}\n", 4, "upstreams[0].headers.X Y", "an HTTP header name"},
 		{"arg type", "upstreams:\n  - name: fs\n    command: a\n    args: [serve, 3]\n", 4, "upstreams[0].args[1]", "expected a string, found number 3"},
 		{"namespace type", "upstreams:\n  - name: fs\n    command: a\n    namespace: no-thanks\n", 4, "upstreams[0].namespace", "expected true or false"},
+		{"session", "upstreams:\n  - name: fs\n    command: a\n    session: per-agent\n", 4, "upstreams[0].session", `"per-agent" is not a session mode: use shared or per_client`},
+		{"resources type", "upstreams:\n  - name: fs\n    command: a\n    resources: none\n", 4, "upstreams[0].resources", "expected true or false"},
 		{"missing variable", "upstreams:\n  - name: fs\n    command: a\n    env:\n      TOKEN: ${FS_TOKEN}\n", 5, "upstreams[0].env.TOKEN", "environment variable FS_TOKEN is not set"},
 		{"unterminated variable", "upstreams:\n  - name: fs\n    command: a\n    args: [\"${HOME\"]\n", 4, "upstreams[0].args[0]", "unterminated ${"},
 		{"bad variable name", "upstreams:\n  - name: fs\n    command: a\n    args: [\"${A-B}\"]\n", 4, "upstreams[0].args[0]", "${A-B}: not a variable name"},
@@ -239,6 +241,24 @@ func TestJSONAndNullsAndAuthOpensListen(t *testing.T) {
 	_, errs = Parse("gw.json", []byte(`{"upstreams": [], "upstreams": []}`), nil)
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "gw.json:1: upstreams: duplicate key") {
 		t.Fatalf("JSON duplicate: %v", errs)
+	}
+}
+
+// TestSessionModes (issue 19): per_client is the default for url upstreams, shared for stdio
+// ones; session: and resources: override.
+func TestSessionModes(t *testing.T) {
+	g, errs := Parse("gw.yaml", []byte("upstreams:\n  - {name: a, command: srv}\n  - {name: b, url: http://x/mcp}\n"+
+		"  - {name: c, command: srv, session: per_client}\n  - {name: d, url: http://y/mcp, session: shared, resources: false}\n"), nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	for i, want := range []bool{false, true, true, false} {
+		if got := g.Upstreams[i].PerClient(); got != want {
+			t.Errorf("upstream %s: per_client %v, want %v", g.Upstreams[i].Name, got, want)
+		}
+	}
+	if g.Upstreams[1].NoResources || !g.Upstreams[3].NoResources {
+		t.Errorf("resources: %+v", g.Upstreams)
 	}
 }
 
