@@ -208,7 +208,7 @@ func (g *Gateway) addOperatorServer(pageSize int) {
 	mcp.AddTool(s, &mcp.Tool{Name: ToolReload, Annotations: change,
 		Description: "Re-read manifests and policy now. Returns {changed, tools, policy_checksum, error?}."}, g.reloadTool)
 	g.addSuggestAndRollbackTools(s)
-	s.AddReceivingMiddleware(g.callMiddleware, g.roleMiddleware)
+	s.AddReceivingMiddleware(g.callMiddleware, g.roleMiddleware, discoverMiddleware)
 	g.sec.opServer = s
 }
 

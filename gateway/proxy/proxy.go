@@ -209,7 +209,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.publish(toolSet{}, ts)
 	g.addAgentTools(g.server)
 	g.addOperatorServer(o.PageSize)
-	g.server.AddReceivingMiddleware(g.callMiddleware, g.listMiddleware, g.passMiddleware)
+	g.server.AddReceivingMiddleware(g.callMiddleware, g.listMiddleware, g.passMiddleware, discoverMiddleware)
 	g.metrics.setRevision(o.Revision)
 	close(g.started)
 	for _, up := range g.upstreams {
