@@ -42,6 +42,7 @@ type upstream struct {
 	cs    *mcp.ClientSession // nil while the upstream is down
 	down  error              // why it is down
 	tools []*mcp.Tool        // the last complete tools/list (every page)
+	raw   []json.RawMessage  // tools' JSON as the upstream sent it, by index (nil: not kept); toolmeta.go
 }
 
 // ErrUpstreamDown is returned (wrapped) for an upstream that is reconnecting.
@@ -83,11 +84,14 @@ func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 	defer cancel()
 	l := effectiveLimits(u.dial.cfg.Limits)
 	var tools []*mcp.Tool
+	var raws []json.RawMessage
 	var size int64                       // the tools' JSON so far
 	seen := map[[sha256.Size]byte]bool{} // hashes, not cursors: a cursor can be megabytes
 	params := &mcp.ListToolsParams{}
 	for page := 1; ; page++ {
-		res, err := cs.ListTools(ctx, params)
+		slot := &rawSlot{keep: true} // the page as sent (toolmeta.go)
+		res, err := cs.ListTools(context.WithValue(ctx, rawSlotKey{}, slot), params)
+		slot.release()
 		if err != nil {
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return nil, fmt.Errorf("upstream %s: tools/list: no complete listing within %s (at page %d): %w", u.name, ListTimeout, page, err)
@@ -101,15 +105,14 @@ func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 		}
 		// The tools as JSON: pages_per_listing pages of message_bytes each would let one
 		// listing hold gigabytes of schemas and descriptions.
-		if b, err := json.Marshal(res.Tools); err == nil {
-			size += int64(len(b))
-		}
+		pageRaw := rawTools(slot.raw, res.Tools)
+		size += listingBytes(res.Tools, pageRaw)
 		if size > l.ListingBytes {
 			u.dial.limitHit("listing_bytes")
 			return nil, upstreamLimit(u.name, "listing_bytes", int(l.ListingBytes),
 				fmt.Sprintf("the tools of tools/list take more than %d bytes (%d by page %d)", l.ListingBytes, size, page))
 		}
-		tools = append(tools, res.Tools...)
+		tools, raws = append(tools, res.Tools...), append(raws, pageRaw...)
 		if res.NextCursor == "" {
 			break
 		}
@@ -127,7 +130,7 @@ func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
 	}
 	u.mu.Lock()
-	u.tools = tools
+	u.tools, u.raw = tools, raws
 	u.mu.Unlock()
 	return tools, nil
 }
