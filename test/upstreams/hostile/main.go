@@ -13,7 +13,8 @@
 //	hang      tools/list is never answered
 //	described the normal listing and described, a tool with every field a tool can carry:
 //	          title, icons, annotations, outputSchema, execution, _meta, and x-later, which no
-//	          protocol version defines (for tests of what a gateway passes through)
+//	          protocol version defines (for tests of what a gateway passes through); its input
+//	          schema has a property of two types, which inspector --strict warns about
 //
 // Tools (in every listing that has the fixed tools):
 //
@@ -281,7 +282,7 @@ func fixedTools() []any {
 func describedTool() json.RawMessage {
 	return json.RawMessage(`{"name":"described","title":"Described tool",` +
 		`"description":"Carries every tool field.",` +
-		`"inputSchema":{"type":"object","properties":{"q":{"type":"string"}}},` +
+		`"inputSchema":{"type":"object","properties":{"q":{"type":["string","null"]}}},` +
 		`"outputSchema":{"type":"object","properties":{"n":{"type":"number"}},"required":["n"]},` +
 		`"annotations":{"title":"Described","readOnlyHint":true,"openWorldHint":false},` +
 		`"icons":[{"src":"https://icons.test/d.png","mimeType":"image/png","sizes":["48x48"],"theme":"dark"}],` +
