@@ -118,6 +118,9 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 	if s.ValidateSchemas != nil {
 		doc["validate_schemas"] = *s.ValidateSchemas
 	}
+	if s.OutputSchemas != "" {
+		doc["output_schemas"] = s.OutputSchemas
+	}
 	if s.Actor != "" {
 		doc["actor"] = s.Actor
 	}

@@ -60,6 +60,16 @@ type ReversiGatewaySpec struct {
 	// +kubebuilder:default=true
 	ValidateSchemas *bool `json:"validateSchemas,omitempty"`
 
+	// OutputSchemas is advertise (the default: upstream tools are listed with their
+	// outputSchema) or hide (listed without it). The gateway drops structuredContent that
+	// breaks the advertised schema; a client that validates results (the TypeScript SDK) then
+	// throws for the missing structuredContent, so hide is for such clients. Results are
+	// checked against the upstream's schemas either way. Read when a pod starts.
+	// +optional
+	// +kubebuilder:default=advertise
+	// +kubebuilder:validation:Enum=advertise;hide
+	OutputSchemas string `json:"outputSchemas,omitempty"`
+
 	// Actor is the principal of unauthenticated sessions. Default mcp-client.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253

@@ -52,6 +52,17 @@ const (
 	UnclassifiedObserve = "observe"
 )
 
+// Values of `output_schemas` (issue 19): whether the agent's tools/list shows upstream tools'
+// outputSchema. With advertise (the default) a client that validates results, such as the
+// TypeScript SDK's Client.callTool, throws on the result of a call whose structuredContent the
+// gateway dropped for breaking the schema; hide lists the tools without outputSchema, and the
+// gateway still checks results against the upstream's schemas (seed "MCP gateway", Schema
+// validation).
+const (
+	OutputSchemasAdvertise = "advertise"
+	OutputSchemasHide      = "hide"
+)
+
 // Console modes. Source: seed "MCP gateway", Console on the gateway's port.
 const (
 	ConsoleOff   = "off"
@@ -81,6 +92,9 @@ type Gateway struct {
 	UnclassifiedReads string
 	// ValidateSchemas checks calls against the upstream's schemas; default true.
 	ValidateSchemas bool
+	// OutputSchemas is advertise (default) or hide: `output_schemas`, whether upstream tools
+	// are listed with their outputSchema (see OutputSchemasAdvertise).
+	OutputSchemas string
 	// Console is the console on the gateway's port; default mode off.
 	Console Console
 	// Actor is the principal of unauthenticated sessions; default mcp-client.
@@ -268,6 +282,7 @@ func defaults() *Gateway {
 	return &Gateway{
 		UnclassifiedReads: UnclassifiedBlock,
 		ValidateSchemas:   true,
+		OutputSchemas:     OutputSchemasAdvertise,
 		Console:           Console{Mode: ConsoleOff},
 		Actor:             DefaultActor,
 		CallTimeout:       DefaultCallTimeout,

@@ -23,7 +23,7 @@ func TestSeedExampleLoads(t *testing.T) {
 	}
 	want := &Gateway{
 		File: "testdata/gateway.yaml", Dir: "testdata",
-		Mode: ModeEnforce, UnclassifiedReads: "block", ValidateSchemas: true,
+		Mode: ModeEnforce, UnclassifiedReads: "block", ValidateSchemas: true, OutputSchemas: "advertise",
 		Console: Console{Mode: "off"}, Actor: "dev-laptop",
 		Permissions: []string{"fs:read", "fs:write"},
 		Upstreams: []Upstream{
@@ -56,7 +56,7 @@ func TestDefaults(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	if g.Mode != ModeAuto || g.UnclassifiedReads != "block" || !g.ValidateSchemas || g.Console != (Console{Mode: "off"}) ||
+	if g.Mode != ModeAuto || g.UnclassifiedReads != "block" || !g.ValidateSchemas || g.OutputSchemas != "advertise" || g.Console != (Console{Mode: "off"}) ||
 		g.Actor != "mcp-client" || g.Permissions != nil || g.Listen != nil || g.Auth.Enabled() || !g.Upstreams[0].Namespace || !g.Upstreams[0].Stdio() {
 		t.Fatalf("defaults: %+v", g)
 	}
@@ -66,6 +66,9 @@ func TestDefaults(t *testing.T) {
 	g.Mode = ModeAdvise
 	if g.EffectiveMode(false) != ModeAdvise {
 		t.Fatal("an explicit mode wins")
+	}
+	if g, errs := Parse("g.yaml", []byte("upstreams: [{name: fs, command: srv}]\noutput_schemas: hide\n"), nil); len(errs) > 0 || g.OutputSchemas != OutputSchemasHide {
+		t.Fatalf("output_schemas: hide: %+v %v", g, errs)
 	}
 	g, errs = Parse("g.yaml", []byte("upstreams: [{name: fs, command: srv}]\nlisten: {port: 80}\nconsole: {mode: open}\n"), nil)
 	if len(errs) > 0 || g.Listen.Host != "127.0.0.1" || g.Console.Role != "operator" {
@@ -90,6 +93,7 @@ func TestEachRuleReportsFileLineAndPath(t *testing.T) {
 		{"mode", up + "mode: strict\n", 2, "mode", `"strict" is not one of enforce, advise, observe`},
 		{"unclassified_reads", up + "unclassified_reads: allow\n", 2, "unclassified_reads", `"allow" is not one of block, observe`},
 		{"validate_schemas type", up + "validate_schemas: \"yes\"\n", 2, "validate_schemas", `expected true or false, found string "yes"`},
+		{"output_schemas", up + "output_schemas: drop\n", 2, "output_schemas", `"drop" is not one of advertise, hide`},
 		{"empty actor", up + "actor: \"\"\n", 2, "actor", "must not be empty"},
 		{"permissions type", up + "permissions: fs:read\n", 2, "permissions", "expected a list of strings"},
 		{"no upstreams", "actor: a\n", 1, "upstreams", "required: list at least one upstream"},
@@ -181,7 +185,7 @@ extra: 1
 		`gw.yaml:9: listen.host: "0.0.0.0" is not loopback: the gateway refuses to listen beyond loopback without authentication (set auth.keys or auth.oidc)`,
 		"gw.yaml:10: console.role: the gateway refuses to start an open console with the admin role: use auditor, approver or operator",
 		`gw.yaml:10: console.mode: console open needs a loopback listen.host, not "0.0.0.0": use login with auth instead`,
-		`gw.yaml:11: extra: unknown field "extra" (known: mode, unclassified_reads, validate_schemas, console, actor, permissions, upstreams, allow, deny, listen, resource_url, auth, allowed_hosts, allowed_origins, call_timeout, limits)`,
+		`gw.yaml:11: extra: unknown field "extra" (known: mode, unclassified_reads, validate_schemas, output_schemas, console, actor, permissions, upstreams, allow, deny, listen, resource_url, auth, allowed_hosts, allowed_origins, call_timeout, limits)`,
 	}
 	var got []string
 	for _, e := range errs {

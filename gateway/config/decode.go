@@ -33,9 +33,10 @@ var roles = []string{"agent", "auditor", "approver", "operator", "admin"}
 // Upstreams named validly are checked for uniqueness even when they have other faults.
 //
 // Errors (each a *manifest.FieldError with file, line and field path): YAML or JSON syntax,
-// duplicate keys, unknown fields, wrong types, values outside the seed's enumerations, the
-// upstream rules (unique names matching ^[A-Za-z0-9_-]+$, exactly one of command or url, an
-// http(s) url, stdio-only and HTTP-only fields not mixed, an undefined ${NAME}), malformed
+// duplicate keys, unknown fields, wrong types, values outside the seed's enumerations (and
+// issue 19's output_schemas: advertise or hide), the upstream rules (unique names matching
+// ^[A-Za-z0-9_-]+$, exactly one of command or url, an http(s) url, stdio-only and HTTP-only
+// fields not mixed, an undefined ${NAME}), malformed
 // allow/deny globs, a port outside 1..65535, a non-loopback listen host without auth, and the
 // console rules (open needs a loopback listen host and a role other than admin; login needs
 // auth; open and login need listen).
@@ -257,7 +258,7 @@ func (d *decoder) expand(p, s string) string {
 	}
 }
 
-var topFields = []string{"mode", "unclassified_reads", "validate_schemas", "console", "actor", "permissions", "upstreams", "allow", "deny", "listen", "resource_url", "auth", "allowed_hosts", "allowed_origins", "call_timeout", "limits"}
+var topFields = []string{"mode", "unclassified_reads", "validate_schemas", "output_schemas", "console", "actor", "permissions", "upstreams", "allow", "deny", "listen", "resource_url", "auth", "allowed_hosts", "allowed_origins", "call_timeout", "limits"}
 
 func (d *decoder) gateway(v any) *Gateway {
 	g := defaults()
@@ -273,6 +274,9 @@ func (d *decoder) gateway(v any) *Gateway {
 	}
 	if b, ok := d.boolean(m, "", "validate_schemas"); ok {
 		g.ValidateSchemas = b
+	}
+	if s, ok := d.enum(m, "", "output_schemas", OutputSchemasAdvertise, OutputSchemasHide); ok {
+		g.OutputSchemas = s
 	}
 	if s, ok := d.nonEmpty(m, "", "actor"); ok {
 		g.Actor = s

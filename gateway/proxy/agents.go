@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -65,19 +66,20 @@ type flight struct {
 // progressWait bounds how long the end of a request waits for its progress notifications.
 const progressWait = time.Second
 
-// progressToken is the progressToken of a notifications/progress message (its JSON), when it is
-// one of the gateway's relay tokens.
-func progressToken(data []byte) (string, bool) {
-	var m struct {
-		Method string `json:"method"`
-		Params struct {
-			ProgressToken any `json:"progressToken"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(data, &m) != nil || m.Method != "notifications/progress" {
+// progressToken is the progressToken of msg when it is a notifications/progress with one of the
+// gateway's relay tokens.
+func progressToken(msg jsonrpc.Message) (string, bool) {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || req.Method != "notifications/progress" {
 		return "", false
 	}
-	tok, ok := m.Params.ProgressToken.(string)
+	var p struct {
+		ProgressToken any `json:"progressToken"`
+	}
+	if json.Unmarshal(req.Params, &p) != nil {
+		return "", false
+	}
+	tok, ok := p.ProgressToken.(string)
 	return tok, ok && strings.HasPrefix(tok, relayTokenPrefix)
 }
 

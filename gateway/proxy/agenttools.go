@@ -261,32 +261,32 @@ func (g *Gateway) addAgentTools(s *mcp.Server) {
 	runSchema := func() *jsonschema.Schema {
 		return schemaFor[RunIn](func(p map[string]*jsonschema.Schema) { nonEmpty(p, "run") })
 	}
-	mcp.AddTool(s, &mcp.Tool{Name: ToolListRuns, Annotations: ro,
+	addTool(s, &mcp.Tool{Name: ToolListRuns, Annotations: ro,
 		Description: "Read your runs: id, start, last activity, status and steps per outcome, newest first.",
 		InputSchema: schemaFor[ListRunsIn](func(p map[string]*jsonschema.Schema) { limitSchema(p["limit"]) })}, g.listRuns)
-	mcp.AddTool(s, &mcp.Tool{Name: ToolGetRun, Annotations: ro,
+	addTool(s, &mcp.Tool{Name: ToolGetRun, Annotations: ro,
 		Description: "Read one of your runs with its steps (intent and outcome of each call).",
 		InputSchema: schemaFor[GetRunIn](func(p map[string]*jsonschema.Schema) { nonEmpty(p, "run") })}, g.getRun)
-	mcp.AddTool(s, &mcp.Tool{Name: ToolGetActionTrace, Annotations: ro,
+	addTool(s, &mcp.Tool{Name: ToolGetActionTrace, Annotations: ro,
 		Description: "Read the ledger records of one step of your run in full (arguments are never stored, only their digest).",
 		InputSchema: schemaFor[TraceIn](func(p map[string]*jsonschema.Schema) {
 			nonEmpty(p, "run")
 			one := 1.0
 			p["step"].Minimum = &one
 		})}, g.getActionTrace)
-	mcp.AddTool(s, &mcp.Tool{Name: ToolPlanRollback, Annotations: ro,
+	addTool(s, &mcp.Tool{Name: ToolPlanRollback, Annotations: ro,
 		Description: "What a rollback of your run would do, step by step, newest first. Executes nothing.",
 		InputSchema: runSchema()}, g.planRollback)
-	mcp.AddTool(s, &mcp.Tool{Name: ToolDryRunRollback, Annotations: ro,
+	addTool(s, &mcp.Tool{Name: ToolDryRunRollback, Annotations: ro,
 		Description: "The rollback plan of your run, with each compensation checked against the upstream (tool exposed, arguments valid). Executes nothing.",
 		InputSchema: runSchema()}, g.dryRunRollback)
-	mcp.AddTool(s, &mcp.Tool{Name: ToolValidateManifest, Annotations: ro,
+	addTool(s, &mcp.Tool{Name: ToolValidateManifest, Annotations: ro,
 		Description: "Validate a manifest object: {valid, errors: [{path, message}]}.",
 		InputSchema: schemaFor[ValidateIn](nil)}, g.validateManifest)
-	mcp.AddTool(s, &mcp.Tool{Name: ToolPreviewImpact, Annotations: ro,
+	addTool(s, &mcp.Tool{Name: ToolPreviewImpact, Annotations: ro,
 		Description: "{tool, arguments?}: would this call be allowed, need approval or be blocked, with risk, approvers and rollback outlook. Executes nothing.",
 		InputSchema: schemaFor[PreviewIn](func(p map[string]*jsonschema.Schema) { nonEmpty(p, "tool") })}, g.previewImpact)
-	mcp.AddTool(s, &mcp.Tool{Name: ToolSearch, Annotations: ro,
+	addTool(s, &mcp.Tool{Name: ToolSearch, Annotations: ro,
 		Description: `Find your runs, or ledger records (what: "records"), by tool, status, text. limit up to 200.`,
 		InputSchema: schemaFor[SearchIn](func(p map[string]*jsonschema.Schema) {
 			p["what"].Enum = []any{"runs", "records"}

@@ -16,10 +16,11 @@ import (
 // listPages follows the cursors of one list method of an upstream and returns every item,
 // bounded as tools/list is (issue 18): at most limits.pages_per_listing pages, at most max items
 // (limitName names the field to raise), at most limits.listing_bytes of items as JSON, no cursor
-// twice (ErrCursorCycle), within ListTimeout. noun names the items in errors ("tools").
+// twice (ErrCursorCycle), within ListTimeout. noun names the items in errors ("tools"); fetch
+// returns one page and its size in bytes (-1: the items are measured as JSON here).
 // Errors name the upstream and the method; a limit is a *LimitError.
 func listPages[T any](ctx context.Context, up *upstream, method, noun string, max int, limitName string,
-	fetch func(ctx context.Context, cursor string) ([]T, string, error)) ([]T, error) {
+	fetch func(ctx context.Context, cursor string) (items []T, next string, size int64, err error)) ([]T, error) {
 	ctx, cancel := context.WithTimeout(ctx, ListTimeout)
 	defer cancel()
 	l := effectiveLimits(up.dial.cfg.Limits)
@@ -28,7 +29,7 @@ func listPages[T any](ctx context.Context, up *upstream, method, noun string, ma
 	seen := map[[sha256.Size]byte]bool{} // hashes, not cursors: a cursor can be megabytes
 	cursor := ""
 	for page := 1; ; page++ {
-		got, next, err := fetch(ctx, cursor)
+		got, next, n, err := fetch(ctx, cursor)
 		if err != nil {
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return nil, fmt.Errorf("upstream %s: %s: no complete listing within %s (at page %d): %w", up.name, method, ListTimeout, page, err)
@@ -40,11 +41,14 @@ func listPages[T any](ctx context.Context, up *upstream, method, noun string, ma
 			return nil, upstreamLimit(up.name, limitName, max,
 				fmt.Sprintf("%s offers more than %d %s (%d by page %d)", method, max, noun, n, page))
 		}
-		// The items as JSON: pages_per_listing pages of message_bytes each would let one
-		// listing hold gigabytes.
-		if b, err := json.Marshal(got); err == nil {
-			size += int64(len(b))
+		// The items as JSON (n, when fetch knows it): pages_per_listing pages of
+		// message_bytes each would let one listing hold gigabytes.
+		if n < 0 {
+			if b, err := json.Marshal(got); err == nil {
+				n = int64(len(b))
+			}
 		}
+		size += n
 		if size > l.ListingBytes {
 			up.dial.limitHit("listing_bytes")
 			return nil, upstreamLimit(up.name, "listing_bytes", int(l.ListingBytes),
@@ -81,12 +85,12 @@ func caps(cs *mcp.ClientSession) *mcp.ServerCapabilities {
 func (up *upstream) listPrompts(ctx context.Context, cs *mcp.ClientSession) ([]*mcp.Prompt, error) {
 	l := effectiveLimits(up.dial.cfg.Limits)
 	return listPages(ctx, up, "prompts/list", "prompts", l.ToolsPerUpstream, "tools_per_upstream",
-		func(ctx context.Context, cursor string) ([]*mcp.Prompt, string, error) {
+		func(ctx context.Context, cursor string) ([]*mcp.Prompt, string, int64, error) {
 			res, err := cs.ListPrompts(ctx, &mcp.ListPromptsParams{Cursor: cursor})
 			if err != nil {
-				return nil, "", err
+				return nil, "", 0, err
 			}
-			return res.Prompts, res.NextCursor, nil
+			return res.Prompts, res.NextCursor, -1, nil
 		})
 }
 
@@ -94,12 +98,12 @@ func (up *upstream) listPrompts(ctx context.Context, cs *mcp.ClientSession) ([]*
 func (up *upstream) listResources(ctx context.Context, cs *mcp.ClientSession) ([]*mcp.Resource, error) {
 	l := effectiveLimits(up.dial.cfg.Limits)
 	return listPages(ctx, up, "resources/list", "resources", l.ToolsPerUpstream, "tools_per_upstream",
-		func(ctx context.Context, cursor string) ([]*mcp.Resource, string, error) {
+		func(ctx context.Context, cursor string) ([]*mcp.Resource, string, int64, error) {
 			res, err := cs.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
 			if err != nil {
-				return nil, "", err
+				return nil, "", 0, err
 			}
-			return res.Resources, res.NextCursor, nil
+			return res.Resources, res.NextCursor, -1, nil
 		})
 }
 
@@ -107,12 +111,12 @@ func (up *upstream) listResources(ctx context.Context, cs *mcp.ClientSession) ([
 func (up *upstream) listTemplates(ctx context.Context, cs *mcp.ClientSession) ([]*mcp.ResourceTemplate, error) {
 	l := effectiveLimits(up.dial.cfg.Limits)
 	return listPages(ctx, up, "resources/templates/list", "resource templates", l.ToolsPerUpstream, "tools_per_upstream",
-		func(ctx context.Context, cursor string) ([]*mcp.ResourceTemplate, string, error) {
+		func(ctx context.Context, cursor string) ([]*mcp.ResourceTemplate, string, int64, error) {
 			res, err := cs.ListResourceTemplates(ctx, &mcp.ListResourceTemplatesParams{Cursor: cursor})
 			if err != nil {
-				return nil, "", err
+				return nil, "", 0, err
 			}
-			return res.ResourceTemplates, res.NextCursor, nil
+			return res.ResourceTemplates, res.NextCursor, -1, nil
 		})
 }
 

@@ -184,31 +184,31 @@ func (g *Gateway) addOperatorServer(pageSize int) {
 	closed := false
 	ro.OpenWorldHint = &closed
 	change := &mcp.ToolAnnotations{OpenWorldHint: &closed}
-	mcp.AddTool(s, &mcp.Tool{Name: ToolClassification, Annotations: ro,
+	addTool(s, &mcp.Tool{Name: ToolClassification, Annotations: ro,
 		Description: "Every upstream tool, classified against the manifests (OK, NOTE, WARN, BLOCK), plus the banner text."}, g.classification)
-	mcp.AddTool(s, &mcp.Tool{Name: ToolListApprovals, Annotations: ro,
+	addTool(s, &mcp.Tool{Name: ToolListApprovals, Annotations: ro,
 		Description: "Read approval requests (any run), oldest first, with their decisions.",
 		InputSchema: schemaFor[ListApprovalsIn](func(p map[string]*jsonschema.Schema) {
 			p["state"].Enum = []any{"pending", "approved", "denied", "expired"}
 			limitSchema(p["limit"])
 		})}, g.listApprovals)
-	mcp.AddTool(s, &mcp.Tool{Name: ToolExportEvidence, Annotations: ro,
+	addTool(s, &mcp.Tool{Name: ToolExportEvidence, Annotations: ro,
 		Description: "Ledger records as JSON evidence, signed with the gateway's --signing-key (Ed25519) when it has one."}, g.exportEvidence)
 	decide := schemaFor[DecideIn](func(p map[string]*jsonschema.Schema) { nonEmpty(p, "id") })
-	mcp.AddTool(s, &mcp.Tool{Name: ToolApproveAction, Annotations: change, InputSchema: decide,
+	addTool(s, &mcp.Tool{Name: ToolApproveAction, Annotations: change, InputSchema: decide,
 		Description: "Approve an approval request as yourself; the agent's retry of the same call then passes once the quorum is met."},
 		g.decider(true))
-	mcp.AddTool(s, &mcp.Tool{Name: ToolDenyAction, Annotations: change, InputSchema: decide,
+	addTool(s, &mcp.Tool{Name: ToolDenyAction, Annotations: change, InputSchema: decide,
 		Description: "Deny an approval request as yourself: one deny denies it."}, g.decider(false))
-	mcp.AddTool(s, &mcp.Tool{Name: ToolHalt, Annotations: change,
+	addTool(s, &mcp.Tool{Name: ToolHalt, Annotations: change,
 		Description: "Kill switch: block every upstream call (journaled as blocked, with your reason) until reversi.resume.",
 		InputSchema: schemaFor[HaltIn](func(p map[string]*jsonschema.Schema) { nonEmpty(p, "reason") })}, g.haltTool)
-	mcp.AddTool(s, &mcp.Tool{Name: ToolResume, Annotations: change,
+	addTool(s, &mcp.Tool{Name: ToolResume, Annotations: change,
 		Description: "Lift the kill switch: upstream calls are decided as usual again."}, g.resumeTool)
-	mcp.AddTool(s, &mcp.Tool{Name: ToolReload, Annotations: change,
+	addTool(s, &mcp.Tool{Name: ToolReload, Annotations: change,
 		Description: "Re-read manifests and policy now. Returns {changed, tools, policy_checksum, error?}."}, g.reloadTool)
 	g.addSuggestAndRollbackTools(s)
-	s.AddReceivingMiddleware(g.callMiddleware, g.roleMiddleware)
+	s.AddReceivingMiddleware(g.callMiddleware, g.roleMiddleware, discoverMiddleware)
 	g.sec.opServer = s
 }
 

@@ -51,10 +51,10 @@ type (
 func (g *Gateway) addSuggestAndRollbackTools(s *mcp.Server) {
 	closed := false
 	ro := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &closed}
-	mcp.AddTool(s, &mcp.Tool{Name: ToolSuggestManifest, Annotations: ro,
+	addTool(s, &mcp.Tool{Name: ToolSuggestManifest, Annotations: ro,
 		Description: "Draft manifests (status: draft) for the upstream tools that have none. Drafts only: nothing is written or enforced."},
 		g.suggestTool)
-	mcp.AddTool(s, &mcp.Tool{Name: ToolExecuteRollback, Annotations: &mcp.ToolAnnotations{OpenWorldHint: &closed},
+	addTool(s, &mcp.Tool{Name: ToolExecuteRollback, Annotations: &mcp.ToolAnnotations{OpenWorldHint: &closed},
 		Description: "Roll a run back: dry run unless confirm is true. Each compensation runs on its upstream, newest first, " +
 			"3 attempts with backoff and one idempotency key in _meta[\"reversi/idempotency_key\"]; read-backs go through the upstream.",
 		InputSchema: schemaFor[ExecuteRollbackIn](func(p map[string]*jsonschema.Schema) { nonEmpty(p, "run") })},

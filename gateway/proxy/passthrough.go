@@ -22,10 +22,14 @@ import (
 // Only stdio upstreams are wrapped: the SDK type-asserts its Streamable HTTP client connection
 // to an unexported interface, which a wrapper would hide.
 
-// rawSlot receives the raw result of one tools/call sent with it in its context.
+// rawSlot receives the raw result of one tools/call, or with keep of one tools/list page, sent
+// with it in its context.
 type rawSlot struct {
 	raw    json.RawMessage // set by the reading goroutine before the SDK delivers the response
 	forget func()          // set by Write: drops the slot from its connection's pending calls
+	// keep leaves the result to the SDK as well (a tools/list page, whose raw tools keep the
+	// fields the SDK's types lack: toolmeta.go). HTTP upstreams fill only such slots.
+	keep bool
 }
 
 // release drops the slot from its connection once the call has returned, answered or not (a
@@ -33,6 +37,14 @@ type rawSlot struct {
 func (s *rawSlot) release() {
 	if s.forget != nil {
 		s.forget()
+	}
+}
+
+// fill keeps the result of m when it answers (HTTP: any answer on the stream of the POST
+// that carried the slot answers that POST's request). s may be nil.
+func (s *rawSlot) fill(m jsonrpc.Message) {
+	if r, ok := m.(*jsonrpc.Response); ok && s != nil && r.Error == nil {
+		s.raw = r.Result
 	}
 }
 
@@ -70,7 +82,7 @@ type passthroughConn struct {
 }
 
 func (c *passthroughConn) Write(ctx context.Context, msg jsonrpc.Message) error {
-	if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() && req.Method == "tools/call" {
+	if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() && (req.Method == "tools/call" || req.Method == "tools/list") {
 		if slot, ok := ctx.Value(rawSlotKey{}).(*rawSlot); ok {
 			c.mu.Lock()
 			c.pending[req.ID] = slot
@@ -98,11 +110,9 @@ var emptyResult = json.RawMessage(`{"content":[]}`)
 
 func (c *passthroughConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	msg, err := c.Connection.Read(ctx)
-	if req, ok := msg.(*jsonrpc.Request); ok && c.progress != nil && req.Method == "notifications/progress" {
-		if b, jerr := jsonrpc.EncodeMessage(req); jerr == nil {
-			if tok, ok := progressToken(b); ok {
-				c.progress(tok)
-			}
+	if c.progress != nil {
+		if tok, ok := progressToken(msg); ok {
+			c.progress(tok)
 		}
 	}
 	resp, ok := msg.(*jsonrpc.Response)
@@ -113,7 +123,11 @@ func (c *passthroughConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	slot := c.pending[resp.ID]
 	delete(c.pending, resp.ID) // answered (or failed): the id may be reused
 	c.mu.Unlock()
-	if slot != nil && resp.Error == nil && len(resp.Result) > 0 && completeResult(resp.Result) {
+	switch {
+	case slot == nil || resp.Error != nil || len(resp.Result) == 0:
+	case slot.keep:
+		slot.raw = resp.Result // the SDK decodes the same bytes; neither side changes them
+	case completeResult(resp.Result):
 		slot.raw = resp.Result
 		resp.Result = emptyResult
 	}

@@ -227,7 +227,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.publish(toolSet{}, ts)
 	g.addAgentTools(g.server)
 	g.addOperatorServer(o.PageSize)
-	g.server.AddReceivingMiddleware(g.callMiddleware, g.listMiddleware, g.passMiddleware, g.relayMiddleware)
+	g.server.AddReceivingMiddleware(g.callMiddleware, g.listMiddleware, g.passMiddleware, g.relayMiddleware, discoverMiddleware)
 	g.server.AddSendingMiddleware(notifyMiddleware)
 	g.metrics.setRevision(o.Revision)
 	close(g.started)

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
+	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
 )
@@ -27,15 +28,17 @@ const ListCacheTTL = 5 * time.Second
 // toolSet is the upstream tools the gateway exposes, by exposed name.
 type toolSet struct {
 	routes map[string]*route
-	tools  []engine.Tool // in upstream order, for the engine
+	tools  []engine.Tool         // in upstream order, for the engine
+	listed map[string]listedTool // the tools' JSON as the upstream sent it, renamed (toolmeta.go)
 }
 
 // buildTools names every upstream's last-listed tools. Two upstreams exposing one name, or an
 // input schema that is not an object schema, is an error naming the upstream and the tool.
 func buildTools(ups []*upstream) (toolSet, error) {
-	ts := toolSet{routes: map[string]*route{}}
+	ts := toolSet{routes: map[string]*route{}, listed: map[string]listedTool{}}
 	for _, up := range ups {
-		for _, t := range up.listed() {
+		tools, raws := up.listing()
+		for i, t := range tools {
 			name := exposedName(up.cfg, t.Name)
 			if err := reservedName(up.name, name); err != nil {
 				return toolSet{}, err
@@ -49,6 +52,11 @@ func buildTools(ups []*upstream) (toolSet, error) {
 			exposed := *t
 			exposed.Name = name
 			ts.routes[name] = &route{up: up, name: t.Name, tool: &exposed}
+			if i < len(raws) && raws[i] != nil {
+				if lt, err := exposeTool(raws[i], name); err == nil {
+					ts.listed[name] = lt
+				}
+			}
 			et := engine.Tool{Name: name, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema}
 			if a := t.Annotations; a != nil {
 				et.ReadOnlyHint = a.ReadOnlyHint
@@ -153,7 +161,7 @@ func (g *Gateway) refreshTools(ctx context.Context, only ...*upstream) error {
 		return err
 	}
 	ts, err := buildTools(g.upstreams)
-	if err == nil && reflect.DeepEqual(ts.tools, (*g.tools.Load()).tools) {
+	if cur := g.tools.Load(); err == nil && reflect.DeepEqual(ts.tools, cur.tools) && reflect.DeepEqual(ts.listed, cur.listed) {
 		g.listNote = ""
 		return nil
 	}
@@ -201,7 +209,9 @@ func (g *Gateway) note(format string, args ...any) {
 
 // listMiddleware serves an agent's tools/list: it refreshes the upstreams' lists when the
 // cache is older than ListCacheTTL, drops the tools allow/deny refuse (calls to them are
-// still decided, and journaled as blocked) and the upstream tools' outputSchema (see below). Pagination is the SDK's (ServerOptions.PageSize).
+// still decided, and journaled as blocked), and sends each upstream tool as the upstream
+// listed it, renamed, without outputSchema under `output_schemas: hide` (toolmeta.go).
+// Pagination is the SDK's (ServerOptions.PageSize).
 func (g *Gateway) listMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if method != "tools/list" {
@@ -228,27 +238,22 @@ func (g *Gateway) listMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if !ok {
 			return res, err
 		}
-		e := g.engine.Load()
+		e, ts := g.engine.Load(), g.tools.Load()
+		hide := g.cfg.OutputSchemas == config.OutputSchemasHide
 		kept := make([]*mcp.Tool, 0, len(lr.Tools))
+		raws := make([]json.RawMessage, 0, len(lr.Tools))
 		for _, t := range lr.Tools {
-			switch {
-			case isAgentTool(t.Name): // allow/deny govern upstream tools only
-			case !e.Listed(t.Name):
+			if !isAgentTool(t.Name) && !e.Listed(t.Name) { // allow/deny govern upstream tools only
 				continue
-			case t.OutputSchema != nil:
-				// A validating client (the TypeScript SDK's callTool) throws on a result of a
-				// tool with an outputSchema that breaks it or lacks structuredContent. The
-				// gateway checks results itself, journals a mismatch and drops the breaking
-				// structuredContent (seed: Schema validation); with the schema advertised the
-				// client would still throw and the agent would lose a call that took effect.
-				c := *t // the registered tool is shared: change a copy
-				c.OutputSchema = nil
-				t = &c
 			}
-			kept = append(kept, t)
+			raw, err := toolJSON(ts, t, hide)
+			if err != nil {
+				return nil, fmt.Errorf("tools/list: tool %s: %w", t.Name, err)
+			}
+			kept, raws = append(kept, t), append(raws, raw)
 		}
 		out := *lr
 		out.Tools = kept
-		return &out, nil
+		return &listedToolsResult{ListToolsResult: &out, tools: raws}, nil
 	}
 }

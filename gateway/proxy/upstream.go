@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ type upstream struct {
 	cs       *mcp.ClientSession // nil while the upstream is down
 	down     error              // why it is down
 	tools    []*mcp.Tool        // the last complete tools/list (every page)
+	raw      []json.RawMessage  // tools' JSON as the upstream sent it, by index (nil: not kept); toolmeta.go
 	features features           // the last complete listings of prompts and resources
 
 	fmu     sync.Mutex
@@ -85,19 +87,24 @@ func (u *upstream) list(ctx context.Context) ([]*mcp.Tool, error) {
 		return nil, err
 	}
 	l := effectiveLimits(u.dial.cfg.Limits)
+	var raws []json.RawMessage
 	tools, err := listPages(ctx, u, "tools/list", "tools", l.ToolsPerUpstream, "tools_per_upstream",
-		func(ctx context.Context, cursor string) ([]*mcp.Tool, string, error) {
-			res, err := cs.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		func(ctx context.Context, cursor string) ([]*mcp.Tool, string, int64, error) {
+			slot := &rawSlot{keep: true} // the page as sent (toolmeta.go)
+			res, err := cs.ListTools(context.WithValue(ctx, rawSlotKey{}, slot), &mcp.ListToolsParams{Cursor: cursor})
+			slot.release()
 			if err != nil {
-				return nil, "", err
+				return nil, "", 0, err
 			}
-			return res.Tools, res.NextCursor, nil
+			pageRaw := rawTools(slot.raw, res.Tools)
+			raws = append(raws, pageRaw...)
+			return res.Tools, res.NextCursor, listingBytes(res.Tools, pageRaw), nil
 		})
 	if err != nil {
 		return nil, err
 	}
 	u.mu.Lock()
-	u.tools = tools
+	u.tools, u.raw = tools, raws
 	u.mu.Unlock()
 	return tools, nil
 }

@@ -57,6 +57,10 @@ func (t *bodyLimitTransport) roundTrip(r *http.Request) (*http.Response, error) 
 		return resp, err
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	slot, _ := r.Context().Value(rawSlotKey{}).(*rawSlot)
+	if slot != nil && !slot.keep {
+		slot = nil // results of calls are decoded by the SDK (passthrough.go: stdio only)
+	}
 	switch {
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		// The SDK reads an error body only to find a JSON-RPC error in it: a cut one is none.
@@ -65,10 +69,10 @@ func (t *bodyLimitTransport) roundTrip(r *http.Request) (*http.Response, error) 
 			t.errorStatus(r, resp)
 		}
 	case mt == "application/json":
-		resp.Body = &jsonBody{t: t, body: resp.Body, req: r}
+		resp.Body = &jsonBody{t: t, body: resp.Body, req: r, slot: slot}
 		resp.ContentLength = -1
 	case mt == "text/event-stream":
-		resp.Body = &sseBody{t: t, body: resp.Body, req: r, br: bufio.NewReaderSize(resp.Body, 64<<10), lineStart: true}
+		resp.Body = &sseBody{t: t, body: resp.Body, req: r, slot: slot, br: bufio.NewReaderSize(resp.Body, 64<<10), lineStart: true}
 	}
 	return resp, nil
 }
@@ -159,6 +163,7 @@ type jsonBody struct {
 	t    *bodyLimitTransport
 	body io.ReadCloser
 	req  *http.Request
+	slot *rawSlot      // receives the answer's raw result (a tools/list page); nil: none
 	buf  *bytes.Reader // nil until the first Read
 }
 
@@ -178,10 +183,12 @@ func (b *jsonBody) Read(p []byte) (int, error) {
 			data = held.Bytes()
 			// The SDK fails the whole connection (every session's calls) on an answer it
 			// cannot decode: fail only this call.
-			if _, err := jsonrpc.DecodeMessage(data); err != nil {
+			m, err := jsonrpc.DecodeMessage(data)
+			if err != nil {
 				fail = fmt.Errorf("upstream %s answered with a body that is not a JSON-RPC message: %v", b.t.name, clipErr(err))
 				data = nil
 			}
+			b.slot.fill(m)
 		}
 		held.Reset()
 		if fail != nil {
@@ -207,6 +214,7 @@ type sseBody struct {
 	t    *bodyLimitTransport
 	body io.ReadCloser
 	req  *http.Request // the POST or GET whose answer the stream is
+	slot *rawSlot      // receives the raw result of the POST's answer (a tools/list page); nil: none
 	br   *bufio.Reader
 
 	out []byte // bytes ready for the reader
@@ -300,7 +308,8 @@ func (b *sseBody) endEvent(end []byte) {
 	if b.over == nil {
 		ev := b.event.Bytes()
 		b.event.Reset()
-		if why := badEvent(ev); why != nil {
+		m, why := badEvent(ev)
+		if why != nil {
 			// The SDK fails the whole connection on an event it cannot read: fail only the call
 			// whose stream this is, or drop the event from the standalone stream.
 			fail := fmt.Errorf("upstream %s sent an event that is not a JSON-RPC message (%v)", b.t.name, why)
@@ -318,8 +327,9 @@ func (b *sseBody) endEvent(end []byte) {
 			b.out = append(b.out, "\n\n"...)
 			return
 		}
-		if b.t.progress != nil && bytes.Contains(ev, []byte(`"notifications/progress"`)) {
-			if tok, ok := progressToken(sseData(ev)); ok {
+		b.slot.fill(m)
+		if b.t.progress != nil {
+			if tok, ok := progressToken(m); ok {
 				b.t.progress(tok)
 			}
 		}
@@ -343,8 +353,9 @@ func (b *sseBody) endEvent(end []byte) {
 
 // badEvent reports why the SDK's SSE reader would fail the connection on event (its lines,
 // without the blank line that ends it), or nil: a line without a colon, or data (the data
-// lines joined, of an event named message or unnamed) that is not a JSON-RPC message.
-func badEvent(event []byte) error {
+// lines joined, of an event named message or unnamed) that is not a JSON-RPC message. It also
+// returns the event's message when it has one.
+func badEvent(event []byte) (jsonrpc.Message, error) {
 	name, data, hasData := "", []byte(nil), false
 	for line := range bytes.SplitSeq(event, []byte("\n")) {
 		line = bytes.TrimRight(line, "\r")
@@ -354,7 +365,7 @@ func badEvent(event []byte) error {
 		field, value, found := bytes.Cut(line, []byte(":"))
 		switch {
 		case !found:
-			return fmt.Errorf("a line without a colon: %s", snippet(line))
+			return nil, fmt.Errorf("a line without a colon: %s", snippet(line))
 		case string(field) == "event":
 			name = string(bytes.TrimSpace(value))
 		case string(field) == "data":
@@ -365,25 +376,14 @@ func badEvent(event []byte) error {
 		}
 	}
 	if len(data) == 0 || name != "" && name != "message" {
-		return nil
+		return nil, nil
 	}
-	if _, err := jsonrpc.DecodeMessage(data); err != nil {
-		return fmt.Errorf("its data: %v", clipErr(err))
+	m, err := jsonrpc.DecodeMessage(data)
+	if err != nil {
+		return nil, fmt.Errorf("its data: %v", clipErr(err))
 	}
-	return nil
+	return m, nil
 }
 
 // clipErr is err's text cut to 200 bytes (a decoding error quotes the input).
 func clipErr(err error) string { return clip(err.Error(), 200) }
-
-// sseData is the data of an SSE event: its data lines joined with newlines.
-func sseData(event []byte) []byte {
-	var data [][]byte
-	for line := range bytes.Lines(event) {
-		if rest, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			rest = bytes.TrimPrefix(rest, []byte(" "))
-			data = append(data, bytes.TrimRight(rest, "\r\n"))
-		}
-	}
-	return bytes.Join(data, []byte("\n"))
-}

@@ -665,10 +665,9 @@ func TestOutputSchemaMatchIsForwarded(t *testing.T) {
 		byName[tool.Name] = tool
 	}
 	for _, n := range []string{"everything.get-structured-content", "fs.read_text_file"} {
-		// Listed, but without the output schema: the gateway checks results itself and a
-		// validating client must not throw on a result whose breaking part was dropped.
-		if byName[n] == nil || byName[n].OutputSchema != nil {
-			t.Fatalf("%s is not listed, or listed with its output schema: %+v", n, byName[n])
+		// Listed with the output schema (output_schemas: advertise, the default; issue 19).
+		if byName[n] == nil || byName[n].OutputSchema == nil {
+			t.Fatalf("%s is not listed, or listed without its output schema: %+v", n, byName[n])
 		}
 	}
 

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
 	"github.com/reversi-gitops/reversi/test/upstreams"
@@ -131,17 +133,15 @@ func TestTSClientStdio(t *testing.T) {
 }
 
 // TestTSClientHTTP: the TypeScript client over Streamable HTTP against a gateway (enforce, with
-// manifests) in front of three upstreams, namespaced: server-memory, server-everything and a
-// server whose structured result breaks its own output schema.
+// manifests) in front of two upstreams, namespaced: server-memory and server-everything.
 func TestTSClientHTTP(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	mnode, margs, _ := upstreams.MemoryAt(t, filepath.Join(dir, "graph.jsonl"))
 	menv := []string{"MEMORY_FILE_PATH=" + filepath.Join(dir, "graph.jsonl")}
 	enode, eargs, eenv := upstreams.Everything(t)
-	bnode, bargs, benv := upstreams.BadOutput(t)
 	cfg := fmt.Sprintf("mode: enforce\nactor: ts-agent\nlisten: {host: 127.0.0.1, port: %d}\nupstreams:\n", freePort(t)) +
-		upstreamYAML("mem", mnode, margs, menv) + upstreamYAML("ev", enode, eargs, eenv) + upstreamYAML("bad", bnode, bargs, benv)
+		upstreamYAML("mem", mnode, margs, menv) + upstreamYAML("ev", enode, eargs, eenv)
 	manifests := `
 - tool: mem.create_entities
   description: Create entities.
@@ -163,17 +163,13 @@ func TestTSClientHTTP(t *testing.T) {
   description: Weather.
   effect: read_only
   permission: ev:read
-- tool: bad.weather
-  description: Weather whose structured result breaks its schema.
-  effect: read_only
-  permission: bad:read
 `
 	url, _ := startHTTP(t, bins.reversi, "gateway", "--config", writeFile(t, dir, "gateway.yaml", cfg),
 		"--manifests", writeFile(t, dir, "manifests.yaml", manifests), "--store", "sqlite", "--data", data)
 
 	out := mustTS(t, "--url", url, "--call", "mem.create_entities", "--args",
 		`{"entities":[{"name":"alice","entityType":"person","observations":["likes tea"]}]}`)
-	for _, want := range []string{"mem.create_entities", "mem.read_graph", "ev.echo", "ev.get-structured-content", "bad.weather", "bad.ping"} {
+	for _, want := range []string{"mem.create_entities", "mem.read_graph", "ev.echo", "ev.get-structured-content"} {
 		if !slices.Contains(out.Tools, want) {
 			t.Errorf("tools %v lack %s", out.Tools, want)
 		}
@@ -190,22 +186,7 @@ func TestTSClientHTTP(t *testing.T) {
 		t.Fatalf("ev.echo without a manifest in enforce: %+v", out.Result)
 	}
 
-	// Directly, the TS client throws on bad-output-server's result ...
-	_, direct, err := runTS(t, append([]string{"--call", "weather", "--args", `{"city":"Oslo"}`, "--", bnode}, bargs...)...)
-	if err == nil || !strings.Contains(direct, "Structured content does not match the tool's output schema") {
-		t.Fatalf("the TS client accepted the broken result without the gateway (err %v):\n%s", err, direct)
-	}
-	// ... through the gateway it gets the result without the broken structuredContent.
-	out = mustTS(t, "--url", url, "--call", "bad.weather", "--args", `{"city":"Oslo"}`)
-	if r := out.Result; r.IsError || r.StructuredContent != nil || out.text() != "weather in Oslo: warm" {
-		t.Fatalf("bad.weather through the gateway: %+v", r)
-	}
-
 	recs := records(t, openLedger(t, data))
-	o := outcomes(recs, "bad.weather")
-	if len(o) != 1 || o[0].Status != store.Succeeded || !strings.Contains(o[0].Note, "result does not match the tool's output schema") {
-		t.Fatalf("ledger outcome of bad.weather: %+v", o)
-	}
 	if o := outcomes(recs, "mem.create_entities"); len(o) != 1 || o[0].Status != store.Succeeded ||
 		o[0].CompensationTool != "mem.delete_entities" || fmt.Sprint(o[0].Handle) != "map[entityNames:alice]" {
 		t.Fatalf("ledger outcome of mem.create_entities: %+v", o)
@@ -213,4 +194,68 @@ func TestTSClientHTTP(t *testing.T) {
 	if o := outcomes(recs, "ev.echo"); len(o) != 1 || o[0].Status != store.Blocked {
 		t.Fatalf("ledger outcome of ev.echo: %+v", o)
 	}
+}
+
+// TestTSClientOutputSchemas (issue 19): bad-output-server's weather returns structuredContent
+// that breaks its own output schema. Directly, the TypeScript client throws on it. Through the
+// gateway the breaking structuredContent is dropped (the text stays) and the mismatch journaled;
+// with output_schemas: advertise (the default) the schema is listed, so the TypeScript client
+// still throws, for the missing structuredContent: the documented case that output_schemas: hide
+// is for, under which the client gets the result.
+func TestTSClientOutputSchemas(t *testing.T) {
+	bnode, bargs, benv := upstreams.BadOutput(t)
+	_, direct, err := runTS(t, append([]string{"--call", "weather", "--args", `{"city":"Oslo"}`, "--", bnode}, bargs...)...)
+	if err == nil || !strings.Contains(direct, "Structured content does not match the tool's output schema") {
+		t.Fatalf("the TS client accepted the broken result without the gateway (err %v):\n%s", err, direct)
+	}
+	gateway := func(t *testing.T, setting string) (url, data string) {
+		dir := t.TempDir()
+		data = filepath.Join(dir, "data")
+		cfg := fmt.Sprintf("mode: observe\nactor: ts-agent\n%slisten: {host: 127.0.0.1, port: %d}\nupstreams:\n", setting, freePort(t)) +
+			upstreamYAML("bad", bnode, bargs, benv)
+		url, _ = startHTTP(t, bins.reversi, "gateway", "--config", writeFile(t, dir, "gateway.yaml", cfg), "--store", "sqlite", "--data", data)
+		return url, data
+	}
+	journaled := func(t *testing.T, data string, n int) {
+		t.Helper()
+		o := outcomes(records(t, openLedger(t, data)), "bad.weather")
+		if len(o) != n {
+			t.Fatalf("ledger outcomes of bad.weather: %+v, want %d", o, n)
+		}
+		for _, r := range o {
+			if r.Status != store.Succeeded || !strings.Contains(r.Note, "result does not match the tool's output schema") {
+				t.Errorf("ledger outcome of bad.weather: %+v", r)
+			}
+		}
+	}
+
+	t.Run("advertise", func(t *testing.T) {
+		url, data := gateway(t, "")
+		_, stderr, err := runTS(t, "--url", url, "--call", "bad.weather", "--args", `{"city":"Oslo"}`)
+		if err == nil || !strings.Contains(stderr, "Tool bad.weather has an output schema but did not return structured content") {
+			t.Fatalf("the TS client with the schema advertised (err %v):\n%s", err, stderr)
+		}
+		// A client that does not validate (go-sdk's) sees what the gateway sent: the text only.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "go-sdk", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		res := call(t, cs, "bad.weather", map[string]any{"city": "Oslo"})
+		if tc, ok := res.Content[0].(*mcp.TextContent); res.IsError || res.StructuredContent != nil || !ok || tc.Text != "weather in Oslo: warm" {
+			t.Fatalf("bad.weather through the gateway: %+v", res)
+		}
+		journaled(t, data, 2)
+	})
+
+	t.Run("hide", func(t *testing.T) {
+		url, data := gateway(t, "output_schemas: hide\n")
+		out := mustTS(t, "--url", url, "--call", "bad.weather", "--args", `{"city":"Oslo"}`)
+		if r := out.Result; r.IsError || r.StructuredContent != nil || out.text() != "weather in Oslo: warm" {
+			t.Fatalf("bad.weather through the gateway: %+v", r)
+		}
+		journaled(t, data, 1)
+	})
 }

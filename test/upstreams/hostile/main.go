@@ -11,6 +11,10 @@
 //	          each with a description of -pad bytes
 //	many      2,500 generated tools, 100 per page
 //	hang      tools/list is never answered
+//	described the normal listing and described, a tool with every field a tool can carry:
+//	          title, icons, annotations, outputSchema, execution, _meta, and x-later, which no
+//	          protocol version defines (for tests of what a gateway passes through); its input
+//	          schema has a property of two types, which inspector --strict warns about
 //
 // Tools (in every listing that has the fixed tools):
 //
@@ -43,8 +47,9 @@
 // notifications/cancelled received, one per line; -calls-log the name of every tools/call.
 //
 // With -http ADDR (127.0.0.1:0 picks a port) it serves POST on /mcp, answering calls with
-// application/json (or text/event-stream with -sse), prints "listening on http://ADDR/mcp" on
-// stderr and runs until killed. GET is 405 (no standalone stream).
+// application/json (tools/call and tools/list with text/event-stream under -sse), prints
+// "listening on http://ADDR/mcp" on stderr and runs until killed. GET is 405 (no standalone
+// stream).
 package main
 
 import (
@@ -76,7 +81,7 @@ var (
 )
 
 var (
-	listFlag  = flag.String("list", "normal", "listing: normal, cycle, endless, many or hang")
+	listFlag  = flag.String("list", "normal", "listing: normal, cycle, endless, many, hang or described")
 	toolsFlag = flag.Int("tools", 0, "normal listing: generated tools besides the fixed ones")
 	pageFlag  = flag.Int("page", 0, "tools per tools/list page (normal: 0 is one page; endless: 0 is 1)")
 	padFlag   = flag.Int("pad", 0, "endless listing: bytes of description per tool")
@@ -87,7 +92,7 @@ var (
 	cancelLog = flag.String("cancel-log", "", "append the requestId of every notifications/cancelled to this file")
 	callsLog  = flag.String("calls-log", "", "append the name of every tools/call to this file")
 	httpAddr  = flag.String("http", "", "serve Streamable HTTP on this address instead of stdio")
-	sse       = flag.Bool("sse", false, "HTTP: answer calls as text/event-stream")
+	sse       = flag.Bool("sse", false, "HTTP: answer tools/call and tools/list as text/event-stream")
 	orphan    = flag.Bool("orphan", false, "crash: leave a child holding stdout open")
 	sleep     = flag.Duration("sleep", 0, "sleep this long and exit (the -orphan child)")
 )
@@ -272,6 +277,20 @@ func fixedTools() []any {
 	}
 }
 
+// describedTool is the described listing's extra tool (see the package comment). Its JSON is
+// written as a literal so that tests can compare it byte for byte after decoding.
+func describedTool() json.RawMessage {
+	return json.RawMessage(`{"name":"described","title":"Described tool",` +
+		`"description":"Carries every tool field.",` +
+		`"inputSchema":{"type":"object","properties":{"q":{"type":["string","null"]}}},` +
+		`"outputSchema":{"type":"object","properties":{"n":{"type":"number"}},"required":["n"]},` +
+		`"annotations":{"title":"Described","readOnlyHint":true,"openWorldHint":false},` +
+		`"icons":[{"src":"https://icons.test/d.png","mimeType":"image/png","sizes":["48x48"],"theme":"dark"}],` +
+		`"execution":{"taskSupport":"optional"},` +
+		`"_meta":{"hostile/note":"kept"},` +
+		`"x-later":{"field":"a later protocol version might add"}}`)
+}
+
 // page is the tools/list result for cursor under the current listing.
 func (s *server) page(cursor string) map[string]any {
 	s.mu.Lock()
@@ -294,6 +313,12 @@ func (s *server) page(cursor string) map[string]any {
 		return generated(cursor, 2500, 100)
 	case "hang":
 		return nil
+	case "described":
+		p := generated(cursor, *toolsFlag, *pageFlag)
+		if _, more := p["nextCursor"]; !more {
+			p["tools"] = append(p["tools"].([]any), describedTool())
+		}
+		return p
 
 	default:
 		return generated(cursor, *toolsFlag, *pageFlag)
@@ -488,7 +513,7 @@ func (s *server) serveHTTP(addr string) error {
 			fmt.Fprintln(w, "<html>an error page, not JSON</html>")
 			return
 		}
-		if *sse && req.Method == "tools/call" {
+		if *sse && (req.Method == "tools/call" || req.Method == "tools/list") {
 			// One event stream per call: the requests the call sends (flood), then its answer.
 			w.Header().Set("Content-Type", "text/event-stream")
 			w.WriteHeader(http.StatusOK)
