@@ -227,6 +227,11 @@ func TestRelayGovernance(t *testing.T) {
 	f := startWith(t, relayConfig(relayUpstream(t), ""), Options{})
 	a := connectRelayAgent(t, f.gw, "alice")
 	ctx := context.Background()
+	// The union of the upstreams' capabilities is declared (tools always).
+	c := a.cs.InitializeResult().Capabilities
+	if c.Tools == nil || c.Prompts == nil || c.Resources == nil || !c.Resources.Subscribe || c.Completions == nil || c.Logging == nil {
+		t.Errorf("capabilities %+v, want tools, prompts, resources with subscribe, completions and logging", c)
+	}
 
 	prompts, err := a.cs.ListPrompts(ctx, nil)
 	if err != nil {
@@ -272,9 +277,9 @@ func TestRelayGovernance(t *testing.T) {
 			t.Errorf("a denied resource: %v", err)
 		}
 	}
-	c, err := a.cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "up.greet"}, Argument: mcp.CompleteParamsArgument{Name: "who", Value: "a"}})
-	if err != nil || !slices.Equal(c.Completion.Values, []string{"greet:a"}) {
-		t.Errorf("completion of up.greet goes upstream under its own name greet: %v %v", c, err)
+	done, err := a.cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "up.greet"}, Argument: mcp.CompleteParamsArgument{Name: "who", Value: "a"}})
+	if err != nil || !slices.Equal(done.Completion.Values, []string{"greet:a"}) {
+		t.Errorf("completion of up.greet goes upstream under its own name greet: %v %v", done, err)
 	}
 
 	runs, err := f.store.ListRuns(ctx, store.RunFilter{})
@@ -305,5 +310,22 @@ func TestRelayGovernance(t *testing.T) {
 	// Reads are not steps: the run has no outcome.
 	if counts, _ := f.store.CountOutcomes(ctx, []string{runs[0].ID}); len(counts[runs[0].ID]) != 0 {
 		t.Errorf("reads counted as outcomes: %v", counts)
+	}
+}
+
+// TestRelayCapabilitiesFollowUpstreams: an upstream without prompts, resources, completions or
+// logging gives the agent none of them (only tools): the gateway declares the union, nothing more.
+func TestRelayCapabilitiesFollowUpstreams(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "tools-only", Version: "1"}, &mcp.ServerOptions{Capabilities: &mcp.ServerCapabilities{}})
+	s.AddTool(&mcp.Tool{Name: "t", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	f := startWith(t, relayConfig(srv.URL, ""), Options{})
+	a := connectRelayAgent(t, f.gw, "alice")
+	c := a.cs.InitializeResult().Capabilities
+	if c.Tools == nil || c.Prompts != nil || c.Resources != nil || c.Completions != nil || c.Logging != nil {
+		t.Errorf("capabilities %+v, want tools only", c)
 	}
 }
