@@ -70,6 +70,9 @@ type Options struct {
 type Report struct {
 	// Blocked is the gateway's answer to the call without a manifest.
 	Blocked string
+	// Read is the text of memory://knowledge-graph, read through the gateway (issue 19: the
+	// whole protocol is relayed).
+	Read string
 	// Held is its answer to the same call after the merged PR (approval required), and
 	// Enforced how long from `git commit` to that answer.
 	Held     string
@@ -698,8 +701,28 @@ func (s *story) blocked(ctx context.Context) error {
 		return fmt.Errorf("memory.create_relations without a manifest was not blocked: %s", text)
 	}
 	s.report.Blocked = text
+	if err := s.read(ctx); err != nil {
+		return err
+	}
 	s.before = &corev1.ConfigMap{}
 	return s.env.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: Gateway + "-manifests"}, s.before)
+}
+
+// read: more than tools goes through the gateway; the agent reads the graph as a resource, and
+// the read is journaled in its run.
+func (s *story) read(ctx context.Context) error {
+	const uri = "memory://knowledge-graph"
+	res, err := s.agent.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+	if err != nil {
+		return fmt.Errorf("resources/read %s through the gateway: %w", uri, err)
+	}
+	if len(res.Contents) == 0 || !strings.Contains(res.Contents[0].Text, "acme-corp") {
+		return fmt.Errorf("resources/read %s: %+v, want the graph with acme-corp", uri, res.Contents)
+	}
+	s.report.Read = res.Contents[0].Text
+	s.say("agent> resources/read %s\n    ok: %s", uri, oneLine(res.Contents[0].Text, 160))
+	s.say("(resources, prompts, completions, logs, progress and the server's sampling requests go through the gateway too; reads are journaled in the run)")
+	return nil
 }
 
 var requestID = regexp.MustCompile(`request (apr-[0-9a-z-]+) is waiting`)
@@ -1065,6 +1088,7 @@ func (s *story) summary() {
 	r := s.report
 	s.section("Summary")
 	s.say("  blocked      memory.create_relations had no manifest: blocked")
+	s.say("  relayed      the agent read memory://knowledge-graph through the gateway, not only tools")
 	s.say("  merged PR    a signed commit made it need finance's approval: enforced in %s, no restart", r.Enforced.Round(time.Millisecond))
 	s.say("  approved     alice (finance) applied an Approval; the retry passed %s later", r.ApprovedAfter.Round(time.Millisecond))
 	s.say("  forged vote  an Approval naming alice, written by admin, was refused at admission")

@@ -42,6 +42,10 @@ func TestDemoStory(t *testing.T) {
 		t.Errorf("the gateway does not run with its ServiceAccount's kubeconfig: %q", args)
 	}
 
+	// More than tools is relayed: the graph read as a resource, after the allowed call.
+	if !strings.Contains(r.Read, "acme-corp") || !strings.Contains(r.Read, "invoice-1042") {
+		t.Errorf("memory://knowledge-graph read through the gateway: %q", r.Read)
+	}
 	// 1. Blocked without a manifest.
 	if !strings.HasPrefix(r.Blocked, "Blocked by Reversi: there is no manifest for memory.create_relations") {
 		t.Errorf("the first call of memory.create_relations: %q", r.Blocked)
