@@ -270,7 +270,10 @@ func TestRelayGovernance(t *testing.T) {
 		}
 	}
 	for _, call := range []func() error{
-		func() error { _, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "res://secret/b"}); return err },
+		func() error {
+			_, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "res://secret/b"})
+			return err
+		},
 		func() error { return a.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "res://secret/b"}) },
 	} {
 		if err := call(); err == nil || !strings.Contains(err.Error(), "Blocked by Reversi: res://secret/b is denied") {
