@@ -31,15 +31,16 @@ import (
 func (g *Gateway) serveStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	w := &lockedWriter{w: out} // the SDK and the filter write whole lines, each with one Write
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(g.filterLines(in, pw, w)) }()
-	err := g.server.Run(ctx, &mcp.IOTransport{Reader: pr, Writer: writeCloser(w), MaxLineLength: int(g.limits.RequestBodyBytes) + 16})
+	cancels := newStdioCancels() // stdiocancel.go
+	go func() { pw.CloseWithError(g.filterLines(in, pw, w, cancels)) }()
+	err := g.server.Run(ctx, &mcp.IOTransport{Reader: pr, Writer: writeCloser(cancelWriter{Writer: w, c: cancels}), MaxLineLength: int(g.limits.RequestBodyBytes) + 16})
 	_ = pr.Close()
 	return err
 }
 
 // filterLines copies the lines of in that the SDK can decode to sdk and answers the others on
 // out. It returns nil at the end of in, or sdk's or out's error.
-func (g *Gateway) filterLines(in io.Reader, sdk io.Writer, out io.Writer) error {
+func (g *Gateway) filterLines(in io.Reader, sdk io.Writer, out io.Writer, cancels *stdioCancels) error {
 	max := g.limits.RequestBodyBytes
 	br := bufio.NewReaderSize(in, 64<<10)
 	var line []byte
@@ -72,7 +73,7 @@ func (g *Gateway) filterLines(in io.Reader, sdk io.Writer, out io.Writer) error 
 				return werr
 			}
 		} else if msg := bytes.TrimSpace(line); len(msg) > 0 {
-			pass, ok, werr := g.checkLine(out, msg, &protocol)
+			pass, ok, werr := g.checkLine(out, msg, &protocol, cancels)
 			if werr != nil {
 				return werr
 			}
@@ -90,7 +91,7 @@ func (g *Gateway) filterLines(in io.Reader, sdk io.Writer, out io.Writer) error 
 
 // checkLine decides one non-empty line: ok when the SDK may have it (pass), otherwise it has
 // been answered on out.
-func (g *Gateway) checkLine(out io.Writer, msg []byte, protocol *string) (pass []byte, ok bool, err error) {
+func (g *Gateway) checkLine(out io.Writer, msg []byte, protocol *string, cancels *stdioCancels) (pass []byte, ok bool, err error) {
 	if !json.Valid(msg) {
 		g.warn("stdio: the client sent a line that is not JSON; answered -32700 and skipped it")
 		return nil, false, answer(out, nil, codeParseError, "Parse error: the line is not JSON")
@@ -123,6 +124,7 @@ func (g *Gateway) checkLine(out io.Writer, msg []byte, protocol *string) (pass [
 	if err != nil {
 		return nil, false, answer(out, idOf(msg), codeInvalidRequest, "Invalid Request: "+err.Error())
 	}
+	cancels.saw(m)
 	if req, isReq := m.(*jsonrpc.Request); isReq && req.Method == "initialize" {
 		var p struct {
 			ProtocolVersion string `json:"protocolVersion"`
