@@ -1,0 +1,157 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/reversi-gitops/reversi/gateway/config"
+	"github.com/reversi-gitops/reversi/gateway/store"
+)
+
+// Attacks on the relay of issue 19, by an outsider: another agent on the same gateway, a
+// hostile upstream, edited requests. Each test failed before its fix.
+
+// fileUpstream is a go-sdk MCP server over Streamable HTTP on loopback that serves files the
+// way filesystem servers do: the template file:///data/{+path} resolves any URI to a cleaned,
+// unescaped path, so file:///data/public/../secret/key is file:///data/secret/key. It lists
+// the files, accepts subscriptions, logs "log of <who>" in its tool work, blocks in its tool
+// hold until the test ends, and in its tool flood sends n sampling requests at once to its
+// caller and waits for them (within 10 s).
+func fileUpstream(t *testing.T) string {
+	t.Helper()
+	files := map[string]string{
+		"file:///data/public/readme":   "readme",
+		"file:///data/secret/key":      "THE SECRET KEY",
+		"file:///data/secret/sub/key2": "THE SECOND SECRET",
+	}
+	resolve := func(uri string) (string, bool) {
+		u, err := url.Parse(uri)
+		if err != nil || !strings.EqualFold(u.Scheme, "file") {
+			return "", false
+		}
+		text, ok := files["file://"+path.Clean(u.Path)]
+		return text, ok
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "files", Version: "1"}, &mcp.ServerOptions{
+		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+	})
+	read := func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		text, ok := resolve(req.Params.URI)
+		if !ok {
+			return nil, mcp.ResourceNotFoundError(req.Params.URI)
+		}
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: text}}}, nil
+	}
+	for uri := range files {
+		s.AddResource(&mcp.Resource{URI: uri, Name: uri}, read)
+	}
+	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "file:///data/{+path}", Name: "file"}, read)
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	obj := map[string]any{"type": "object", "properties": map[string]any{"who": map[string]any{"type": "string"}, "n": map[string]any{"type": "integer"}}}
+	s.AddTool(&mcp.Tool{Name: "work", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		_ = req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Data: "log of " + string(req.Params.Arguments)})
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
+	})
+	s.AddTool(&mcp.Tool{Name: "hold", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		case <-time.After(20 * time.Second):
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil
+	})
+	s.AddTool(&mcp.Tool{Name: "flood", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var n struct{ N int }
+		_ = json.Unmarshal(req.Params.Arguments, &n)
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		var answered, refused atomic.Int64
+		for range min(n.N, 200) {
+			wg.Go(func() {
+				_, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 1,
+					Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "flood"}}}})
+				if err != nil {
+					refused.Add(1)
+				} else {
+					answered.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("answered %d refused %d", answered.Load(), refused.Load())}}}, nil
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func fileConfig(url string, session config.SessionMode) *config.Gateway {
+	return &config.Gateway{Mode: config.ModeObserve, UnclassifiedReads: config.UnclassifiedBlock, ValidateSchemas: true,
+		Actor: "dev-laptop", Upstreams: []config.Upstream{{Name: "fs", URL: url, Namespace: true, Session: session}},
+		Deny: []string{"file:///data/secret/*"}}
+}
+
+// readRecords returns the read records of every run, as "<decision> <uri>".
+func readRecords(t *testing.T, st store.Store) []string {
+	t.Helper()
+	runs, err := st.ListRuns(context.Background(), store.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, run := range runs {
+		recs, err := st.Records(context.Background(), run.ID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.Kind == store.KindRead {
+				out = append(out, r.Decision+" "+r.Tool)
+			}
+		}
+	}
+	return out
+}
+
+// TestRelayAttackBlankBody: a POST of white space with any Mcp-Session-Id made the cancel gate
+// index an empty slice: the handler panicked (a stack trace on stderr and a dropped connection
+// per request). It gets the SDK's answer.
+func TestRelayAttackBlankBody(t *testing.T) {
+	f := startWith(t, fileConfig(fileUpstream(t), ""), Options{})
+	base := serveHTTP(t, f.gw)
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodPost, base+"/mcp", bytes.NewReader([]byte(" \n ")))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", "any")
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("a blank body: %v (the handler panicked)", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Errorf("a blank body: %s, want a refusal", resp.Status)
+		}
+	}
+	if s := f.stderr.String(); strings.Contains(s, "panic") {
+		t.Errorf("stderr: %s", s)
+	}
+}
