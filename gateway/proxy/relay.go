@@ -137,7 +137,8 @@ func (g *Gateway) relayListTemplates(ctx context.Context, r *mcp.ListResourceTem
 	return &mcp.ListResourceTemplatesResult{ResourceTemplates: ts}, nil
 }
 
-// read is one relayed read (resources/read or prompts/get): decided by allow/deny, journaled
+// read is one relayed read (resources/read or prompts/get): decided by the kill switch
+// (reversi.halt) and allow/deny, journaled
 // in the agent's run, forwarded over the agent's session to up with the progress token
 // relayed.
 func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target string, args map[string]any, token any,
@@ -153,7 +154,9 @@ func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target stri
 	}
 	rec.Run = run
 	var refused error
-	if why, ok := g.engine.Load().AllowDeny(target); !ok {
+	if text, halted := g.haltedText(); halted { // the kill switch stops every upstream call
+		refused = blocked(text)
+	} else if why, ok := g.engine.Load().AllowDeny(target); !ok {
 		refused = blocked(why)
 	} else if routeErr != nil {
 		refused = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: routeErr.Error()}
@@ -263,6 +266,9 @@ func (g *Gateway) relayUnsubscribe(ctx context.Context, r *mcp.UnsubscribeReques
 }
 
 func (g *Gateway) subscription(ctx context.Context, req mcp.Request, uri string, on bool) error {
+	if text, halted := g.haltedText(); halted && on {
+		return blocked(text)
+	}
 	if why, ok := g.engine.Load().AllowDeny(uri); !ok && on {
 		return blocked(why)
 	}
@@ -347,6 +353,9 @@ func (g *Gateway) relayComplete(ctx context.Context, r *mcp.CompleteRequest) (*m
 		up, err = c.templateRoute(ref.URI)
 	default:
 		err = fmt.Errorf("unknown ref type %q", ref.Type)
+	}
+	if text, halted := g.haltedText(); halted {
+		return nil, blocked(text)
 	}
 	if err == nil {
 		if why, ok := g.engine.Load().AllowDeny(target); !ok {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,6 +130,44 @@ func readRecords(t *testing.T, st store.Store) []string {
 	}
 	return out
 }
+
+// TestRelayAttackHaltStopsReads: the kill switch (reversi.halt) says "no upstream call runs
+// until an admin calls reversi.resume". A halted gateway relayed resources/read, prompts/get,
+// completions and subscriptions to the upstreams all the same.
+func TestRelayAttackHaltStopsReads(t *testing.T) {
+	f := startWith(t, relayConfig(relayUpstream(t), ""), Options{})
+	a := connectRelayAgent(t, f.gw, "alice")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := &f.gw.sec.halt
+	h.mu.Lock()
+	h.on, h.by, h.reason, h.since = true, "admin", "incident 7", time.Now()
+	h.mu.Unlock()
+	for name, call := range map[string]func() error{
+		"resources/read": func() error {
+			_, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "res://open/a"})
+			return err
+		},
+		"prompts/get": func() error {
+			_, err := a.cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "up.greet", Arguments: map[string]string{"who": "x"}})
+			return err
+		},
+		"completion/complete": func() error {
+			_, err := a.cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "up.greet"}, Argument: mcp.CompleteParamsArgument{Name: "who", Value: "a"}})
+			return err
+		},
+		"resources/subscribe": func() error { return a.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "res://open/a"}) },
+	} {
+		if err := call(); err == nil || !strings.Contains(err.Error(), "Blocked by Reversi: the gateway is halted") {
+			t.Errorf("%s while halted: %v, want it blocked by the kill switch", name, err)
+		}
+	}
+	if got, want := readRecords(t, f.store), []string{"block res://open/a", "block up.greet"}; !slices.Equal(sorted(got), want) {
+		t.Errorf("read records while halted %q, want %q", got, want)
+	}
+}
+
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
 
 // TestRelayAttackBlankBody: a POST of white space with any Mcp-Session-Id made the cancel gate
 // index an empty slice: the handler panicked (a stack trace on stderr and a dropped connection
