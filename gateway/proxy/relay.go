@@ -114,7 +114,7 @@ func (g *Gateway) relayListResources(ctx context.Context, r *mcp.ListResourcesRe
 	e := g.engine.Load()
 	res, err := each(ctx, g.agentFor(r), g.catalog().withResources, func(ctx context.Context, up *upstream, cs *mcp.ClientSession) ([]*mcp.Resource, error) {
 		rs, err := up.listResources(ctx, cs)
-		return slices.DeleteFunc(rs, func(x *mcp.Resource) bool { return !e.Listed(x.URI) }), err
+		return slices.DeleteFunc(rs, func(x *mcp.Resource) bool { _, ok := uriAllowed(e, x.URI); return !ok }), err
 	})
 	if err != nil {
 		return nil, err
@@ -129,7 +129,7 @@ func (g *Gateway) relayListTemplates(ctx context.Context, r *mcp.ListResourceTem
 	e := g.engine.Load()
 	ts, err := each(ctx, g.agentFor(r), g.catalog().withResources, func(ctx context.Context, up *upstream, cs *mcp.ClientSession) ([]*mcp.ResourceTemplate, error) {
 		ts, err := up.listTemplates(ctx, cs)
-		return slices.DeleteFunc(ts, func(x *mcp.ResourceTemplate) bool { return !e.Listed(x.URITemplate) }), err
+		return slices.DeleteFunc(ts, func(x *mcp.ResourceTemplate) bool { _, ok := uriAllowed(e, x.URITemplate); return !ok }), err
 	})
 	if err != nil {
 		return nil, err
@@ -138,9 +138,9 @@ func (g *Gateway) relayListTemplates(ctx context.Context, r *mcp.ListResourceTem
 }
 
 // read is one relayed read (resources/read or prompts/get): decided by the kill switch
-// (reversi.halt) and allow/deny, journaled
-// in the agent's run, forwarded over the agent's session to up with the progress token
-// relayed.
+// (reversi.halt) and allow/deny (of a resource URI as the upstream may read it, uriAllowed),
+// journaled in the agent's run, forwarded over the agent's session to up with the progress
+// token relayed.
 func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target string, args map[string]any, token any,
 	up *upstream, routeErr error, send func(ctx context.Context, cs *mcp.ClientSession, f *flight) error) error {
 	ss, _ := req.GetSession().(*mcp.ServerSession)
@@ -153,10 +153,15 @@ func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target stri
 		return blocked("the run could not be opened: " + err.Error())
 	}
 	rec.Run = run
+	e := g.engine.Load()
+	decide := e.AllowDeny
+	if method == "resources/read" {
+		decide = func(uri string) (string, bool) { return uriAllowed(e, uri) }
+	}
 	var refused error
 	if text, halted := g.haltedText(); halted { // the kill switch stops every upstream call
 		refused = blocked(text)
-	} else if why, ok := g.engine.Load().AllowDeny(target); !ok {
+	} else if why, ok := decide(target); !ok {
 		refused = blocked(why)
 	} else if routeErr != nil {
 		refused = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: routeErr.Error()}
@@ -269,7 +274,7 @@ func (g *Gateway) subscription(ctx context.Context, req mcp.Request, uri string,
 	if text, halted := g.haltedText(); halted && on {
 		return blocked(text)
 	}
-	if why, ok := g.engine.Load().AllowDeny(uri); !ok && on {
+	if why, ok := uriAllowed(g.engine.Load(), uri); !ok && on {
 		return blocked(why)
 	}
 	up, err := g.catalog().resourceRoute(uri)
@@ -358,7 +363,12 @@ func (g *Gateway) relayComplete(ctx context.Context, r *mcp.CompleteRequest) (*m
 		return nil, blocked(text)
 	}
 	if err == nil {
-		if why, ok := g.engine.Load().AllowDeny(target); !ok {
+		e := g.engine.Load()
+		decide := e.AllowDeny
+		if ref.Type == "ref/resource" {
+			decide = func(uri string) (string, bool) { return uriAllowed(e, uri) }
+		}
+		if why, ok := decide(target); !ok {
 			return nil, blocked(why)
 		}
 	}

@@ -29,7 +29,7 @@ import (
 // fileUpstream is a go-sdk MCP server over Streamable HTTP on loopback that serves files the
 // way filesystem servers do: the template file:///data/{+path} resolves any URI to a cleaned,
 // unescaped path, so file:///data/public/../secret/key is file:///data/secret/key. It lists
-// the files, accepts subscriptions, logs "log of <who>" in its tool work, blocks in its tool
+// the files, accepts subscriptions (its tool touch announces an update of any URI), logs "log of <who>" in its tool work, blocks in its tool
 // hold until the test ends, and in its tool flood sends n sampling requests at once to its
 // caller and waits for them (within 10 s).
 func fileUpstream(t *testing.T) string {
@@ -98,10 +98,30 @@ func fileUpstream(t *testing.T) string {
 		wg.Wait()
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("answered %d refused %d", answered.Load(), refused.Load())}}}, nil
 	})
+	s.AddTool(&mcp.Tool{Name: "touch", InputSchema: map[string]any{"type": "object", "properties": map[string]any{"uri": map[string]any{"type": "string"}}}},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ URI string }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			// To its caller's session whatever it subscribed to, as a server with folder
+			// subscriptions does (go-sdk's ResourceUpdated only serves exact URIs).
+			_ = req.Session.NotifyProgress(context.WithValue(ctx, touchKey{}, in.URI), &mcp.ProgressNotificationParams{})
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "touched"}}}, nil
+		})
+	s.AddSendingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if uri, ok := ctx.Value(touchKey{}).(string); ok && method == "notifications/progress" {
+				return next(ctx, "notifications/resources/updated", &mcp.ServerRequest[mcp.Params]{Session: req.GetSession().(*mcp.ServerSession),
+					Params: &mcp.ResourceUpdatedNotificationParams{URI: uri}})
+			}
+			return next(ctx, method, req)
+		}
+	})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
+
+type touchKey struct{}
 
 func fileConfig(url string, session config.SessionMode) *config.Gateway {
 	return &config.Gateway{Mode: config.ModeObserve, UnclassifiedReads: config.UnclassifiedBlock, ValidateSchemas: true,
@@ -168,6 +188,102 @@ func TestRelayAttackHaltStopsReads(t *testing.T) {
 }
 
 func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
+
+// TestRelayAttackResourceDenyBypass: deny: ["file:///data/secret/*"] was matched against the
+// URI as the agent wrote it, while the upstream resolves URIs (dot segments, percent-encoding,
+// doubled slashes, case of the scheme and host, a query); and path.Match's * stops at a slash,
+// so a file one folder deeper was not denied at all. Every one of these reads reached the
+// secret. They are blocked (and journaled), and subscriptions and lists follow the same rule.
+func TestRelayAttackResourceDenyBypass(t *testing.T) {
+	f := startWith(t, fileConfig(fileUpstream(t), ""), Options{})
+	a := connectRelayAgent(t, f.gw, "mallory")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rr, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "file:///data/public/readme"})
+	if err != nil || rr.Contents[0].Text != "readme" {
+		t.Fatalf("the honest read: %v %v", rr, err)
+	}
+	attacks := []string{
+		"file:///data/secret/sub/key2",
+		"file:///data/public/../secret/key",
+		"file:///data/./secret/key",
+		"file:///data//secret/key",
+		"file:///data/%73ecret/key",
+		"file:///data/secret%2Fkey",
+		"file:///data/secret/key?x=/y",
+		"FILE:///data/secret/key",
+	}
+	for _, uri := range attacks {
+		rr, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+		if err == nil {
+			t.Errorf("resources/read %s reached the upstream: %q", uri, rr.Contents[0].Text)
+			continue
+		}
+		if !strings.Contains(err.Error(), "Blocked by Reversi") {
+			t.Errorf("resources/read %s: %v, want it blocked by the deny rule", uri, err)
+		}
+		if err := a.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err == nil || !strings.Contains(err.Error(), "Blocked by Reversi") {
+			t.Errorf("resources/subscribe %s: %v, want it blocked", uri, err)
+		}
+	}
+	res, err := a.cs.ListResources(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Resources {
+		if strings.Contains(r.URI, "secret") {
+			t.Errorf("resources/list shows the denied %s", r.URI)
+		}
+	}
+	// A subscription to the folder above tells nothing of what is denied in it.
+	var mu sync.Mutex
+	var updated []string
+	ct, stt := mcp.NewInMemoryTransports()
+	ss, err := f.gw.Server().Connect(ctx, stt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ss.Close() })
+	watcher, err := mcp.NewClient(&mcp.Implementation{Name: "watcher", Version: "1"}, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			mu.Lock()
+			updated = append(updated, req.Params.URI)
+			mu.Unlock()
+		},
+	}).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watcher.Close() })
+	if err := watcher.Subscribe(ctx, &mcp.SubscribeParams{URI: "file:///data/"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, uri := range []string{"file:///data/secret/key", "file:///data/secret/sub/key2", "file:///data/public/readme"} {
+		if _, err := watcher.CallTool(ctx, &mcp.CallToolParams{Name: "fs.touch", Arguments: map[string]any{"uri": uri}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		got := slices.Clone(updated)
+		mu.Unlock()
+		if slices.Contains(got, "file:///data/public/readme") || time.Now().After(deadline) {
+			if !slices.Equal(got, []string{"file:///data/public/readme"}) {
+				t.Errorf("updates given to a subscriber of file:///data/: %q, want only the allowed file's", got)
+			}
+			break
+		}
+	}
+	var blocked int
+	for _, r := range readRecords(t, f.store) {
+		if strings.HasPrefix(r, "block ") {
+			blocked++
+		}
+	}
+	if blocked != len(attacks) {
+		t.Errorf("%d blocked reads journaled, want %d: %q", blocked, len(attacks), readRecords(t, f.store))
+	}
+}
 
 // TestRelayAttackBlankBody: a POST of white space with any Mcp-Session-Id made the cancel gate
 // index an empty slice: the handler panicked (a stack trace on stderr and a dropped connection

@@ -298,9 +298,13 @@ func (g *Gateway) relayListChanged(up *upstream, a *agentSession, method string,
 
 // relayUpdated gives notifications/resources/updated to the agents subscribed to the URI (or
 // to a resource it is part of): the agent of a per_client session, or any agent for a shared
-// one.
+// one. The update of a URI allow/deny refuses reaches no one (a subscription to a folder above
+// it would otherwise tell its name).
 func (g *Gateway) relayUpdated(up *upstream, a *agentSession, p *mcp.ResourceUpdatedNotificationParams) {
 	if p == nil {
+		return
+	}
+	if _, ok := uriAllowed(g.engine.Load(), p.URI); !ok {
 		return
 	}
 	targets := []*agentSession{a}
