@@ -51,6 +51,8 @@ func effectiveLimits(l config.Limits) config.Limits {
 	orDefault(&l.ReadTimeout, d.ReadTimeout)
 	orDefault(&l.WriteTimeout, d.WriteTimeout)
 	orDefault(&l.IdleTimeout, d.IdleTimeout)
+	orDefault(&l.SubscriptionsPerSession, d.SubscriptionsPerSession)
+	orDefault(&l.ServerRequestsPerSession, d.ServerRequestsPerSession)
 	l.BatchSize = max(l.BatchSize, 0)
 	return l
 }

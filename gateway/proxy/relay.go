@@ -287,16 +287,26 @@ func (g *Gateway) subscription(ctx context.Context, req mcp.Request, uri string,
 	}
 	ctx = upstreamContext(ctx)
 	a.mu.Lock()
-	had := a.subs[uri]
-	if on {
-		a.subs[uri] = true
-	} else {
+	had := a.subs[uri] != nil
+	switch max := a.g.limits.SubscriptionsPerSession; {
+	case a.closed:
+		a.mu.Unlock()
+		return ErrAgentGone
+	case on && !had && len(a.subs) >= max:
+		a.mu.Unlock()
+		g.metrics.limitHit("subscriptions_per_session")
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf(
+			"this session is subscribed to %d resources (limits.subscriptions_per_session is %d): unsubscribe from one first", max, max)}
+	case on:
+		a.subs[uri] = up
+	default:
 		delete(a.subs, uri)
 	}
-	a.mu.Unlock()
 	// The agent's own session is told every time, as the server would be directly; a shared
-	// one once per URI for all agents.
-	if !up.cfg.PerClient() && (had == on || !up.share(uri, on)) {
+	// one once per URI for all agents (counted under a.mu: close releases what it holds).
+	tell := up.cfg.PerClient() || had != on && up.share(uri, on)
+	a.mu.Unlock()
+	if !tell {
 		return nil
 	}
 	cs, err := a.session(ctx, up)

@@ -285,6 +285,56 @@ func TestRelayAttackResourceDenyBypass(t *testing.T) {
 	}
 }
 
+// TestRelayAttackSubscriptionFlood: one agent could subscribe to any number of URIs (each
+// kept in its session and, on a shared upstream, in a count never released when the session
+// ended, and each forwarded upstream). limits.subscriptions_per_session bounds them.
+func TestRelayAttackSubscriptionFlood(t *testing.T) {
+	f := startWith(t, fileConfig(fileUpstream(t), config.SessionShared), Options{})
+	a := connectRelayAgent(t, f.gw, "mallory")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	max := config.DefaultLimits().SubscriptionsPerSession
+	var refused error
+	for i := range max + 10 {
+		if err := a.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: fmt.Sprintf("file:///data/public/f%d", i)}); err != nil {
+			refused = err
+			if i != max {
+				t.Errorf("subscription %d refused, want the first %d admitted: %v", i+1, max, err)
+			}
+			break
+		}
+	}
+	if refused == nil || !strings.Contains(refused.Error(), "limits.subscriptions_per_session") {
+		t.Fatalf("%d subscriptions of one session: %v, want a refusal naming limits.subscriptions_per_session", max+10, refused)
+	}
+	if hits := limitHits(f.gw, "subscriptions_per_session"); hits == 0 {
+		t.Errorf("the refusal was not counted in reversi_gateway_limit_hits_total")
+	}
+	// Unsubscribing frees a place.
+	if err := a.cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: "file:///data/public/f0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "file:///data/public/again"}); err != nil {
+		t.Errorf("a subscription after an unsubscribe: %v", err)
+	}
+	// The shared upstream's counts go when the session ends.
+	_ = a.cs.Close()
+	up := f.gw.upstreams[0]
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		up.fmu.Lock()
+		n := len(up.subs)
+		up.fmu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the shared upstream still counts %d subscribed URIs after the only subscriber left", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestRelayAttackBlankBody: a POST of white space with any Mcp-Session-Id made the cancel gate
 // index an empty slice: the handler panicked (a stack trace on stderr and a dropped connection
 // per request). It gets the SDK's answer.

@@ -325,7 +325,7 @@ func (g *Gateway) relayUpdated(up *upstream, a *agentSession, p *mcp.ResourceUpd
 func (a *agentSession) subscribed(uri string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.subs[uri] {
+	if a.subs[uri] != nil {
 		return true
 	}
 	for s := range a.subs {
