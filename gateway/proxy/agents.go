@@ -32,6 +32,7 @@ type agentSession struct {
 	flights map[*flight]struct{}
 	subs    map[string]*upstream // resource URIs this agent subscribed to, and their upstream
 	level   mcp.LoggingLevel     // logging/setLevel, "" before
+	asked   map[*upstream]*int   // requests of its upstream sessions waiting for it (admitServerRequest)
 	closed  bool
 }
 

@@ -335,6 +335,53 @@ func TestRelayAttackSubscriptionFlood(t *testing.T) {
 	}
 }
 
+// TestRelayAttackServerRequestFlood: a hostile upstream sent its agent any number of sampling
+// requests at once, each relayed and held (a goroutine and its message) until the agent
+// answered. limits.server_requests_per_session bounds those in flight; the others are
+// refused to the upstream at once.
+func TestRelayAttackServerRequestFlood(t *testing.T) {
+	f := startWith(t, fileConfig(fileUpstream(t), config.SessionPerClient), Options{})
+	var cur, peak atomic.Int64
+	ct, stt := mcp.NewInMemoryTransports()
+	ss, err := f.gw.Server().Connect(context.Background(), stt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ss.Close() })
+	c := mcp.NewClient(&mcp.Implementation{Name: "victim", Version: "1"}, &mcp.ClientOptions{
+		CreateMessageHandler: func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			n := cur.Add(1)
+			defer cur.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			select { // a slow human
+			case <-time.After(200 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			return &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "ok"}}, nil
+		},
+	})
+	cs, err := c.Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fs.flood", Arguments: map[string]any{"n": 40}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the upstream saw %v", texts(res))
+	max := int64(config.DefaultLimits().ServerRequestsPerSession)
+	if p := peak.Load(); p > max {
+		t.Errorf("the agent was asked %d sampling requests at once, want at most limits.server_requests_per_session (%d); the upstream saw %v", p, max, texts(res))
+	}
+	if hits := limitHits(f.gw, "server_requests_per_session"); hits == 0 {
+		t.Errorf("the refusals were not counted in reversi_gateway_limit_hits_total (%v)", texts(res))
+	}
+}
+
 // TestRelayAttackBlankBody: a POST of white space with any Mcp-Session-Id made the cancel gate
 // index an empty slice: the handler panicked (a stack trace on stderr and a dropped connection
 // per request). It gets the SDK's answer.

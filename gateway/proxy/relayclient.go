@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reversi-gitops/reversi/gateway/engine"
@@ -173,12 +174,17 @@ func upstreamContext(ctx context.Context) context.Context { return sdkValuesHidd
 // sent notifications/cancelled by the SDK.
 func relayRequest[P mcp.Params, R any](g *Gateway, ctx context.Context, up *upstream, a *agentSession, method string, params P,
 	send func(context.Context, *agentSession) (R, error)) (R, error) {
+	var zero R
 	to, f, err := g.target(up, a, method)
 	if err != nil {
-		var zero R
 		g.warn("%v", err)
 		return zero, err
 	}
+	release, err := g.admitServerRequest(up, a)
+	if err != nil {
+		return zero, err
+	}
+	defer release()
 	res, err := send(f.context(ctx), to)
 	note := "answered"
 	if err != nil {
@@ -186,6 +192,39 @@ func relayRequest[P mcp.Params, R any](g *Gateway, ctx context.Context, up *upst
 	}
 	g.journalServerRequest(ctx, to, f, up, method, params, note)
 	return res, err
+}
+
+// admitServerRequest admits one request of the upstream session (a's own session to up, or
+// up's shared one when a is nil) within limits.server_requests_per_session: each waits for an
+// agent (a human, for an elicitation) with a goroutine and its message held, and an upstream
+// could send any number at once. release must follow an admission.
+func (g *Gateway) admitServerRequest(up *upstream, a *agentSession) (release func(), err error) {
+	mu, asked := &up.fmu, &up.asked
+	if a != nil {
+		mu = &a.mu
+		a.mu.Lock()
+		if a.asked == nil {
+			a.asked = map[*upstream]*int{}
+		}
+		if a.asked[up] == nil {
+			a.asked[up] = new(int)
+		}
+		asked = a.asked[up]
+		a.mu.Unlock()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if max := g.limits.ServerRequestsPerSession; *asked >= max {
+		g.metrics.limitHit("server_requests_per_session")
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf(
+			"%d requests of this session already wait for the agent: refused (limits.server_requests_per_session of gateway %s)", max, Name)}
+	}
+	*asked++
+	return func() {
+		mu.Lock()
+		*asked--
+		mu.Unlock()
+	}, nil
 }
 
 // journalServerRequest writes a server_request record in the run of agent a (when it has one).

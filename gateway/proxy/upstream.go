@@ -45,6 +45,7 @@ type upstream struct {
 	fmu     sync.Mutex
 	flights map[*flight]struct{} // requests in flight on it, of every agent (agents.go)
 	subs    map[string]int       // agents subscribed per URI, shared upstreams (relay.go)
+	asked   int                  // requests of the shared session waiting for an agent (admitServerRequest)
 
 	debugSet atomic.Bool // a shared upstream's log level was set to debug (relay.go)
 }
