@@ -26,6 +26,7 @@ import (
 type agentSession struct {
 	g  *Gateway
 	ss *mcp.ServerSession
+	id string // random: the owner stamp of what a shared upstream sends during its requests (owner.go)
 
 	mu      sync.Mutex
 	peers   map[*upstream]*peer // per_client upstream sessions
@@ -113,13 +114,15 @@ func (g *Gateway) agentOf(ss *mcp.ServerSession) *agentSession {
 	if a, ok := g.agents[ss]; ok {
 		return a
 	}
-	a := &agentSession{g: g, ss: ss, peers: map[*upstream]*peer{}, flights: map[*flight]struct{}{}, subs: map[string]*upstream{}}
+	a := &agentSession{g: g, ss: ss, id: rand.Text(), peers: map[*upstream]*peer{}, flights: map[*flight]struct{}{}, subs: map[string]*upstream{}}
 	g.agents[ss] = a
+	g.agentIDs.Store(a.id, a)
 	go func() {
 		_ = ss.Wait()
 		g.mu.Lock()
 		delete(g.agents, ss)
 		g.mu.Unlock()
+		g.agentIDs.Delete(a.id)
 		a.close()
 	}()
 	return a

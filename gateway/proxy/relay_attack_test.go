@@ -285,6 +285,51 @@ func TestRelayAttackResourceDenyBypass(t *testing.T) {
 	}
 }
 
+// TestRelayAttackSharedLogsStayWithTheirAgent: on a session: shared upstream, a log message
+// read while another agent's request was also in flight, or handled after the request it came
+// with had ended (notifications reach their handler after the response), was sent to every
+// agent. bob, keeping a call in flight and with his log level at debug, read alice's logs.
+func TestRelayAttackSharedLogsStayWithTheirAgent(t *testing.T) {
+	f := startWith(t, fileConfig(fileUpstream(t), config.SessionShared), Options{})
+	alice, bob := connectRelayAgent(t, f.gw, "alice"), connectRelayAgent(t, f.gw, "bob")
+	bctx, bcancel := context.WithCancel(context.Background())
+	defer bcancel()
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		_, _ = bob.cs.CallTool(bctx, &mcp.CallToolParams{Name: "fs.hold"})
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, n := f.gw.upstreams[0].onlyFlight(); n != 1; _, n = f.gw.upstreams[0].onlyFlight() {
+		if time.Now().After(deadline) {
+			t.Fatal("bob's call did not reach the upstream")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 10 {
+		if _, err := alice.cs.CallTool(ctx, &mcp.CallToolParams{Name: "fs.work", Arguments: map[string]any{"who": fmt.Sprintf("alice-%d", i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bcancel()
+	<-held
+	// alice alone: her logs may trail her results.
+	for i := range 20 {
+		if _, err := alice.cs.CallTool(ctx, &mcp.CallToolParams{Name: "fs.work", Arguments: map[string]any{"who": fmt.Sprintf("alice-alone-%d", i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the last notifications
+	if _, logs, _ := bob.seen(); len(logs) > 0 {
+		t.Errorf("bob received %d of alice's log messages, e.g. %q", len(logs), logs[0])
+	}
+	if _, logs, _ := alice.seen(); len(logs) < 20 {
+		t.Errorf("alice received %d of the 20 log messages of her calls made alone, want all: %q", len(logs), logs)
+	}
+}
+
 // TestRelayAttackSubscriptionFlood: one agent could subscribe to any number of URIs (each
 // kept in its session and, on a shared upstream, in a count never released when the session
 // ended, and each forwarded upstream). limits.subscriptions_per_session bounds them.

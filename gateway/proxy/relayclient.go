@@ -50,7 +50,7 @@ func (g *Gateway) newClient(up *upstream, a *agentSession) *mcp.Client {
 			g.relayProgress(up, a, req.Params)
 		},
 		ElicitationCompleteHandler: func(ctx context.Context, req *mcp.ElicitationCompleteNotificationRequest) {
-			if to, f, err := g.target(up, a, "notifications/elicitation/complete"); err == nil {
+			if to, f, err := g.target(up, a, takeOwner(req.Params), "notifications/elicitation/complete"); err == nil {
 				_ = to.ss.NotifyElicitationComplete(f.context(ctx), req.Params)
 			}
 		},
@@ -109,21 +109,22 @@ var ErrNoAgent = fmt.Errorf("the gateway cannot tell which agent this is for")
 
 // target says which agent what up sent over one of its sessions belongs to: the agent of its
 // own (per_client) session a; for the shared session of a shared upstream, the agent of the
-// one request in flight on it. Otherwise (none or several in flight, or the listing-only shared
-// session of a per_client upstream) it is ErrNoAgent: a request is refused rather than given to
-// an agent it may not be for. f is the flight it came during, nil when not known.
-func (g *Gateway) target(up *upstream, a *agentSession, what string) (*agentSession, *flight, error) {
+// one request in flight on it when the message was read (owner, its stamp: owner.go).
+// Otherwise (none or several in flight, an agent gone since, or the listing-only shared
+// session of a per_client upstream) it is ErrNoAgent: a request is refused rather than given
+// to an agent it may not be for. f is the flight it came during, nil when not known.
+func (g *Gateway) target(up *upstream, a *agentSession, owner, what string) (*agentSession, *flight, error) {
 	if a != nil {
 		return a, a.only(up), nil
 	}
 	if up.cfg.PerClient() {
 		return nil, nil, fmt.Errorf("upstream %s sent %s on the gateway's own session, which no agent uses: %w", up.name, what, ErrNoAgent)
 	}
-	f, n := up.onlyFlight()
-	if f == nil || f.agent == nil {
-		return nil, nil, fmt.Errorf("upstream %s is shared by every agent (session: shared) and %d requests are in flight on it, so %w (%s); set session: per_client on it", up.name, n, ErrNoAgent, what)
+	to := g.agentByID(owner)
+	if to == nil {
+		return nil, nil, fmt.Errorf("upstream %s is shared by every agent (session: shared) and no one agent's request was in flight on it when it sent %s, so %w; set session: per_client on it", up.name, what, ErrNoAgent)
 	}
-	return f.agent, f, nil
+	return to, to.only(up), nil
 }
 
 // context is ctx (the upstream's request: its cancel) with the values of f's agent request, so
@@ -175,7 +176,7 @@ func upstreamContext(ctx context.Context) context.Context { return sdkValuesHidd
 func relayRequest[P mcp.Params, R any](g *Gateway, ctx context.Context, up *upstream, a *agentSession, method string, params P,
 	send func(context.Context, *agentSession) (R, error)) (R, error) {
 	var zero R
-	to, f, err := g.target(up, a, method)
+	to, f, err := g.target(up, a, takeOwner(params), method)
 	if err != nil {
 		g.warn("%v", err)
 		return zero, err
@@ -250,9 +251,11 @@ func (g *Gateway) journalServerRequest(ctx context.Context, a *agentSession, f *
 
 // relayLog gives an upstream's log message to the agent of its session (filtered by the level
 // that agent set, by the SDK); from a shared session, to the agent of the one request in
-// flight, else to every agent (a shared upstream's logs are everyone's).
+// flight when it was read (owner.go), to every agent when none was (the upstream's own), and
+// to no one when several were (it may be any of theirs).
 func (g *Gateway) relayLog(up *upstream, a *agentSession, p *mcp.LoggingMessageParams) {
 	ctx := context.Background()
+	owner := takeOwner(p)
 	if a != nil {
 		_ = a.ss.Log(a.only(up).context(ctx), p)
 		return
@@ -260,8 +263,10 @@ func (g *Gateway) relayLog(up *upstream, a *agentSession, p *mcp.LoggingMessageP
 	if up.cfg.PerClient() {
 		return // the listing session: no agent's
 	}
-	if f, _ := up.onlyFlight(); f != nil && f.agent != nil {
-		_ = f.agent.ss.Log(f.context(ctx), p)
+	if owner != ownerNone {
+		if to := g.agentByID(owner); to != nil {
+			_ = to.ss.Log(to.only(up).context(ctx), p)
+		}
 		return
 	}
 	for _, to := range g.agentList() {
