@@ -134,8 +134,9 @@ type Limits struct {
 	// BatchSize is the most messages one JSON-RPC batch may hold; 0 refuses batches
 	// (batch_size).
 	BatchSize int
-	// CallsPerSession and CallsPerPrincipal are the most tools/call requests in flight for one
-	// session and for one principal across sessions (calls_per_session, calls_per_principal).
+	// CallsPerSession and CallsPerPrincipal are the most tools/call requests (and relayed
+	// resources/read and prompts/get) in flight for one session and for one principal across
+	// sessions (calls_per_session, calls_per_principal).
 	CallsPerSession, CallsPerPrincipal int
 	// Connections is the most HTTP connections open at once (connections).
 	Connections int

@@ -144,6 +144,19 @@ func (g *Gateway) relayListTemplates(ctx context.Context, r *mcp.ListResourceTem
 func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target string, args map[string]any, token any,
 	up *upstream, routeErr error, send func(ctx context.Context, cs *mcp.ClientSession, f *flight) error) error {
 	ss, _ := req.GetSession().(*mcp.ServerSession)
+	// Within limits.calls_per_session and calls_per_principal, as calls are.
+	principal := g.principalOf(req.GetExtra())
+	cctx, release, _, err := g.calls.acquire(ctx, ss, principal, "requests (tools/call, resources/read, prompts/get)")
+	if err != nil {
+		var le *LimitError
+		if errors.As(err, &le) {
+			g.metrics.limitHit(le.Limit)
+		}
+		g.journalNote(ctx, fmt.Sprintf("refused a %s of %s to %q: %s", method, principal, clip(target, 200), clip(err.Error(), 1000)))
+		return blocked(err.Error())
+	}
+	defer release()
+	ctx = cctx
 	rec := store.Event{Kind: store.KindRead, Tool: target, Reason: method, Decision: string(engine.Allow)}
 	if len(args) > 0 {
 		rec.ArgsDigest, _ = engine.ArgsDigest(args)

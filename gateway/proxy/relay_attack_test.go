@@ -452,3 +452,50 @@ func TestRelayAttackBlankBody(t *testing.T) {
 		t.Errorf("stderr: %s", s)
 	}
 }
+
+// TestRelayAttackReadFlood: limits.calls_per_session and calls_per_principal bounded the
+// tools/call requests in flight, but not the relayed reads: one session could keep any number
+// of resources/read (or prompts/get) waiting on a slow upstream at once. Reads count with the
+// calls; the one over the limit is refused at once.
+func TestRelayAttackReadFlood(t *testing.T) {
+	var cur, peak atomic.Int64
+	s := mcp.NewServer(&mcp.Implementation{Name: "slow", Version: "1"}, nil)
+	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "slow://{id}", Name: "slow"}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		n := cur.Add(1)
+		defer cur.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "slow"}}}, nil
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	cfg := fileConfig(srv.URL, "")
+	cfg.Limits.CallsPerSession = 4
+	f := startWith(t, cfg, Options{})
+	a := connectRelayAgent(t, f.gw, "mallory")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for i := range 12 {
+		wg.Go(func() {
+			_, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: fmt.Sprintf("slow://%d", i)})
+			if err != nil && strings.Contains(err.Error(), "limits.calls_per_session") {
+				refused.Add(1)
+			} else if err != nil {
+				t.Errorf("read %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > 4 || refused.Load() == 0 {
+		t.Errorf("%d reads of one session were in flight upstream at once (%d refused), want at most limits.calls_per_session (4)", p, refused.Load())
+	}
+	if _, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "slow://after"}); err != nil {
+		t.Errorf("a read once the others are done: %v", err)
+	}
+}
