@@ -499,3 +499,73 @@ func TestRelayAttackReadFlood(t *testing.T) {
 		t.Errorf("a read once the others are done: %v", err)
 	}
 }
+
+// TestRelayAttackListChangedStorm: a shared upstream's notifications/prompts/list_changed (or
+// resources/list_changed) went at once to every agent, one for one, before the coalesced
+// relisting announced the change again: an upstream sending them in a loop made the gateway
+// write n × agents notifications. The relisting (at most one per second) is what announces a
+// shared upstream's change.
+func TestRelayAttackListChangedStorm(t *testing.T) {
+	type stormKey struct{}
+	s := mcp.NewServer(&mcp.Implementation{Name: "storm", Version: "1"}, nil)
+	s.AddPrompt(&mcp.Prompt{Name: "p"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{}, nil
+	})
+	s.AddTool(&mcp.Tool{Name: "storm", InputSchema: map[string]any{"type": "object"}}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		for range 100 {
+			_ = req.Session.NotifyProgress(context.WithValue(ctx, stormKey{}, true), &mcp.ProgressNotificationParams{})
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "stormed"}}}, nil
+	})
+	s.AddSendingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if ctx.Value(stormKey{}) != nil && method == "notifications/progress" {
+				return next(ctx, "notifications/prompts/list_changed", &mcp.ServerRequest[mcp.Params]{Session: req.GetSession().(*mcp.ServerSession), Params: &mcp.PromptListChangedParams{}})
+			}
+			return next(ctx, method, req)
+		}
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	f := startWith(t, fileConfig(srv.URL, config.SessionShared), Options{})
+	var got atomic.Int64
+	var sessions []*mcp.ClientSession
+	for range 3 {
+		ct, stt := mcp.NewInMemoryTransports()
+		ss, err := f.gw.Server().Connect(context.Background(), stt, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ss.Close() })
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, &mcp.ClientOptions{
+			PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) { got.Add(1) },
+		}).Connect(context.Background(), ct, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs.Close() })
+		sessions = append(sessions, cs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := sessions[0].CallTool(ctx, &mcp.CallToolParams{Name: "fs.storm"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the coalesced relisting
+	if n := got.Load(); n > 3 {
+		t.Errorf("100 list_changed of a shared upstream made %d notifications to 3 agents, want at most one each", n)
+	}
+	// A real change is announced.
+	got.Store(0)
+	s.AddPrompt(&mcp.Prompt{Name: "q"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{}, nil
+	})
+	for deadline := time.Now().Add(5 * time.Second); got.Load() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a new prompt of the shared upstream was not announced")
+		}
+	}
+	if ps, err := sessions[0].ListPrompts(ctx, nil); err != nil || len(ps.Prompts) != 2 {
+		t.Errorf("prompts after the change: %v %v", ps, err)
+	}
+}

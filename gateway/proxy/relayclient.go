@@ -323,19 +323,14 @@ func (g *Gateway) relayRootsChanged(ctx context.Context, req *mcp.RootsListChang
 	}
 }
 
-// relayListChanged tells the agents at once that up's prompts or resources changed (the agent of
-// a per_client session, whose list may be its own, or every agent for a shared one) and has the
-// catalog refreshed (coalesced, at most once per relistInterval).
+// relayListChanged tells the agent of a per_client session at once that up's prompts or
+// resources changed (its list may be its own), and has the catalog refreshed (coalesced, at most
+// once per relistInterval). A shared session's change is announced to every agent by that
+// refresh (refreshFeatures) when the listing did change: passed on one for one, an upstream
+// sending them in a loop had the gateway write as many to every agent.
 func (g *Gateway) relayListChanged(up *upstream, a *agentSession, method string, p mcp.Params) {
-	targets := []*agentSession{a}
-	if a == nil {
-		targets = nil
-		if !up.cfg.PerClient() {
-			targets = g.agentList()
-		}
-	}
-	for _, to := range targets {
-		_ = notify(context.Background(), to.ss, method, p)
+	if a != nil {
+		_ = notify(context.Background(), a.ss, method, p)
 	}
 	up.listChanged(g.upstreamChanged)
 }
