@@ -163,7 +163,9 @@ func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target stri
 	}
 	run, err := g.runOf(ctx, ss, req.GetExtra())
 	if err != nil {
-		return blocked("the run could not be opened: " + err.Error())
+		text := "the run could not be opened: " + err.Error()
+		g.journalNote(ctx, fmt.Sprintf("refused a %s of %s to %q: %s", method, principal, clip(target, 200), clip(text, 1000)))
+		return blocked(text)
 	}
 	rec.Run = run
 	e := g.engine.Load()

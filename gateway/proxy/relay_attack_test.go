@@ -569,3 +569,37 @@ func TestRelayAttackListChangedStorm(t *testing.T) {
 		t.Errorf("prompts after the change: %v %v", ps, err)
 	}
 }
+
+// TestRelayAttackRefusedRunIsJournaled: a read whose run cannot be opened (here the run id
+// belongs to another gateway) was refused without a trace, where the same tools/call is
+// journaled in the gateway journal.
+func TestRelayAttackRefusedRunIsJournaled(t *testing.T) {
+	st, err := store.OpenSQLite(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := st.CreateRun(ctx, store.Run{ID: "run-of-another", Actor: "someone", Gateway: "another-gateway"}); err != nil {
+		t.Fatal(err)
+	}
+	gw, err := New(ctx, Options{Config: relayConfig(relayUpstream(t), ""), Store: st, Stderr: &syncBuffer{}, RunID: "run-of-another"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	a := connectRelayAgent(t, gw, "mallory")
+	if _, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "res://open/a"}); err == nil || !strings.Contains(err.Error(), "the run could not be opened") {
+		t.Fatalf("a read in another gateway's run: %v", err)
+	}
+	var notes []string
+	for _, r := range gatewayRecords(t, st, store.KindNote) {
+		notes = append(notes, r.Note)
+	}
+	if !slices.ContainsFunc(notes, func(n string) bool {
+		return strings.Contains(n, "resources/read") && strings.Contains(n, "res://open/a")
+	}) {
+		t.Errorf("gateway journal notes %q, want the refused resources/read", notes)
+	}
+}
