@@ -187,11 +187,12 @@ func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target stri
 		return refused
 	}
 	a := g.agentOf(ss)
-	uctx := upstreamContext(ctx)
+	uctx, timedOut, cancel := g.relayContext(ctx, method+" of "+target)
+	defer cancel()
 	cs, err := a.session(uctx, up)
 	if err == nil {
 		f := g.begin(ctx, a, up, 0, target, token)
-		err = send(uctx, cs, f)
+		err = timedOut(send(uctx, cs, f))
 		f.end()
 	}
 	if err != nil {
@@ -199,6 +200,22 @@ func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target stri
 	}
 	g.journalRead(ctx, rec)
 	return err
+}
+
+// relayContext bounds one relayed request to an upstream by call_timeout, as a forwarded call
+// whose manifest sets no timeout (issue 18: every path that waits on an upstream has a
+// deadline). timedOut says so of the error of a request that ran out of it (counted as
+// call_timeout), and returns any other as it is.
+func (g *Gateway) relayContext(ctx context.Context, what string) (_ context.Context, timedOut func(error) error, cancel context.CancelFunc) {
+	t := callTimeoutOf(g.cfg)
+	cctx, cancel := context.WithTimeout(upstreamContext(ctx), t)
+	return cctx, func(err error) error {
+		if err == nil || !errors.Is(cctx.Err(), context.DeadlineExceeded) || ctx.Err() != nil {
+			return err
+		}
+		g.metrics.limitHit("call_timeout")
+		return fmt.Errorf("%s: the upstream did not answer within %s (call_timeout): %w", what, t, err)
+	}, cancel
 }
 
 func (g *Gateway) journalRead(ctx context.Context, e store.Event) {
@@ -300,7 +317,12 @@ func (g *Gateway) subscription(ctx context.Context, req mcp.Request, uri string,
 	if a == nil {
 		return errors.New("subscriptions need a session")
 	}
-	ctx = upstreamContext(ctx)
+	method := "resources/unsubscribe"
+	if on {
+		method = "resources/subscribe"
+	}
+	ctx, timedOut, cancel := g.relayContext(ctx, method+" of "+uri)
+	defer cancel()
 	a.mu.Lock()
 	had := a.subs[uri] != nil
 	switch max := a.g.limits.SubscriptionsPerSession; {
@@ -329,9 +351,9 @@ func (g *Gateway) subscription(ctx context.Context, req mcp.Request, uri string,
 		return err
 	}
 	if on {
-		return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+		return timedOut(cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}))
 	}
-	return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
+	return timedOut(cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}))
 }
 
 // share counts the agents subscribed to uri on a shared upstream and reports whether the
@@ -403,13 +425,15 @@ func (g *Gateway) relayComplete(ctx context.Context, r *mcp.CompleteRequest) (*m
 	if !slices.Contains(c.withCompletions, up) {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("upstream %s does not offer completions", up.name)}
 	}
-	ctx = upstreamContext(ctx)
+	ctx, timedOut, cancel := g.relayContext(ctx, "completion/complete of "+target)
+	defer cancel()
 	cs, err := g.agentFor(r).session(ctx, up)
 	if err != nil {
 		return nil, err
 	}
 	q.Meta = forwardMeta(p.Meta)
-	return cs.Complete(ctx, &q)
+	res, err := cs.Complete(ctx, &q)
+	return res, timedOut(err)
 }
 
 // templateRoute returns the upstream whose template is exactly t (completion refs name the
@@ -435,7 +459,8 @@ func (g *Gateway) relaySetLevel(ctx context.Context, s mcp.Session, extra *mcp.R
 	a.mu.Lock()
 	a.level = level
 	a.mu.Unlock()
-	ctx = upstreamContext(ctx)
+	ctx, _, cancel := g.relayContext(ctx, "logging/setLevel")
+	defer cancel()
 	for _, up := range g.catalog().withLogging {
 		if !up.cfg.PerClient() {
 			if up.debugSet.CompareAndSwap(false, true) {

@@ -603,3 +603,67 @@ func TestRelayAttackRefusedRunIsJournaled(t *testing.T) {
 		t.Errorf("gateway journal notes %q, want the refused resources/read", notes)
 	}
 }
+
+// TestRelayAttackHangingReads: every path that waits on an upstream has a deadline (issue 18),
+// but a relayed resources/read, prompts/get, completion or subscription waited for a hung
+// upstream for as long as the agent did, holding its call slot, its goroutine and its HTTP
+// request. They time out after call_timeout, counted as such.
+func TestRelayAttackHangingReads(t *testing.T) {
+	hang := make(chan struct{})
+	wait := func(ctx context.Context) {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+		case <-time.After(20 * time.Second):
+		}
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "hung", Version: "1"}, &mcp.ServerOptions{
+		SubscribeHandler:   func(ctx context.Context, _ *mcp.SubscribeRequest) error { wait(ctx); return nil },
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+		CompletionHandler: func(ctx context.Context, _ *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+			wait(ctx)
+			return &mcp.CompleteResult{}, nil
+		},
+	})
+	s.AddResource(&mcp.Resource{URI: "hung://r", Name: "r"}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		wait(ctx)
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "late"}}}, nil
+	})
+	s.AddPrompt(&mcp.Prompt{Name: "p"}, func(ctx context.Context, _ *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		wait(ctx)
+		return &mcp.GetPromptResult{}, nil
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(hang) }) // before srv.Close, which waits for the handlers
+	cfg := fileConfig(srv.URL, "")
+	cfg.CallTimeout = 300 * time.Millisecond
+	f := startWith(t, cfg, Options{})
+	a := connectRelayAgent(t, f.gw, "alice")
+	for name, call := range map[string]func(context.Context) error{
+		"resources/read": func(ctx context.Context) error {
+			_, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "hung://r"})
+			return err
+		},
+		"prompts/get": func(ctx context.Context) error {
+			_, err := a.cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "fs.p"})
+			return err
+		},
+		"completion/complete": func(ctx context.Context) error {
+			_, err := a.cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "fs.p"}, Argument: mcp.CompleteParamsArgument{Name: "x"}})
+			return err
+		},
+		"resources/subscribe": func(ctx context.Context) error { return a.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "hung://r"}) },
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		err := call(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "call_timeout") || time.Since(start) > 3*time.Second {
+			t.Errorf("%s of a hung upstream: %v after %s, want a call_timeout error after 300ms", name, err, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	if n := limitHits(f.gw, "call_timeout"); n != 4 {
+		t.Errorf("call_timeout hits %v, want 4", n)
+	}
+}
