@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/yosida95/uritemplate/v3"
 
 	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
@@ -433,7 +434,42 @@ func (g *Gateway) relayComplete(ctx context.Context, r *mcp.CompleteRequest) (*m
 	}
 	q.Meta = forwardMeta(p.Meta)
 	res, err := cs.Complete(ctx, &q)
+	if err == nil && res != nil && ref.Type == "ref/resource" {
+		n := len(res.Completion.Values)
+		res.Completion.Values = c.allowedCompletions(g.engine.Load(), ref.URI, p, res.Completion.Values)
+		res.Completion.Total = max(0, res.Completion.Total-(n-len(res.Completion.Values)))
+	}
 	return res, timedOut(err)
+}
+
+// allowedCompletions keeps the values of a template argument whose URI (the template expanded
+// with the value and the arguments already given) allow/deny lets be read: resources/list
+// hides the others, and so must completion.
+func (c *catalog) allowedCompletions(e *engine.Engine, template string, p *mcp.CompleteParams, values []string) []string {
+	var t *uritemplate.Template
+	for _, tr := range c.templates {
+		if tr.t.Raw() == template {
+			t = tr.t
+		}
+	}
+	if t == nil {
+		return values
+	}
+	return slices.DeleteFunc(values, func(v string) bool {
+		vars := uritemplate.Values{}
+		if p.Context != nil {
+			for k, x := range p.Context.Arguments {
+				vars.Set(k, uritemplate.String(x))
+			}
+		}
+		vars.Set(p.Argument.Name, uritemplate.String(v))
+		uri, err := t.Expand(vars)
+		if err != nil {
+			return true
+		}
+		_, ok := uriAllowed(e, uri)
+		return !ok
+	})
 }
 
 // templateRoute returns the upstream whose template is exactly t (completion refs name the

@@ -29,7 +29,8 @@ import (
 // fileUpstream is a go-sdk MCP server over Streamable HTTP on loopback that serves files the
 // way filesystem servers do: the template file:///data/{+path} resolves any URI to a cleaned,
 // unescaped path, so file:///data/public/../secret/key is file:///data/secret/key. It lists
-// the files, accepts subscriptions (its tool touch announces an update of any URI), logs "log of <who>" in its tool work, blocks in its tool
+// the files, completes the template's path with every file, accepts subscriptions (its tool
+// touch announces an update of any URI), logs "log of <who>" in its tool work, blocks in its tool
 // hold until the test ends, and in its tool flood sends n sampling requests at once to its
 // caller and waits for them (within 10 s).
 func fileUpstream(t *testing.T) string {
@@ -50,6 +51,9 @@ func fileUpstream(t *testing.T) string {
 	s := mcp.NewServer(&mcp.Implementation{Name: "files", Version: "1"}, &mcp.ServerOptions{
 		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
 		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+		CompletionHandler: func(context.Context, *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+			return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{"public/readme", "secret/key", "secret/sub/key2"}}}, nil
+		},
 	})
 	read := func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		text, ok := resolve(req.Params.URI)
@@ -229,6 +233,12 @@ func TestRelayAttackResourceDenyBypass(t *testing.T) {
 	res, err := a.cs.ListResources(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Completing the template's path names only what may be read.
+	c, err := a.cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/resource", URI: "file:///data/{+path}"},
+		Argument: mcp.CompleteParamsArgument{Name: "path", Value: ""}})
+	if err != nil || !slices.Equal(c.Completion.Values, []string{"public/readme"}) {
+		t.Errorf("completion of file:///data/{+path}: %v %v, want only public/readme", c, err)
 	}
 	for _, r := range res.Resources {
 		if strings.Contains(r.URI, "secret") {
