@@ -48,6 +48,9 @@ func (g *Gateway) relayMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// allowed is the verdict of nameAllowed or uriAllowed.
+func allowed(_ string, ok bool) bool { return ok }
+
 // blocked is the error of a relayed request the gateway refuses.
 func blocked(text string) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: engine.BlockedPrefix + text}
@@ -96,7 +99,7 @@ func (g *Gateway) relayListPrompts(ctx context.Context, r *mcp.ListPromptsReques
 		ps, err := up.listPrompts(ctx, cs)
 		out := make([]*mcp.Prompt, 0, len(ps))
 		for _, p := range ps {
-			if p = exposedPrompt(up, p); e.Listed(p.Name) {
+			if p = exposedPrompt(up, p); allowed(nameAllowed(e, p.Name)) {
 				out = append(out, p)
 			}
 		}
@@ -115,7 +118,7 @@ func (g *Gateway) relayListResources(ctx context.Context, r *mcp.ListResourcesRe
 	e := g.engine.Load()
 	res, err := each(ctx, g.agentFor(r), g.catalog().withResources, func(ctx context.Context, up *upstream, cs *mcp.ClientSession) ([]*mcp.Resource, error) {
 		rs, err := up.listResources(ctx, cs)
-		return slices.DeleteFunc(rs, func(x *mcp.Resource) bool { _, ok := uriAllowed(e, x.URI); return !ok }), err
+		return slices.DeleteFunc(rs, func(x *mcp.Resource) bool { return !allowed(uriAllowed(e, x.URI)) }), err
 	})
 	if err != nil {
 		return nil, err
@@ -130,7 +133,7 @@ func (g *Gateway) relayListTemplates(ctx context.Context, r *mcp.ListResourceTem
 	e := g.engine.Load()
 	ts, err := each(ctx, g.agentFor(r), g.catalog().withResources, func(ctx context.Context, up *upstream, cs *mcp.ClientSession) ([]*mcp.ResourceTemplate, error) {
 		ts, err := up.listTemplates(ctx, cs)
-		return slices.DeleteFunc(ts, func(x *mcp.ResourceTemplate) bool { _, ok := uriAllowed(e, x.URITemplate); return !ok }), err
+		return slices.DeleteFunc(ts, func(x *mcp.ResourceTemplate) bool { return !allowed(uriAllowed(e, x.URITemplate)) }), err
 	})
 	if err != nil {
 		return nil, err
@@ -170,7 +173,7 @@ func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target stri
 	}
 	rec.Run = run
 	e := g.engine.Load()
-	decide := e.AllowDeny
+	decide := func(name string) (string, bool) { return nameAllowed(e, name) }
 	if method == "resources/read" {
 		decide = func(uri string) (string, bool) { return uriAllowed(e, uri) }
 	}
@@ -412,7 +415,7 @@ func (g *Gateway) relayComplete(ctx context.Context, r *mcp.CompleteRequest) (*m
 	}
 	if err == nil {
 		e := g.engine.Load()
-		decide := e.AllowDeny
+		decide := func(name string) (string, bool) { return nameAllowed(e, name) }
 		if ref.Type == "ref/resource" {
 			decide = func(uri string) (string, bool) { return uriAllowed(e, uri) }
 		}

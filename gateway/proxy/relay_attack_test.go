@@ -677,3 +677,36 @@ func TestRelayAttackHangingReads(t *testing.T) {
 		t.Errorf("call_timeout hits %v, want 4", n)
 	}
 }
+
+// TestRelayAttackPromptNameWithSlash: deny: ["fs.*"] is meant to hide every prompt of fs, but
+// path.Match's * stops at a slash, and prompt names are the upstream's to choose: fs.team/secret
+// was listed and served. A denied prefix before a slash denies the name, as a denied folder
+// denies a URI.
+func TestRelayAttackPromptNameWithSlash(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "prompts", Version: "1"}, nil)
+	for _, name := range []string{"plain", "team/secret"} {
+		s.AddPrompt(&mcp.Prompt{Name: name}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "text of " + name}}}}, nil
+		})
+	}
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	cfg := fileConfig(srv.URL, "")
+	cfg.Deny = []string{"fs.*"}
+	f := startWith(t, cfg, Options{})
+	a := connectRelayAgent(t, f.gw, "mallory")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ps, err := a.cs.ListPrompts(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps.Prompts {
+		t.Errorf("prompts/list shows %s, denied by fs.*", p.Name)
+	}
+	for _, name := range []string{"fs.plain", "fs.team/secret"} {
+		if res, err := a.cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: name}); err == nil || !strings.Contains(err.Error(), "Blocked by Reversi") {
+			t.Errorf("prompts/get %s: %v %v, want it blocked", name, res, err)
+		}
+	}
+}
