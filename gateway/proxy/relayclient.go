@@ -228,11 +228,13 @@ func (g *Gateway) admitServerRequest(up *upstream, a *agentSession) (release fun
 	}, nil
 }
 
-// journalServerRequest writes a server_request record in the run of agent a (when it has one).
+// journalServerRequest writes a server_request record in the run of agent a, or in the gateway
+// journal when its session has not opened one yet (it only listed or completed): the request
+// reached the agent all the same.
 func (g *Gateway) journalServerRequest(ctx context.Context, a *agentSession, f *flight, up *upstream, method string, params any, note string) {
 	run := g.existingRun(a.ss)
 	if run == "" {
-		return // no call opened a run yet: nothing of the agent's is journaled
+		note += " (to an agent session with no run yet)"
 	}
 	e := store.Event{Run: run, Kind: store.KindServerRequest, Tool: up.name, Reason: method, Note: clip(note, maxNoteBytes)}
 	if f != nil {
