@@ -216,6 +216,8 @@ func TestRelayAttackResourceDenyBypass(t *testing.T) {
 		"file:///data/secret%2Fkey",
 		"file:///data/secret/key?x=/y",
 		"FILE:///data/secret/key",
+		"file://localhost/data/secret/key",
+		"file:/data/secret/key",
 	}
 	for _, uri := range attacks {
 		rr, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})

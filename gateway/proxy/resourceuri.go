@@ -60,7 +60,8 @@ func nameAllowed(e *engine.Engine, name string) (string, bool) {
 
 // canonicalURI is uri as a server resolving it would read it: scheme and host in lower case,
 // no user info, query or fragment, the path unescaped (%2F as well), backslashes as slashes,
-// and cleaned of dot segments and doubled slashes. A URI that does not parse is kept as it is.
+// and cleaned of dot segments and doubled slashes; file:/p and file://localhost/p are
+// file:///p (RFC 8089). A URI that does not parse is kept as it is.
 func canonicalURI(uri string) string {
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme == "" {
@@ -74,8 +75,12 @@ func canonicalURI(uri string) string {
 		return u.Scheme + ":" + o
 	}
 	out := u.Scheme + ":"
-	if u.Host != "" || strings.HasPrefix(uri[len(u.Scheme)+1:], "//") {
-		out += "//" + strings.ToLower(u.Host)
+	host := strings.ToLower(u.Host)
+	if u.Scheme == "file" && host == "localhost" {
+		host = ""
+	}
+	if host != "" || u.Scheme == "file" || strings.HasPrefix(uri[len(u.Scheme)+1:], "//") {
+		out += "//" + host
 	}
 	if p := strings.ReplaceAll(u.Path, `\`, "/"); p != "" {
 		if p = path.Clean(p); p != "." {

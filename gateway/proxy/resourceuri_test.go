@@ -14,6 +14,8 @@ func TestCanonicalURI(t *testing.T) {
 		"urn:x:%79":                         "urn:x:y",
 		"not a uri %zz":                     "not a uri %zz",
 		"file:///../../etc/passwd":          "file:///etc/passwd",
+		"file://localhost/etc/passwd":       "file:///etc/passwd",
+		"file:/etc/passwd":                  "file:///etc/passwd",
 	} {
 		if got := canonicalURI(in); got != want {
 			t.Errorf("canonicalURI(%q) = %q, want %q", in, got, want)
