@@ -135,8 +135,8 @@ type Limits struct {
 	// (batch_size).
 	BatchSize int
 	// CallsPerSession and CallsPerPrincipal are the most tools/call requests (and relayed
-	// resources/read and prompts/get) in flight for one session and for one principal across
-	// sessions (calls_per_session, calls_per_principal).
+	// requests: prompts, resources, completions) in flight for one session and for one
+	// principal across sessions (calls_per_session, calls_per_principal).
 	CallsPerSession, CallsPerPrincipal int
 	// Connections is the most HTTP connections open at once (connections).
 	Connections int

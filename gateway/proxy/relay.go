@@ -26,6 +26,21 @@ import (
 // SDK's (which keeps the level the gateway filters upstream logs with) and then forwarded.
 func (g *Gateway) relayMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if relayedMethods[method] { // within limits.calls_per_session and calls_per_principal, as calls are
+			ss, _ := req.GetSession().(*mcp.ServerSession)
+			principal := g.principalOf(req.GetExtra())
+			cctx, release, _, err := g.calls.acquire(ctx, ss, principal, "requests (tools/call and relayed ones)")
+			if err != nil {
+				var le *LimitError
+				if errors.As(err, &le) {
+					g.metrics.limitHit(le.Limit)
+				}
+				g.journalNote(ctx, fmt.Sprintf("refused a %s of %s: %s", method, principal, clip(err.Error(), 1000)))
+				return nil, blocked(err.Error())
+			}
+			defer release()
+			ctx = cctx
+		}
 		switch r := req.(type) {
 		case *mcp.ListPromptsRequest:
 			return g.relayListPrompts(ctx, r)
@@ -50,6 +65,11 @@ func (g *Gateway) relayMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 
 // allowed is the verdict of nameAllowed or uriAllowed.
 func allowed(_ string, ok bool) bool { return ok }
+
+// relayedMethods are the agents' requests the gateway relays to upstreams (besides tools/call).
+var relayedMethods = map[string]bool{"prompts/list": true, "prompts/get": true, "resources/list": true,
+	"resources/templates/list": true, "resources/read": true, "resources/subscribe": true, "resources/unsubscribe": true,
+	"completion/complete": true}
 
 // blocked is the error of a relayed request the gateway refuses.
 func blocked(text string) error {
@@ -148,19 +168,7 @@ func (g *Gateway) relayListTemplates(ctx context.Context, r *mcp.ListResourceTem
 func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target string, args map[string]any, token any,
 	up *upstream, routeErr error, send func(ctx context.Context, cs *mcp.ClientSession, f *flight) error) error {
 	ss, _ := req.GetSession().(*mcp.ServerSession)
-	// Within limits.calls_per_session and calls_per_principal, as calls are.
 	principal := g.principalOf(req.GetExtra())
-	cctx, release, _, err := g.calls.acquire(ctx, ss, principal, "requests (tools/call, resources/read, prompts/get)")
-	if err != nil {
-		var le *LimitError
-		if errors.As(err, &le) {
-			g.metrics.limitHit(le.Limit)
-		}
-		g.journalNote(ctx, fmt.Sprintf("refused a %s of %s to %q: %s", method, principal, clip(target, 200), clip(err.Error(), 1000)))
-		return blocked(err.Error())
-	}
-	defer release()
-	ctx = cctx
 	rec := store.Event{Kind: store.KindRead, Tool: target, Reason: method, Decision: string(engine.Allow)}
 	if len(args) > 0 {
 		rec.ArgsDigest, _ = engine.ArgsDigest(args)

@@ -466,13 +466,12 @@ func TestRelayAttackBlankBody(t *testing.T) {
 }
 
 // TestRelayAttackReadFlood: limits.calls_per_session and calls_per_principal bounded the
-// tools/call requests in flight, but not the relayed reads: one session could keep any number
-// of resources/read (or prompts/get) waiting on a slow upstream at once. Reads count with the
-// calls; the one over the limit is refused at once.
+// tools/call requests in flight, but not the relayed ones: one session could keep any number
+// of resources/read (or prompts/get, lists, completions) waiting on a slow upstream at once.
+// They count with the calls; the one over the limit is refused at once.
 func TestRelayAttackReadFlood(t *testing.T) {
 	var cur, peak atomic.Int64
-	s := mcp.NewServer(&mcp.Implementation{Name: "slow", Version: "1"}, nil)
-	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "slow://{id}", Name: "slow"}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	slow := func(ctx context.Context) {
 		n := cur.Add(1)
 		defer cur.Add(-1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
@@ -481,6 +480,15 @@ func TestRelayAttackReadFlood(t *testing.T) {
 		case <-time.After(500 * time.Millisecond):
 		case <-ctx.Done():
 		}
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "slow", Version: "1"}, &mcp.ServerOptions{
+		CompletionHandler: func(ctx context.Context, _ *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+			slow(ctx)
+			return &mcp.CompleteResult{}, nil
+		},
+	})
+	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "slow://{id}", Name: "slow"}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		slow(ctx)
 		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "slow"}}}, nil
 	})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
@@ -495,7 +503,12 @@ func TestRelayAttackReadFlood(t *testing.T) {
 	var refused atomic.Int64
 	for i := range 12 {
 		wg.Go(func() {
-			_, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: fmt.Sprintf("slow://%d", i)})
+			var err error
+			if i%2 == 0 {
+				_, err = a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: fmt.Sprintf("slow://%d", i)})
+			} else {
+				_, err = a.cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/resource", URI: "slow://{id}"}, Argument: mcp.CompleteParamsArgument{Name: "id"}})
+			}
 			if err != nil && strings.Contains(err.Error(), "limits.calls_per_session") {
 				refused.Add(1)
 			} else if err != nil {
@@ -505,7 +518,7 @@ func TestRelayAttackReadFlood(t *testing.T) {
 	}
 	wg.Wait()
 	if p := peak.Load(); p > 4 || refused.Load() == 0 {
-		t.Errorf("%d reads of one session were in flight upstream at once (%d refused), want at most limits.calls_per_session (4)", p, refused.Load())
+		t.Errorf("%d reads and completions of one session were in flight upstream at once (%d refused), want at most limits.calls_per_session (4)", p, refused.Load())
 	}
 	if _, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "slow://after"}); err != nil {
 		t.Errorf("a read once the others are done: %v", err)
