@@ -148,8 +148,9 @@ type Limits struct {
 	// BatchSize is the most messages one JSON-RPC batch may hold; 0 refuses batches
 	// (batch_size).
 	BatchSize int
-	// CallsPerSession and CallsPerPrincipal are the most tools/call requests in flight for one
-	// session and for one principal across sessions (calls_per_session, calls_per_principal).
+	// CallsPerSession and CallsPerPrincipal are the most tools/call requests (and relayed
+	// requests: prompts, resources, completions) in flight for one session and for one
+	// principal across sessions (calls_per_session, calls_per_principal).
 	CallsPerSession, CallsPerPrincipal int
 	// Connections is the most HTTP connections open at once (connections).
 	Connections int
@@ -161,6 +162,13 @@ type Limits struct {
 	// IdleTimeout a keep-alive connection between requests (read_timeout, write_timeout,
 	// idle_timeout).
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// SubscriptionsPerSession is the most resource URIs one agent session may be subscribed
+	// to at once (subscriptions_per_session); each is kept and forwarded upstream.
+	SubscriptionsPerSession int
+	// ServerRequestsPerSession is the most requests (sampling, elicitation, roots) one upstream
+	// session may have waiting for its agent's answer at once; the others are refused to the
+	// upstream (server_requests_per_session).
+	ServerRequestsPerSession int
 }
 
 // Console is `console:`. Mode is off (default), open or login; Role applies to open mode only

@@ -27,11 +27,15 @@ func DefaultLimits() Limits {
 		ReadTimeout:          30 * time.Second,
 		WriteTimeout:         120 * time.Second,
 		IdleTimeout:          120 * time.Second,
+		// Issue 19's relay: what one agent session may hold, and one upstream session ask.
+		SubscriptionsPerSession:  256,
+		ServerRequestsPerSession: 16,
 	}
 }
 
 var limitFields = []string{"tools_per_upstream", "pages_per_listing", "message_bytes", "listing_bytes", "request_body_bytes", "header_bytes", "batch_size",
-	"calls_per_session", "calls_per_principal", "connections", "sessions", "sessions_per_principal", "read_timeout", "write_timeout", "idle_timeout"}
+	"calls_per_session", "calls_per_principal", "connections", "sessions", "sessions_per_principal", "read_timeout", "write_timeout", "idle_timeout",
+	"subscriptions_per_session", "server_requests_per_session"}
 
 // LimitNames are the label values of reversi_gateway_limit_hits_total: call_timeout and every
 // field of `limits:`.
@@ -58,6 +62,8 @@ func (d *decoder) limits(v any) Limits {
 	d.duration(m, "limits", "read_timeout", &l.ReadTimeout)
 	d.duration(m, "limits", "write_timeout", &l.WriteTimeout)
 	d.duration(m, "limits", "idle_timeout", &l.IdleTimeout)
+	d.count(m, "limits", "subscriptions_per_session", 1, &l.SubscriptionsPerSession)
+	d.count(m, "limits", "server_requests_per_session", 1, &l.ServerRequestsPerSession)
 	return l
 }
 
@@ -111,6 +117,6 @@ func (d *decoder) duration(m map[string]any, p, key string, out *time.Duration) 
 
 // String lists the limits as `field=value` pairs, for logs.
 func (l Limits) String() string {
-	return fmt.Sprintf("tools_per_upstream=%d pages_per_listing=%d message_bytes=%d listing_bytes=%d request_body_bytes=%d header_bytes=%d batch_size=%d calls_per_session=%d calls_per_principal=%d connections=%d sessions=%d sessions_per_principal=%d read_timeout=%s write_timeout=%s idle_timeout=%s",
-		l.ToolsPerUpstream, l.PagesPerListing, l.MessageBytes, l.ListingBytes, l.RequestBodyBytes, l.HeaderBytes, l.BatchSize, l.CallsPerSession, l.CallsPerPrincipal, l.Connections, l.Sessions, l.SessionsPerPrincipal, l.ReadTimeout, l.WriteTimeout, l.IdleTimeout)
+	return fmt.Sprintf("tools_per_upstream=%d pages_per_listing=%d message_bytes=%d listing_bytes=%d request_body_bytes=%d header_bytes=%d batch_size=%d calls_per_session=%d calls_per_principal=%d connections=%d sessions=%d sessions_per_principal=%d read_timeout=%s write_timeout=%s idle_timeout=%s subscriptions_per_session=%d server_requests_per_session=%d",
+		l.ToolsPerUpstream, l.PagesPerListing, l.MessageBytes, l.ListingBytes, l.RequestBodyBytes, l.HeaderBytes, l.BatchSize, l.CallsPerSession, l.CallsPerPrincipal, l.Connections, l.Sessions, l.SessionsPerPrincipal, l.ReadTimeout, l.WriteTimeout, l.IdleTimeout, l.SubscriptionsPerSession, l.ServerRequestsPerSession)
 }

@@ -250,12 +250,20 @@ func (e *Engine) Listed(tool string) bool { _, ok := e.allowDeny(tool); return o
 // is the refusal's text when ok is false.
 func (e *Engine) AllowDeny(name string) (why string, ok bool) { return e.allowDeny(name) }
 
+// Denied applies the deny globs alone to name: why is the refusal's text when denied is true.
+func (e *Engine) Denied(name string) (why string, denied bool) {
+	for _, g := range e.deny {
+		if ok, _ := path.Match(g, name); ok {
+			return fmt.Sprintf("%s is denied by the gateway's deny rule %q", name, g), true
+		}
+	}
+	return "", false
+}
+
 // allowDeny returns the violation text of the allow/deny globs, or ok.
 func (e *Engine) allowDeny(tool string) (string, bool) {
-	for _, g := range e.deny {
-		if ok, _ := path.Match(g, tool); ok {
-			return fmt.Sprintf("%s is denied by the gateway's deny rule %q", tool, g), false
-		}
+	if why, denied := e.Denied(tool); denied {
+		return why, false
 	}
 	if len(e.allow) == 0 {
 		return "", true

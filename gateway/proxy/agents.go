@@ -27,12 +27,14 @@ import (
 type agentSession struct {
 	g  *Gateway
 	ss *mcp.ServerSession
+	id string // random: the owner stamp of what a shared upstream sends during its requests (owner.go)
 
 	mu      sync.Mutex
 	peers   map[*upstream]*peer // per_client upstream sessions
 	flights map[*flight]struct{}
-	subs    map[string]bool  // resource URIs this agent subscribed to
-	level   mcp.LoggingLevel // logging/setLevel, "" before
+	subs    map[string]*upstream // resource URIs this agent subscribed to, and their upstream
+	level   mcp.LoggingLevel     // logging/setLevel, "" before
+	asked   map[*upstream]*int   // requests of its upstream sessions waiting for it (admitServerRequest)
 	closed  bool
 }
 
@@ -114,13 +116,15 @@ func (g *Gateway) agentOf(ss *mcp.ServerSession) *agentSession {
 	if a, ok := g.agents[ss]; ok {
 		return a
 	}
-	a := &agentSession{g: g, ss: ss, peers: map[*upstream]*peer{}, flights: map[*flight]struct{}{}, subs: map[string]bool{}}
+	a := &agentSession{g: g, ss: ss, id: rand.Text(), peers: map[*upstream]*peer{}, flights: map[*flight]struct{}{}, subs: map[string]*upstream{}}
 	g.agents[ss] = a
+	g.agentIDs.Store(a.id, a)
 	go func() {
 		_ = ss.Wait()
 		g.mu.Lock()
 		delete(g.agents, ss)
 		g.mu.Unlock()
+		g.agentIDs.Delete(a.id)
 		a.close()
 	}()
 	return a
@@ -138,13 +142,23 @@ func (g *Gateway) agentList() []*agentSession {
 }
 
 // close ends the agent's upstream sessions (the connection first: a session's Close alone waits
-// for answers a hung upstream never sends).
+// for answers a hung upstream never sends), and gives up its subscriptions on shared upstreams
+// (the last subscriber of a URI gone, the upstream is unsubscribed).
 func (a *agentSession) close() {
 	a.mu.Lock()
 	a.closed = true
-	peers := a.peers
-	a.peers = map[*upstream]*peer{}
+	peers, subs := a.peers, a.subs
+	a.peers, a.subs = map[*upstream]*peer{}, map[string]*upstream{}
 	a.mu.Unlock()
+	for uri, up := range subs {
+		if !up.cfg.PerClient() && up.share(uri, false) {
+			if cs, err := up.session(); err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), ConnectTimeout)
+				_ = cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
+				cancel()
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	for _, p := range peers {
 		wg.Go(func() {

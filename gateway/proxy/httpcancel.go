@@ -48,7 +48,7 @@ func gateKey(session string, id any) string { return session + "\x00" + fmt.Spri
 // w otherwise; close forgets the gate.
 func (gs *cancelGates) open(w *deadlineWriter, r *http.Request, body []byte) (http.ResponseWriter, func()) {
 	session := r.Header.Get("Mcp-Session-Id")
-	if session == "" || len(body) == 0 || bytes.TrimSpace(body)[0] != '{' {
+	if t := bytes.TrimSpace(body); session == "" || len(t) == 0 || t[0] != '{' { // blank: the SDK refuses it
 		return w, func() {}
 	}
 	msg, err := jsonrpc.DecodeMessage(body)

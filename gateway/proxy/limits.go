@@ -51,6 +51,8 @@ func effectiveLimits(l config.Limits) config.Limits {
 	orDefault(&l.ReadTimeout, d.ReadTimeout)
 	orDefault(&l.WriteTimeout, d.WriteTimeout)
 	orDefault(&l.IdleTimeout, d.IdleTimeout)
+	orDefault(&l.SubscriptionsPerSession, d.SubscriptionsPerSession)
+	orDefault(&l.ServerRequestsPerSession, d.ServerRequestsPerSession)
 	l.BatchSize = max(l.BatchSize, 0)
 	return l
 }
@@ -85,20 +87,21 @@ func newInflight(l config.Limits) *inflight {
 }
 
 // acquire admits one call of ss by principal, or refuses it at once with a *LimitError (calls
-// are never queued). The returned context is ctx, cancelled with a cause by cancel, when the
+// are never queued). what names the requests counted in the refusal's text: relayed reads
+// (resources/read, prompts/get) count with the calls. The returned context is ctx, cancelled with a cause by cancel, when the
 // session ends (cancelSession) or when the gateway stops (cancelAll); release frees the slot
 // and must be called once the call is done.
-func (f *inflight) acquire(ctx context.Context, ss *mcp.ServerSession, principal string) (_ context.Context, release func(), cancel context.CancelCauseFunc, _ error) {
+func (f *inflight) acquire(ctx context.Context, ss *mcp.ServerSession, principal, what string) (_ context.Context, release func(), cancel context.CancelCauseFunc, _ error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	sc := f.sessions[ss]
 	if sc != nil && len(sc.calls) >= f.perSession {
 		return nil, nil, nil, &LimitError{Limit: "calls_per_session", Max: int64(f.perSession),
-			Text: fmt.Sprintf("this session already has %d tools/call requests in flight (limits.calls_per_session is %d): wait for one to finish", len(sc.calls), f.perSession)}
+			Text: fmt.Sprintf("this session already has %d %s in flight (limits.calls_per_session is %d): wait for one to finish", len(sc.calls), what, f.perSession)}
 	}
 	if n := f.principals[principal]; n >= f.perPrincipal {
 		return nil, nil, nil, &LimitError{Limit: "calls_per_principal", Max: int64(f.perPrincipal),
-			Text: fmt.Sprintf("%s already has %d tools/call requests in flight across its sessions (limits.calls_per_principal is %d): wait for one to finish", principal, n, f.perPrincipal)}
+			Text: fmt.Sprintf("%s already has %d %s in flight across its sessions (limits.calls_per_principal is %d): wait for one to finish", principal, n, what, f.perPrincipal)}
 	}
 	if sc == nil {
 		sc = &sessionCalls{principal: principal, calls: map[*inflightCall]struct{}{}}
@@ -185,7 +188,7 @@ func (g *Gateway) callMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if creq.Params != nil {
 			name = creq.Params.Name
 		}
-		cctx, release, cancel, err := g.calls.acquire(ctx, creq.Session, principal)
+		cctx, release, cancel, err := g.calls.acquire(ctx, creq.Session, principal, "tools/call requests")
 		if err != nil {
 			var le *LimitError
 			if errors.As(err, &le) {

@@ -55,6 +55,7 @@ type rawSlotKey struct{}
 type passthroughTransport struct {
 	mcp.Transport
 	progress func(token string)
+	owner    func() string // stamps what is read (owner.go); nil: nothing is stamped
 }
 
 func (t passthroughTransport) Connect(ctx context.Context) (mcp.Connection, error) {
@@ -62,7 +63,7 @@ func (t passthroughTransport) Connect(ctx context.Context) (mcp.Connection, erro
 	if err != nil {
 		return nil, err
 	}
-	return &passthroughConn{Connection: c, pending: map[jsonrpc.ID]*rawSlot{}, progress: t.progress}, nil
+	return &passthroughConn{Connection: c, pending: map[jsonrpc.ID]*rawSlot{}, progress: t.progress, owner: t.owner}, nil
 }
 
 // pendingCalls is the number of tools/call slots waiting for an answer.
@@ -79,6 +80,7 @@ type passthroughConn struct {
 	mu       sync.Mutex
 	pending  map[jsonrpc.ID]*rawSlot
 	progress func(token string)
+	owner    func() string
 }
 
 func (c *passthroughConn) Write(ctx context.Context, msg jsonrpc.Message) error {
@@ -114,6 +116,9 @@ func (c *passthroughConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		if tok, ok := progressToken(msg); ok {
 			c.progress(tok)
 		}
+	}
+	if req, ok := msg.(*jsonrpc.Request); ok && c.owner != nil {
+		stampOwner(req, c.owner())
 	}
 	resp, ok := msg.(*jsonrpc.Response)
 	if !ok || !resp.ID.IsValid() {

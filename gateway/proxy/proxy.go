@@ -102,8 +102,9 @@ type Gateway struct {
 	runs   map[*mcp.ServerSession]string
 	agents map[*mcp.ServerSession]*agentSession // agents.go
 
-	cat    atomic.Pointer[catalog] // prompts and resources by upstream (catalog.go)
-	tokens sync.Map                // relay progress token -> *flight (agents.go)
+	cat      atomic.Pointer[catalog] // prompts and resources by upstream (catalog.go)
+	tokens   sync.Map                // relay progress token -> *flight (agents.go)
+	agentIDs sync.Map                // agentSession.id -> *agentSession (owner.go)
 
 	// stateMu serializes engine rebuilds (reload, tool refresh) and guards what they read.
 	stateMu     sync.Mutex

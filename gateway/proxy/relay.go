@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/yosida95/uritemplate/v3"
 
 	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
@@ -25,6 +26,21 @@ import (
 // SDK's (which keeps the level the gateway filters upstream logs with) and then forwarded.
 func (g *Gateway) relayMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if relayedMethods[method] { // within limits.calls_per_session and calls_per_principal, as calls are
+			ss, _ := req.GetSession().(*mcp.ServerSession)
+			principal := g.principalOf(req.GetExtra())
+			cctx, release, _, err := g.calls.acquire(ctx, ss, principal, "requests (tools/call and relayed ones)")
+			if err != nil {
+				var le *LimitError
+				if errors.As(err, &le) {
+					g.metrics.limitHit(le.Limit)
+				}
+				g.journalNote(ctx, fmt.Sprintf("refused a %s of %s: %s", method, principal, clip(err.Error(), 1000)))
+				return nil, blocked(err.Error())
+			}
+			defer release()
+			ctx = cctx
+		}
 		switch r := req.(type) {
 		case *mcp.ListPromptsRequest:
 			return g.relayListPrompts(ctx, r)
@@ -46,6 +62,14 @@ func (g *Gateway) relayMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		return res, err
 	}
 }
+
+// allowed is the verdict of nameAllowed or uriAllowed.
+func allowed(_ string, ok bool) bool { return ok }
+
+// relayedMethods are the agents' requests the gateway relays to upstreams (besides tools/call).
+var relayedMethods = map[string]bool{"prompts/list": true, "prompts/get": true, "resources/list": true,
+	"resources/templates/list": true, "resources/read": true, "resources/subscribe": true, "resources/unsubscribe": true,
+	"completion/complete": true}
 
 // blocked is the error of a relayed request the gateway refuses.
 func blocked(text string) error {
@@ -95,7 +119,7 @@ func (g *Gateway) relayListPrompts(ctx context.Context, r *mcp.ListPromptsReques
 		ps, err := up.listPrompts(ctx, cs)
 		out := make([]*mcp.Prompt, 0, len(ps))
 		for _, p := range ps {
-			if p = exposedPrompt(up, p); e.Listed(p.Name) {
+			if p = exposedPrompt(up, p); allowed(nameAllowed(e, p.Name)) {
 				out = append(out, p)
 			}
 		}
@@ -114,7 +138,7 @@ func (g *Gateway) relayListResources(ctx context.Context, r *mcp.ListResourcesRe
 	e := g.engine.Load()
 	res, err := each(ctx, g.agentFor(r), g.catalog().withResources, func(ctx context.Context, up *upstream, cs *mcp.ClientSession) ([]*mcp.Resource, error) {
 		rs, err := up.listResources(ctx, cs)
-		return slices.DeleteFunc(rs, func(x *mcp.Resource) bool { return !e.Listed(x.URI) }), err
+		return slices.DeleteFunc(rs, func(x *mcp.Resource) bool { return !allowed(uriAllowed(e, x.URI)) }), err
 	})
 	if err != nil {
 		return nil, err
@@ -129,7 +153,7 @@ func (g *Gateway) relayListTemplates(ctx context.Context, r *mcp.ListResourceTem
 	e := g.engine.Load()
 	ts, err := each(ctx, g.agentFor(r), g.catalog().withResources, func(ctx context.Context, up *upstream, cs *mcp.ClientSession) ([]*mcp.ResourceTemplate, error) {
 		ts, err := up.listTemplates(ctx, cs)
-		return slices.DeleteFunc(ts, func(x *mcp.ResourceTemplate) bool { return !e.Listed(x.URITemplate) }), err
+		return slices.DeleteFunc(ts, func(x *mcp.ResourceTemplate) bool { return !allowed(uriAllowed(e, x.URITemplate)) }), err
 	})
 	if err != nil {
 		return nil, err
@@ -137,23 +161,34 @@ func (g *Gateway) relayListTemplates(ctx context.Context, r *mcp.ListResourceTem
 	return &mcp.ListResourceTemplatesResult{ResourceTemplates: ts}, nil
 }
 
-// read is one relayed read (resources/read or prompts/get): decided by allow/deny, journaled
-// in the agent's run, forwarded over the agent's session to up with the progress token
-// relayed.
+// read is one relayed read (resources/read or prompts/get): decided by the kill switch
+// (reversi.halt) and allow/deny (of a resource URI as the upstream may read it, uriAllowed),
+// journaled in the agent's run, forwarded over the agent's session to up with the progress
+// token relayed.
 func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target string, args map[string]any, token any,
 	up *upstream, routeErr error, send func(ctx context.Context, cs *mcp.ClientSession, f *flight) error) error {
 	ss, _ := req.GetSession().(*mcp.ServerSession)
+	principal := g.principalOf(req.GetExtra())
 	rec := store.Event{Kind: store.KindRead, Tool: target, Reason: method, Decision: string(engine.Allow)}
 	if len(args) > 0 {
 		rec.ArgsDigest, _ = engine.ArgsDigest(args)
 	}
 	run, err := g.runOf(ctx, ss, req.GetExtra())
 	if err != nil {
-		return blocked("the run could not be opened: " + err.Error())
+		text := "the run could not be opened: " + err.Error()
+		g.journalNote(ctx, fmt.Sprintf("refused a %s of %s to %q: %s", method, principal, clip(target, 200), clip(text, 1000)))
+		return blocked(text)
 	}
 	rec.Run = run
+	e := g.engine.Load()
+	decide := func(name string) (string, bool) { return nameAllowed(e, name) }
+	if method == "resources/read" {
+		decide = func(uri string) (string, bool) { return uriAllowed(e, uri) }
+	}
 	var refused error
-	if why, ok := g.engine.Load().AllowDeny(target); !ok {
+	if text, halted := g.haltedText(); halted { // the kill switch stops every upstream call
+		refused = blocked(text)
+	} else if why, ok := decide(target); !ok {
 		refused = blocked(why)
 	} else if routeErr != nil {
 		refused = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: routeErr.Error()}
@@ -164,11 +199,12 @@ func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target stri
 		return refused
 	}
 	a := g.agentOf(ss)
-	uctx := upstreamContext(ctx)
+	uctx, timedOut, cancel := g.relayContext(ctx, method+" of "+target)
+	defer cancel()
 	cs, err := a.session(uctx, up)
 	if err == nil {
 		f := g.begin(ctx, a, up, 0, target, token)
-		err = send(uctx, cs, f)
+		err = timedOut(send(uctx, cs, f))
 		f.end()
 	}
 	if err != nil {
@@ -176,6 +212,22 @@ func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target stri
 	}
 	g.journalRead(ctx, rec)
 	return err
+}
+
+// relayContext bounds one relayed request to an upstream by call_timeout, as a forwarded call
+// whose manifest sets no timeout (issue 18: every path that waits on an upstream has a
+// deadline). timedOut says so of the error of a request that ran out of it (counted as
+// call_timeout), and returns any other as it is.
+func (g *Gateway) relayContext(ctx context.Context, what string) (_ context.Context, timedOut func(error) error, cancel context.CancelFunc) {
+	t := callTimeoutOf(g.cfg)
+	cctx, cancel := context.WithTimeout(upstreamContext(ctx), t)
+	return cctx, func(err error) error {
+		if err == nil || !errors.Is(cctx.Err(), context.DeadlineExceeded) || ctx.Err() != nil {
+			return err
+		}
+		g.metrics.limitHit("call_timeout")
+		return fmt.Errorf("%s: the upstream did not answer within %s (call_timeout): %w", what, t, err)
+	}, cancel
 }
 
 func (g *Gateway) journalRead(ctx context.Context, e store.Event) {
@@ -263,7 +315,10 @@ func (g *Gateway) relayUnsubscribe(ctx context.Context, r *mcp.UnsubscribeReques
 }
 
 func (g *Gateway) subscription(ctx context.Context, req mcp.Request, uri string, on bool) error {
-	if why, ok := g.engine.Load().AllowDeny(uri); !ok && on {
+	if text, halted := g.haltedText(); halted && on {
+		return blocked(text)
+	}
+	if why, ok := uriAllowed(g.engine.Load(), uri); !ok && on {
 		return blocked(why)
 	}
 	up, err := g.catalog().resourceRoute(uri)
@@ -274,18 +329,33 @@ func (g *Gateway) subscription(ctx context.Context, req mcp.Request, uri string,
 	if a == nil {
 		return errors.New("subscriptions need a session")
 	}
-	ctx = upstreamContext(ctx)
-	a.mu.Lock()
-	had := a.subs[uri]
+	method := "resources/unsubscribe"
 	if on {
-		a.subs[uri] = true
-	} else {
+		method = "resources/subscribe"
+	}
+	ctx, timedOut, cancel := g.relayContext(ctx, method+" of "+uri)
+	defer cancel()
+	a.mu.Lock()
+	had := a.subs[uri] != nil
+	switch max := a.g.limits.SubscriptionsPerSession; {
+	case a.closed:
+		a.mu.Unlock()
+		return ErrAgentGone
+	case on && !had && len(a.subs) >= max:
+		a.mu.Unlock()
+		g.metrics.limitHit("subscriptions_per_session")
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf(
+			"this session is subscribed to %d resources (limits.subscriptions_per_session is %d): unsubscribe from one first", max, max)}
+	case on:
+		a.subs[uri] = up
+	default:
 		delete(a.subs, uri)
 	}
-	a.mu.Unlock()
 	// The agent's own session is told every time, as the server would be directly; a shared
-	// one once per URI for all agents.
-	if !up.cfg.PerClient() && (had == on || !up.share(uri, on)) {
+	// one once per URI for all agents (counted under a.mu: close releases what it holds).
+	tell := up.cfg.PerClient() || had != on && up.share(uri, on)
+	a.mu.Unlock()
+	if !tell {
 		return nil
 	}
 	cs, err := a.session(ctx, up)
@@ -293,9 +363,9 @@ func (g *Gateway) subscription(ctx context.Context, req mcp.Request, uri string,
 		return err
 	}
 	if on {
-		return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+		return timedOut(cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}))
 	}
-	return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
+	return timedOut(cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}))
 }
 
 // share counts the agents subscribed to uri on a shared upstream and reports whether the
@@ -348,8 +418,16 @@ func (g *Gateway) relayComplete(ctx context.Context, r *mcp.CompleteRequest) (*m
 	default:
 		err = fmt.Errorf("unknown ref type %q", ref.Type)
 	}
+	if text, halted := g.haltedText(); halted {
+		return nil, blocked(text)
+	}
 	if err == nil {
-		if why, ok := g.engine.Load().AllowDeny(target); !ok {
+		e := g.engine.Load()
+		decide := func(name string) (string, bool) { return nameAllowed(e, name) }
+		if ref.Type == "ref/resource" {
+			decide = func(uri string) (string, bool) { return uriAllowed(e, uri) }
+		}
+		if why, ok := decide(target); !ok {
 			return nil, blocked(why)
 		}
 	}
@@ -359,13 +437,50 @@ func (g *Gateway) relayComplete(ctx context.Context, r *mcp.CompleteRequest) (*m
 	if !slices.Contains(c.withCompletions, up) {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("upstream %s does not offer completions", up.name)}
 	}
-	ctx = upstreamContext(ctx)
+	ctx, timedOut, cancel := g.relayContext(ctx, "completion/complete of "+target)
+	defer cancel()
 	cs, err := g.agentFor(r).session(ctx, up)
 	if err != nil {
 		return nil, err
 	}
 	q.Meta = forwardMeta(p.Meta)
-	return cs.Complete(ctx, &q)
+	res, err := cs.Complete(ctx, &q)
+	if err == nil && res != nil && ref.Type == "ref/resource" {
+		n := len(res.Completion.Values)
+		res.Completion.Values = c.allowedCompletions(g.engine.Load(), ref.URI, p, res.Completion.Values)
+		res.Completion.Total = max(0, res.Completion.Total-(n-len(res.Completion.Values)))
+	}
+	return res, timedOut(err)
+}
+
+// allowedCompletions keeps the values of a template argument whose URI (the template expanded
+// with the value and the arguments already given) allow/deny lets be read: resources/list
+// hides the others, and so must completion.
+func (c *catalog) allowedCompletions(e *engine.Engine, template string, p *mcp.CompleteParams, values []string) []string {
+	var t *uritemplate.Template
+	for _, tr := range c.templates {
+		if tr.t.Raw() == template {
+			t = tr.t
+		}
+	}
+	if t == nil {
+		return values
+	}
+	return slices.DeleteFunc(values, func(v string) bool {
+		vars := uritemplate.Values{}
+		if p.Context != nil {
+			for k, x := range p.Context.Arguments {
+				vars.Set(k, uritemplate.String(x))
+			}
+		}
+		vars.Set(p.Argument.Name, uritemplate.String(v))
+		uri, err := t.Expand(vars)
+		if err != nil {
+			return true
+		}
+		_, ok := uriAllowed(e, uri)
+		return !ok
+	})
 }
 
 // templateRoute returns the upstream whose template is exactly t (completion refs name the
@@ -391,7 +506,8 @@ func (g *Gateway) relaySetLevel(ctx context.Context, s mcp.Session, extra *mcp.R
 	a.mu.Lock()
 	a.level = level
 	a.mu.Unlock()
-	ctx = upstreamContext(ctx)
+	ctx, _, cancel := g.relayContext(ctx, "logging/setLevel")
+	defer cancel()
 	for _, up := range g.catalog().withLogging {
 		if !up.cfg.PerClient() {
 			if up.debugSet.CompareAndSwap(false, true) {

@@ -212,7 +212,7 @@ func TestRelaySharedRefusesAmbiguousRequests(t *testing.T) {
 	fb := f.gw.begin(context.Background(), nil, up, 2, "up.work", nil)
 	defer fa.end()
 	defer fb.end()
-	if _, _, err := f.gw.target(up, nil, "sampling/createMessage"); err == nil || !strings.Contains(err.Error(), "set session: per_client") {
+	if _, _, err := f.gw.target(up, nil, up.owner(), "sampling/createMessage"); err == nil || !strings.Contains(err.Error(), "set session: per_client") {
 		t.Fatalf("two requests in flight on a shared session: %v, want a refusal naming session: per_client", err)
 	}
 	if _, _, sampled := bob.seen(); len(sampled) != 0 {

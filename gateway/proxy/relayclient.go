@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reversi-gitops/reversi/gateway/engine"
@@ -49,7 +50,7 @@ func (g *Gateway) newClient(up *upstream, a *agentSession) *mcp.Client {
 			g.relayProgress(up, a, req.Params)
 		},
 		ElicitationCompleteHandler: func(ctx context.Context, req *mcp.ElicitationCompleteNotificationRequest) {
-			if to, f, err := g.target(up, a, "notifications/elicitation/complete"); err == nil {
+			if to, f, err := g.target(up, a, takeOwner(req.Params), "notifications/elicitation/complete"); err == nil {
 				_ = to.ss.NotifyElicitationComplete(f.context(ctx), req.Params)
 			}
 		},
@@ -108,21 +109,22 @@ var ErrNoAgent = fmt.Errorf("the gateway cannot tell which agent this is for")
 
 // target says which agent what up sent over one of its sessions belongs to: the agent of its
 // own (per_client) session a; for the shared session of a shared upstream, the agent of the
-// one request in flight on it. Otherwise (none or several in flight, or the listing-only shared
-// session of a per_client upstream) it is ErrNoAgent: a request is refused rather than given to
-// an agent it may not be for. f is the flight it came during, nil when not known.
-func (g *Gateway) target(up *upstream, a *agentSession, what string) (*agentSession, *flight, error) {
+// one request in flight on it when the message was read (owner, its stamp: owner.go).
+// Otherwise (none or several in flight, an agent gone since, or the listing-only shared
+// session of a per_client upstream) it is ErrNoAgent: a request is refused rather than given
+// to an agent it may not be for. f is the flight it came during, nil when not known.
+func (g *Gateway) target(up *upstream, a *agentSession, owner, what string) (*agentSession, *flight, error) {
 	if a != nil {
 		return a, a.only(up), nil
 	}
 	if up.cfg.PerClient() {
 		return nil, nil, fmt.Errorf("upstream %s sent %s on the gateway's own session, which no agent uses: %w", up.name, what, ErrNoAgent)
 	}
-	f, n := up.onlyFlight()
-	if f == nil || f.agent == nil {
-		return nil, nil, fmt.Errorf("upstream %s is shared by every agent (session: shared) and %d requests are in flight on it, so %w (%s); set session: per_client on it", up.name, n, ErrNoAgent, what)
+	to := g.agentByID(owner)
+	if to == nil {
+		return nil, nil, fmt.Errorf("upstream %s is shared by every agent (session: shared) and no one agent's request was in flight on it when it sent %s, so %w; set session: per_client on it", up.name, what, ErrNoAgent)
 	}
-	return f.agent, f, nil
+	return to, to.only(up), nil
 }
 
 // context is ctx (the upstream's request: its cancel) with the values of f's agent request, so
@@ -173,12 +175,17 @@ func upstreamContext(ctx context.Context) context.Context { return sdkValuesHidd
 // sent notifications/cancelled by the SDK.
 func relayRequest[P mcp.Params, R any](g *Gateway, ctx context.Context, up *upstream, a *agentSession, method string, params P,
 	send func(context.Context, *agentSession) (R, error)) (R, error) {
-	to, f, err := g.target(up, a, method)
+	var zero R
+	to, f, err := g.target(up, a, takeOwner(params), method)
 	if err != nil {
-		var zero R
 		g.warn("%v", err)
 		return zero, err
 	}
+	release, err := g.admitServerRequest(up, a)
+	if err != nil {
+		return zero, err
+	}
+	defer release()
 	res, err := send(f.context(ctx), to)
 	note := "answered"
 	if err != nil {
@@ -188,11 +195,46 @@ func relayRequest[P mcp.Params, R any](g *Gateway, ctx context.Context, up *upst
 	return res, err
 }
 
-// journalServerRequest writes a server_request record in the run of agent a (when it has one).
+// admitServerRequest admits one request of the upstream session (a's own session to up, or
+// up's shared one when a is nil) within limits.server_requests_per_session: each waits for an
+// agent (a human, for an elicitation) with a goroutine and its message held, and an upstream
+// could send any number at once. release must follow an admission.
+func (g *Gateway) admitServerRequest(up *upstream, a *agentSession) (release func(), err error) {
+	mu, asked := &up.fmu, &up.asked
+	if a != nil {
+		mu = &a.mu
+		a.mu.Lock()
+		if a.asked == nil {
+			a.asked = map[*upstream]*int{}
+		}
+		if a.asked[up] == nil {
+			a.asked[up] = new(int)
+		}
+		asked = a.asked[up]
+		a.mu.Unlock()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if max := g.limits.ServerRequestsPerSession; *asked >= max {
+		g.metrics.limitHit("server_requests_per_session")
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf(
+			"%d requests of this session already wait for the agent: refused (limits.server_requests_per_session of gateway %s)", max, Name)}
+	}
+	*asked++
+	return func() {
+		mu.Lock()
+		*asked--
+		mu.Unlock()
+	}, nil
+}
+
+// journalServerRequest writes a server_request record in the run of agent a, or in the gateway
+// journal when its session has not opened one yet (it only listed or completed): the request
+// reached the agent all the same.
 func (g *Gateway) journalServerRequest(ctx context.Context, a *agentSession, f *flight, up *upstream, method string, params any, note string) {
 	run := g.existingRun(a.ss)
 	if run == "" {
-		return // no call opened a run yet: nothing of the agent's is journaled
+		note += " (to an agent session with no run yet)"
 	}
 	e := store.Event{Run: run, Kind: store.KindServerRequest, Tool: up.name, Reason: method, Note: clip(note, maxNoteBytes)}
 	if f != nil {
@@ -211,9 +253,11 @@ func (g *Gateway) journalServerRequest(ctx context.Context, a *agentSession, f *
 
 // relayLog gives an upstream's log message to the agent of its session (filtered by the level
 // that agent set, by the SDK); from a shared session, to the agent of the one request in
-// flight, else to every agent (a shared upstream's logs are everyone's).
+// flight when it was read (owner.go), to every agent when none was (the upstream's own), and
+// to no one when several were (it may be any of theirs).
 func (g *Gateway) relayLog(up *upstream, a *agentSession, p *mcp.LoggingMessageParams) {
 	ctx := context.Background()
+	owner := takeOwner(p)
 	if a != nil {
 		_ = a.ss.Log(a.only(up).context(ctx), p)
 		return
@@ -221,8 +265,10 @@ func (g *Gateway) relayLog(up *upstream, a *agentSession, p *mcp.LoggingMessageP
 	if up.cfg.PerClient() {
 		return // the listing session: no agent's
 	}
-	if f, _ := up.onlyFlight(); f != nil && f.agent != nil {
-		_ = f.agent.ss.Log(f.context(ctx), p)
+	if owner != ownerNone {
+		if to := g.agentByID(owner); to != nil {
+			_ = to.ss.Log(to.only(up).context(ctx), p)
+		}
 		return
 	}
 	for _, to := range g.agentList() {
@@ -279,28 +325,27 @@ func (g *Gateway) relayRootsChanged(ctx context.Context, req *mcp.RootsListChang
 	}
 }
 
-// relayListChanged tells the agents at once that up's prompts or resources changed (the agent of
-// a per_client session, whose list may be its own, or every agent for a shared one) and has the
-// catalog refreshed (coalesced, at most once per relistInterval).
+// relayListChanged tells the agent of a per_client session at once that up's prompts or
+// resources changed (its list may be its own), and has the catalog refreshed (coalesced, at most
+// once per relistInterval). A shared session's change is announced to every agent by that
+// refresh (refreshFeatures) when the listing did change: passed on one for one, an upstream
+// sending them in a loop had the gateway write as many to every agent.
 func (g *Gateway) relayListChanged(up *upstream, a *agentSession, method string, p mcp.Params) {
-	targets := []*agentSession{a}
-	if a == nil {
-		targets = nil
-		if !up.cfg.PerClient() {
-			targets = g.agentList()
-		}
-	}
-	for _, to := range targets {
-		_ = notify(context.Background(), to.ss, method, p)
+	if a != nil {
+		_ = notify(context.Background(), a.ss, method, p)
 	}
 	up.listChanged(g.upstreamChanged)
 }
 
 // relayUpdated gives notifications/resources/updated to the agents subscribed to the URI (or
 // to a resource it is part of): the agent of a per_client session, or any agent for a shared
-// one.
+// one. The update of a URI allow/deny refuses reaches no one (a subscription to a folder above
+// it would otherwise tell its name).
 func (g *Gateway) relayUpdated(up *upstream, a *agentSession, p *mcp.ResourceUpdatedNotificationParams) {
 	if p == nil {
+		return
+	}
+	if _, ok := uriAllowed(g.engine.Load(), p.URI); !ok {
 		return
 	}
 	targets := []*agentSession{a}
@@ -321,7 +366,7 @@ func (g *Gateway) relayUpdated(up *upstream, a *agentSession, p *mcp.ResourceUpd
 func (a *agentSession) subscribed(uri string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.subs[uri] {
+	if a.subs[uri] != nil {
 		return true
 	}
 	for s := range a.subs {

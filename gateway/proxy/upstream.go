@@ -47,6 +47,7 @@ type upstream struct {
 	fmu     sync.Mutex
 	flights map[*flight]struct{} // requests in flight on it, of every agent (agents.go)
 	subs    map[string]int       // agents subscribed per URI, shared upstreams (relay.go)
+	asked   int                  // requests of the shared session waiting for an agent (admitServerRequest)
 
 	debugSet atomic.Bool // a shared upstream's log level was set to debug (relay.go)
 }
@@ -152,6 +153,7 @@ type dialer struct {
 	stderr   io.Writer
 	hit      func(limit string) // counts a limit hit; nil: not counted
 	progress func(token string) // told of each progress notification read, in order; nil: not told
+	owner    func() string      // the owner stamp of what a shared session reads now (owner.go); nil: none
 }
 
 func (d dialer) limitHit(limit string) {
@@ -177,22 +179,27 @@ func transport(d dialer, u config.Upstream) mcp.Transport {
 		lines := newStderrLines(d.stderr, u.Name) // prefixed, escaped, bounded (stderrlines.go)
 		cmd.Stderr = lines
 		return passthroughTransport{Transport: &stdioTransport{cmd: cmd, name: u.Name, limit: limit,
-			terminate: UpstreamTerminateWait, warn: d.warn, hit: d.limitHit, stderr: lines}, progress: d.progress}
+			terminate: UpstreamTerminateWait, warn: d.warn, hit: d.limitHit, stderr: lines}, progress: d.progress, owner: d.owner}
 	}
 	var base http.RoundTripper = headerTransport{headers: u.Headers, base: http.DefaultTransport}
 	return &mcp.StreamableClientTransport{
 		Endpoint: u.URL,
 		HTTPClient: &http.Client{Transport: &bodyLimitTransport{base: base, name: u.Name, limit: limit,
-			warn: d.warn, hit: d.limitHit, answers: newAnswerGate(u.Name, d.warn), progress: d.progress}},
+			warn: d.warn, hit: d.limitHit, answers: newAnswerGate(u.Name, d.warn), progress: d.progress, owner: d.owner}},
 		// Above the limit: bodyLimitTransport decides, so the SDK never fails the whole
 		// connection for one oversized event.
 		MaxEventSize: int(limit) + sseSlack,
 	}
 }
 
-// transport is transport(u.dial, u.cfg), noting the connection it opens in u.conn.
+// transport is transport(u.dial, u.cfg), noting the connection it opens in u.conn; a shared
+// upstream's stamps what it reads with its owner (owner.go).
 func (u *upstream) transport() mcp.Transport {
-	return notingTransport{Transport: transport(u.dial, u.cfg), up: u}
+	d := u.dial
+	if !u.cfg.PerClient() {
+		d.owner = u.owner
+	}
+	return notingTransport{Transport: transport(d, u.cfg), up: u}
 }
 
 // notingTransport notes the connection it opens and returns it as it is (the SDK

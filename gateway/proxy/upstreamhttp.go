@@ -37,6 +37,8 @@ type bodyLimitTransport struct {
 	// progress is told of each progress notification as it is read, in stream order (see
 	// progressToken); nil: not told.
 	progress func(token string)
+	// owner stamps the messages read with their owner (owner.go); nil: nothing is stamped.
+	owner func() string
 }
 
 func (t *bodyLimitTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -332,6 +334,9 @@ func (b *sseBody) endEvent(end []byte) {
 			if tok, ok := progressToken(m); ok {
 				b.t.progress(tok)
 			}
+		}
+		if b.t.owner != nil && mentionsOwned(ev) {
+			ev = stampEvent(ev, b.t.owner())
 		}
 		b.out = append(ev, end...)
 		return
