@@ -71,26 +71,15 @@ func stampOwner(req *jsonrpc.Request, owner string) {
 	}
 }
 
-// mentionsOwned reports whether ev may carry one of ownedMethods (a cheap test before decoding).
-func mentionsOwned(ev []byte) bool {
-	for m := range ownedMethods {
-		if bytes.Contains(ev, []byte(`"`+m+`"`)) {
-			return true
-		}
-	}
-	return false
-}
-
-// stampEvent is stampOwner for one SSE event (its data lines as one message); the event is
-// returned as it is when it carries no such message.
-func stampEvent(ev []byte, owner string) []byte {
-	data := sseData(ev)
-	msg, err := jsonrpc.DecodeMessage(data)
+// stampEvent is stampOwner for one SSE event, msg its data decoded (badEvent), with the owner
+// owner says (asked only for a message to stamp); the event is returned as it is when it
+// carries no such message.
+func stampEvent(ev []byte, msg jsonrpc.Message, owner func() string) []byte {
 	req, ok := msg.(*jsonrpc.Request)
-	if err != nil || !ok || !ownedMethods[req.Method] {
+	if !ok || !ownedMethods[req.Method] {
 		return ev
 	}
-	stampOwner(req, owner)
+	stampOwner(req, owner())
 	enc, err := jsonrpc.EncodeMessage(req)
 	if err != nil {
 		return ev

@@ -45,11 +45,20 @@ func TestOwnerStamps(t *testing.T) {
 	}
 	ev := []byte("event: message\nid: 7\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\n" +
 		"data: \"params\":{\"level\":\"info\",\"data\":1}}\n")
-	out := string(stampEvent(ev, "agent-2"))
+	evMsg, err := badEvent(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(stampEvent(ev, evMsg, func() string { return "agent-2" }))
 	if !strings.HasPrefix(out, "event: message\nid: 7\ndata: {") || strings.Count(out, "data:") != 1 || !strings.Contains(out, `"reversi/owner":"agent-2"`) || !strings.HasSuffix(out, "}\n") {
 		t.Errorf("SSE event stamped as %q", out)
 	}
-	if resp := []byte("data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n"); string(stampEvent(resp, "a")) != string(resp) {
+	resp := []byte("data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n")
+	respMsg, err := badEvent(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(stampEvent(resp, respMsg, func() string { return "a" })) != string(resp) {
 		t.Errorf("a response was changed")
 	}
 	if takeOwner((*mcp.ListRootsParams)(nil)) != "" {

@@ -335,8 +335,8 @@ func (b *sseBody) endEvent(end []byte) {
 				b.t.progress(tok)
 			}
 		}
-		if b.t.owner != nil && mentionsOwned(ev) {
-			ev = stampEvent(ev, b.t.owner())
+		if b.t.owner != nil {
+			ev = stampEvent(ev, m, b.t.owner)
 		}
 		b.out = append(ev, end...)
 		return
