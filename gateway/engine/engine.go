@@ -260,10 +260,20 @@ func (e *Engine) Denied(name string) (why string, denied bool) {
 	return "", false
 }
 
-// allowDeny returns the violation text of the allow/deny globs, or ok.
+// allowDeny returns the violation text of the allow/deny globs, or ok. A name is denied also
+// when a part of it before a slash is: path.Match's * stops at a slash, and names are the
+// upstream's to choose (deny: ["fs.*"] covers fs.team/secret).
 func (e *Engine) allowDeny(tool string) (string, bool) {
 	if why, denied := e.Denied(tool); denied {
 		return why, false
+	}
+	for i := 0; i < len(tool); i++ {
+		if tool[i] != '/' {
+			continue
+		}
+		if why, denied := e.Denied(tool[:i]); denied {
+			return fmt.Sprintf("%s is within %s, and %s", tool, tool[:i], why), false
+		}
 	}
 	if len(e.allow) == 0 {
 		return "", true

@@ -718,6 +718,17 @@ func TestListed(t *testing.T) {
 	if d.Action != Allow || d.Reason != "github.create_issue is not matched by the gateway's allow rules" || !d.WouldBlock {
 		t.Fatalf("%+v", d)
 	}
+	// A tool name with a slash is denied when a part of it before the slash is (path.Match's *
+	// stops at a slash; names are the upstream's to choose): issue 19 review.
+	e, _ = New(Config{Store: st, Deny: []string{"fs.*"}})
+	for tool, want := range map[string]bool{"fs.team/secret": false, "fs.a/b/c": false, "git.team/x": true} {
+		if e.Listed(tool) != want {
+			t.Errorf("deny fs.*: %s listed %v, want %v", tool, !want, want)
+		}
+	}
+	if why, ok := e.AllowDeny("fs.team/secret"); ok || why != `fs.team/secret is within fs.team, and fs.team is denied by the gateway's deny rule "fs.*"` {
+		t.Errorf("why %q", why)
+	}
 }
 
 // TestHolder: Swap replaces the engine atomically and returns the old one.

@@ -40,23 +40,9 @@ func uriAllowed(e *engine.Engine, uri string) (string, bool) {
 	return "", true
 }
 
-// nameAllowed applies allow/deny to a prompt name: the name must pass them, and no part of it
-// before a slash may be denied (prompt names are the upstream's to choose, and deny: ["fs.*"]
-// must cover fs.team/secret too).
-func nameAllowed(e *engine.Engine, name string) (string, bool) {
-	if why, ok := e.AllowDeny(name); !ok {
-		return why, false
-	}
-	for i, c := range name {
-		if c != '/' {
-			continue
-		}
-		if why, denied := e.Denied(name[:i]); denied {
-			return fmt.Sprintf("%s is within %s, and %s", name, name[:i], why), false
-		}
-	}
-	return "", true
-}
+// nameAllowed applies allow/deny to a prompt name as to a tool name (Engine.AllowDeny: no part
+// of it before a slash may be denied either).
+func nameAllowed(e *engine.Engine, name string) (string, bool) { return e.AllowDeny(name) }
 
 // canonicalURI is uri as a server resolving it would read it: scheme and host in lower case,
 // no user info, query or fragment, the path unescaped (%2F as well), backslashes as slashes,
