@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/reversi-gitops/reversi/gateway/engine"
@@ -44,11 +45,14 @@ func uriAllowed(e *engine.Engine, uri string) (string, bool) {
 // of it before a slash may be denied either).
 func nameAllowed(e *engine.Engine, name string) (string, bool) { return e.AllowDeny(name) }
 
-// canonicalURI is uri as a server resolving it would read it: scheme and host in lower case,
+// canonicalURI is uri as a server resolving it would read it: percent-encoded unreserved
+// characters decoded everywhere (RFC 3986 6.2.2.2: res://%73ecret/b is res://secret/b), scheme
+// and host in lower case,
 // no user info, query or fragment, the path unescaped (%2F as well), backslashes as slashes,
 // and cleaned of dot segments and doubled slashes; file:/p and file://localhost/p are
 // file:///p (RFC 8089). A URI that does not parse is kept as it is.
 func canonicalURI(uri string) string {
+	uri = decodeUnreserved(uri)
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme == "" {
 		return uri
@@ -84,4 +88,28 @@ func parentURI(c string) string {
 		return "" // the // of the authority, or no path
 	}
 	return c[:i]
+}
+
+// decodeUnreserved decodes the percent-encoded unreserved characters of s (ALPHA, DIGIT, "-",
+// ".", "_", "~"), which are the same URI either way (RFC 3986 2.3); other escapes stay.
+func decodeUnreserved(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if c, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil && unreserved(byte(c)) {
+				b.WriteByte(byte(c))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }

@@ -16,6 +16,8 @@ func TestCanonicalURI(t *testing.T) {
 		"file:///../../etc/passwd":          "file:///etc/passwd",
 		"file://localhost/etc/passwd":       "file:///etc/passwd",
 		"file:/etc/passwd":                  "file:///etc/passwd",
+		"res://%73ecret/b":                  "res://secret/b",
+		"res://%53ECRET/b%2Dc":              "res://secret/b-c",
 	} {
 		if got := canonicalURI(in); got != want {
 			t.Errorf("canonicalURI(%q) = %q, want %q", in, got, want)
