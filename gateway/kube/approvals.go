@@ -97,6 +97,7 @@ type Store struct {
 	seen      chan struct{}   // closed and replaced whenever the informer sees a change
 	journaled map[string]bool // decision records written (or found written) by this process
 	ignoredIn map[string]int  // ignored records of others' objects per run (MaxIgnoredPerRun)
+	creating  map[string]bool // requests this process created and is recording (CreateApproval)
 	notEnded  map[string]bool // requests whose run's ledger has no denied or expired record of them
 
 	events workqueue.TypedDelayingInterface[string] // requests whose status changed
@@ -114,6 +115,9 @@ func (s *Store) OnJournal(fn func(run string)) { s.journaledTo.Store(&fn) }
 // that names one of its runs and was created by this gateway's identity, may stay unrecorded
 // before it is journaled as ignored: between the create and the record of a replica.
 const IgnoreGrace = 2 * time.Second
+
+// creatingRecheck is how soon inspect looks again at a request this process is recording.
+const creatingRecheck = 200 * time.Millisecond
 
 // New starts an informer on the namespace's ApprovalRequests, waits until it has listed them,
 // and returns the decorator. Close stops the informer and closes inner. Errors: a missing
@@ -151,7 +155,7 @@ func New(ctx context.Context, inner store.Store, o Options) (*Store, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("kube: indexing ApprovalRequests by run: %w", err)
 	}
-	s := &Store{Store: inner, o: o, client: c, cache: ca, seen: make(chan struct{}), journaled: map[string]bool{}, ignoredIn: map[string]int{}, notEnded: map[string]bool{},
+	s := &Store{Store: inner, o: o, client: c, cache: ca, seen: make(chan struct{}), journaled: map[string]bool{}, ignoredIn: map[string]int{}, creating: map[string]bool{}, notEnded: map[string]bool{},
 		events: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "approvalrequests-decisions"})}
 	inf, err := ca.GetInformer(ctx, &v1alpha1.ApprovalRequest{})
 	if err != nil {
@@ -283,6 +287,16 @@ func (s *Store) CreateApproval(ctx context.Context, req store.ApprovalRequest) (
 	if !req.Expires.IsZero() {
 		ar.Spec.ExpiresAt = &metav1.Time{Time: req.Expires}
 	}
+	// Until it is recorded, the informer's inspect must not take it for another's (a loaded
+	// machine can take longer than IgnoreGrace between the create and the record).
+	s.mu.Lock()
+	s.creating[ar.Name] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.creating, ar.Name)
+		s.mu.Unlock()
+	}()
 	if err := s.client.Create(ctx, ar); err != nil {
 		switch {
 		case apierrors.IsAlreadyExists(err):
@@ -645,6 +659,12 @@ func (s *Store) inspect(ctx context.Context, ar *v1alpha1.ApprovalRequest) (agai
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !rec.Kept()) {
 		if _, err := s.Store.GetRun(ctx, run); err != nil {
 			return 0 // not a run of this gateway: none of its business
+		}
+		s.mu.Lock()
+		mine := s.creating[ar.Name]
+		s.mu.Unlock()
+		if mine {
+			return creatingRecheck // this process is recording it now
 		}
 		by := ar.Annotations[v1alpha1.AnnotationCreatedBy]
 		if by == "" || by == s.o.Identity {

@@ -1,6 +1,7 @@
 package approvals
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -77,4 +78,53 @@ func TestDecisionsReachTheReversiRun(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// slowRecords is a store whose CreateApproval takes longer than kube.IgnoreGrace: a loaded
+// machine between the gateway's create of an ApprovalRequest and its record of it (the one
+// fault a real store does not produce on demand).
+type slowRecords struct{ store.Store }
+
+func (s slowRecords) CreateApproval(ctx context.Context, req store.ApprovalRequest) (store.Approval, error) {
+	time.Sleep(kube.IgnoreGrace + time.Second)
+	return s.Store.CreateApproval(ctx, req)
+}
+
+// TestSlowRecordIsNotIgnored: a request this gateway is still recording is not journaled as
+// another's ("ignored"), however long the record takes (the flake of make test on 2 loaded
+// cores: the informer saw the object, the grace ran out, the record came after).
+func TestSlowRecordIsNotIgnored(t *testing.T) {
+	ns := setupNamespace(t, "slow")
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigOf(t, actor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kst, err := kube.New(t.Context(), slowRecords{store.NewMemory(nil)}, kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "a", ControllerKeys: ctlKey.Trust})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kst.Close() })
+	run, err := kst.CreateRun(t.Context(), store.Run{Actor: actor, Gateway: "agents"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := kst.CreateApproval(t.Context(), store.ApprovalRequest{Tool: "memory.delete_entities", ArgsDigest: "sha256:" + strings.Repeat("0f", 32),
+		Run: run.ID, Actor: actor, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the informer's look after the record
+	recs, err := kst.Records(t.Context(), run.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	for _, r := range recs {
+		if r.Kind == store.KindApproval && r.Approval == a.ID {
+			events = append(events, string(r.Event)+": "+r.Note)
+		}
+	}
+	if len(events) != 1 || !strings.HasPrefix(events[0], "requested") {
+		t.Errorf("decision records of %s: %q, want only requested", a.ID, events)
+	}
 }
