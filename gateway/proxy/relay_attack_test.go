@@ -327,6 +327,14 @@ func TestRelayAttackSharedLogsStayWithTheirAgent(t *testing.T) {
 	}
 	bcancel()
 	<-held
+	// bob's call ends at the gateway after his client gave up on it: wait until it has.
+	ended := time.Now().Add(10 * time.Second)
+	for _, n := f.gw.upstreams[0].onlyFlight(); n != 0; _, n = f.gw.upstreams[0].onlyFlight() {
+		if time.Now().After(ended) {
+			t.Fatal("bob's cancelled call is still in flight at the gateway")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	// alice alone: her logs may trail her results.
 	for i := range 20 {
 		if _, err := alice.cs.CallTool(ctx, &mcp.CallToolParams{Name: "fs.work", Arguments: map[string]any{"who": fmt.Sprintf("alice-alone-%d", i)}}); err != nil {
