@@ -676,3 +676,28 @@ func TestDefaultCallTimeout(t *testing.T) {
 	}
 	h.checkJournal(t)
 }
+
+// TestHostileToolTheSDKRefuses (issue 19 review): a tool that go-sdk's Server.AddTool panics on
+// (an x-mcp-header on an object property) never stops the gateway. The SDK's client already
+// leaves it out of tools/list; were it to reach buildTools, sdkAccepts refuses it with an error
+// naming it instead of the panic.
+func TestHostileToolTheSDKRefuses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	gw, err := newUpstreamGW(ctx, t, hostileConfig(t, "-list", "badheader"))
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if gw.gw.route("h.badheader") != nil || gw.gw.route("h.echo") == nil {
+		t.Errorf("h.badheader offered (or h.echo not): %v %v", gw.gw.route("h.badheader"), gw.gw.route("h.echo"))
+	}
+	bad := &mcp.Tool{Name: "badheader", InputSchema: map[string]any{"type": "object",
+		"properties": map[string]any{"o": map[string]any{"type": "object", "x-mcp-header": "X-O"}}}}
+	scratch := mcp.NewServer(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+	if err := sdkAccepts(scratch, bad); err == nil || !strings.Contains(err.Error(), "the MCP SDK refuses the tool") || !strings.Contains(err.Error(), "x-mcp-header") {
+		t.Errorf("sdkAccepts of a tool AddTool panics on: %v", err)
+	}
+	if err := sdkAccepts(scratch, &mcp.Tool{Name: "ok", InputSchema: map[string]any{"type": "object"}}); err != nil {
+		t.Errorf("sdkAccepts of a good tool: %v", err)
+	}
+}

@@ -216,7 +216,10 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	fmt.Fprintln(stderr, e.Banner())
 	g.warnUnmatched(e)
 
-	sopts := &mcp.ServerOptions{PageSize: o.PageSize, Capabilities: serverCapabilities(cat), RootsListChangedHandler: g.relayRootsChanged}
+	sopts := &mcp.ServerOptions{PageSize: o.PageSize, Capabilities: serverCapabilities(cat), RootsListChangedHandler: g.relayRootsChanged,
+		// Known from the start, so that what is announced to every agent (list changes, a
+		// shared upstream's logs) reaches one that has not sent a relayed request yet.
+		InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) { g.agentOf(req.Session) }}
 	if sopts.Capabilities.Resources != nil && sopts.Capabilities.Resources.Subscribe {
 		sopts.SubscribeHandler, sopts.UnsubscribeHandler = g.relaySubscribe, g.relayUnsubscribe
 	}

@@ -332,3 +332,27 @@ func TestRelayCapabilitiesFollowUpstreams(t *testing.T) {
 		t.Errorf("capabilities %+v, want tools only", c)
 	}
 }
+
+// TestRelayKnowsAgentsFromInitialized: an agent that has only initialized is among the agents
+// the gateway announces to (list changes, a shared upstream's logs).
+func TestRelayKnowsAgentsFromInitialized(t *testing.T) {
+	f := startWith(t, relayConfig(relayUpstream(t), ""), Options{})
+	ct, stt := mcp.NewInMemoryTransports()
+	ss, err := f.gw.Server().Connect(context.Background(), stt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "quiet", Version: "1"}, nil).Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	deadline := time.Now().Add(5 * time.Second)
+	for len(f.gw.agentList()) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("agents %d after an initialized session, want 1", len(f.gw.agentList()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

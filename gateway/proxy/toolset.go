@@ -33,9 +33,11 @@ type toolSet struct {
 }
 
 // buildTools names every upstream's last-listed tools. Two upstreams exposing one name, or an
-// input schema that is not an object schema, is an error naming the upstream and the tool.
+// input schema that is not an object schema, or a tool the SDK's server refuses, is an error
+// naming the upstream and the tool.
 func buildTools(ups []*upstream) (toolSet, error) {
 	ts := toolSet{routes: map[string]*route{}, listed: map[string]listedTool{}}
+	scratch := mcp.NewServer(&mcp.Implementation{Name: Name, Version: Version}, nil) // sdkAccepts
 	for _, up := range ups {
 		tools, raws := up.listing()
 		for i, t := range tools {
@@ -47,6 +49,9 @@ func buildTools(ups []*upstream) (toolSet, error) {
 				return toolSet{}, fmt.Errorf("tool name clash: %s is exposed by upstreams %s and %s; set namespace: true on one of them", name, prev.up.name, up.name)
 			}
 			if err := objectSchema(t.InputSchema); err != nil {
+				return toolSet{}, fmt.Errorf("upstream %s: tool %s: %w", up.name, t.Name, err)
+			}
+			if err := sdkAccepts(scratch, t); err != nil {
 				return toolSet{}, fmt.Errorf("upstream %s: tool %s: %w", up.name, t.Name, err)
 			}
 			exposed := *t
@@ -66,6 +71,19 @@ func buildTools(ups []*upstream) (toolSet, error) {
 		}
 	}
 	return ts, nil
+}
+
+// sdkAccepts reports whether the SDK's server takes t, on a scratch server: Server.AddTool
+// panics on what it refuses (e.g. invalid x-mcp-header annotations of an input schema), and
+// an upstream's tool list must not be able to stop the gateway.
+func sdkAccepts(scratch *mcp.Server, t *mcp.Tool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the MCP SDK refuses the tool: %v", r)
+		}
+	}()
+	scratch.AddTool(t, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return nil, nil })
+	return nil
 }
 
 // objectSchema checks that an upstream input schema is a JSON object of type "object", which

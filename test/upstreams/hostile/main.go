@@ -81,7 +81,7 @@ var (
 )
 
 var (
-	listFlag  = flag.String("list", "normal", "listing: normal, cycle, endless, many, hang or described")
+	listFlag  = flag.String("list", "normal", "listing: normal, cycle, endless, many, hang, described or badheader")
 	toolsFlag = flag.Int("tools", 0, "normal listing: generated tools besides the fixed ones")
 	pageFlag  = flag.Int("page", 0, "tools per tools/list page (normal: 0 is one page; endless: 0 is 1)")
 	padFlag   = flag.Int("pad", 0, "endless listing: bytes of description per tool")
@@ -313,6 +313,12 @@ func (s *server) page(cursor string) map[string]any {
 		return generated(cursor, 2500, 100)
 	case "hang":
 		return nil
+	case "badheader":
+		// An x-mcp-header on an object property: go-sdk's Server.AddTool panics on it.
+		p := generated(cursor, *toolsFlag, *pageFlag)
+		p["tools"] = append(p["tools"].([]any), json.RawMessage(`{"name":"badheader","inputSchema":{"type":"object",`+
+			`"properties":{"o":{"type":"object","x-mcp-header":"X-O"}}}}`))
+		return p
 	case "described":
 		p := generated(cursor, *toolsFlag, *pageFlag)
 		if _, more := p["nextCursor"]; !more {
