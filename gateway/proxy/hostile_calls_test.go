@@ -190,6 +190,20 @@ func TestHostileClientLeavesMidCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitInflight(t, h.gw, "dev-laptop", 1)
+	// Leave once the call is upstream (its intent journaled): before that, nothing was
+	// forwarded, and nothing is uncertain.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		recs, err := h.store.SearchRecords(context.Background(), store.RecordSearch{Tool: "everything.trigger-long-running-operation"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call's intent was not journaled within 5 s")
+		}
+	}
 	_ = c.Close()
 	left := time.Now()
 	for deadline := left.Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
