@@ -448,158 +448,20 @@ func (g *Gateway) warn(format string, args ...any) {
 	fmt.Fprintf(g.stderr, "reversi-gateway: %s\n", engine.EscapeControl(fmt.Sprintf(format, args...)))
 }
 
-// handle is the call path of one tools/call.
+// handle is the call path of one tools/call, as named steps (callpath.go): decode, decide,
+// journal the intent, forward, journal the outcome, reply. A step that ends the call returns
+// its answer.
 func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	name := req.Params.Name
-	var d engine.Decision     // set once decided
-	var out store.StepOutcome // set once forwarded
-	defer g.metrics.call(name, time.Now(), &d, &out)
-	r := g.route(name)
-	reason := "MCP tools/call " + name
-	if s, ok := req.Params.Meta[ReasonMeta].(string); ok && strings.TrimSpace(s) != "" {
-		reason = clip(s, maxReasonBytes) // journaled with every record of the call
-	}
-	run, err := g.runFor(ctx, req)
-	if err != nil {
-		text := "the run could not be opened: " + err.Error()
-		g.journalRefusal(ctx, g.principal(req), name, text)
-		return textResult(engine.BlockedPrefix + text), nil
-	}
-	if res, halted := g.blockHalted(ctx, run, name, reason); halted {
-		return res, nil
-	}
-	var args map[string]any
-	if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
-		// The raw arguments are forwarded: a key given twice would be checked on the last
-		// value here and may be read on the first upstream.
-		err := engine.CheckDuplicateKeys(raw)
-		if err == nil {
-			if err = json.Unmarshal(raw, &args); err != nil {
-				err = fmt.Errorf("the arguments are not a JSON object: %w", err)
-			}
-		}
-		if err != nil {
-			text := err.Error()
-			g.journalBlocked(ctx, store.Intent{Run: run, Tool: name, Reason: reason, Decision: string(engine.Block),
-				Mode: string(g.engine.Load().Mode())}, text)
-			return textResult(engine.BlockedPrefix + text), nil
-		}
-	}
-	e := g.engine.Load()
-	call := engine.Call{Run: run, Actor: g.principal(req), Tool: name, Args: args, Permissions: scopeOf(req, e)}
-	if id := identity(req); id != nil {
-		call.ActorUID, call.ActorEmail = id.UID, id.Email
-	}
-	d = e.Decide(ctx, call)
-	if d.Shadow {
-		if err := g.ensureRun(ctx, d.Run, g.principal(req)); err != nil {
-			g.releaseKey(ctx, d)
-			return textResult(engine.BlockedPrefix + "the shadow run could not be opened: " + err.Error()), nil
-		}
-	}
-	in := store.Intent{Run: d.Run, Tool: name, ArgsDigest: d.ArgsDigest, Reason: reason, IdempotencyKey: d.Key,
-		HoldsKey: d.KeyClaimed, Mode: string(d.Mode), Decision: d.JournalDecision()}
-	if m := d.Manifest; m != nil {
-		in.ManifestVersion = fmt.Sprint(m.Version)
-		in.ManifestChecksum = g.checksum(m)
-	}
-	if d.Action != engine.Allow {
-		g.journalBlocked(ctx, in, d.Reason)
-		return textResult(d.BlockedText()), nil
-	}
-	if d.ApprovalID != "" && d.Mode == engine.Enforce {
-		in.Approval = d.ApprovalID // consumed with the intent, once (issue 16)
-	}
-	// Write-ahead: the intent is durable before the upstream sees the call.
-	step, err := g.store.RecordIntent(ctx, in)
-	if err != nil {
-		g.releaseKey(ctx, d)
-		if in.Approval != "" && (errors.Is(err, store.ErrConsumed) || errors.Is(err, store.ErrMismatch) ||
-			errors.Is(err, store.ErrNotApproved) || errors.Is(err, store.ErrNotFound)) {
-			res := g.refuseApproval(ctx, in, err)
-			d.Action, d.Category, d.Reason = engine.Block, engine.CategoryApproval, res.Content[0].(*mcp.TextContent).Text
+	c := &callPath{g: g, req: req, name: req.Params.Name}
+	defer g.metrics.call(c.name, time.Now(), &c.d, &c.out)
+	for _, step := range []func(context.Context) *mcp.CallToolResult{c.decode, c.decide, c.journalIntent} {
+		if res := step(ctx); res != nil {
 			return res, nil
 		}
-		return textResult(engine.BlockedPrefix + "the call could not be journaled, so it was not forwarded: " + err.Error()), nil
 	}
-	if r == nil { // the upstream dropped the tool since the server dispatched the call
-		g.releaseKey(ctx, d)
-		g.outcome(ctx, d.Run, step, store.StepOutcome{Status: store.Failed, Note: "no upstream exposes " + name})
-		return textResult("no upstream exposes " + name), nil
-	}
-	res, resRaw, ferr := g.forward(ctx, r, req, step, d)
-
-	notes := append([]string(nil), d.Notes...)
-	if d.WouldBlock {
-		notes = append(notes, "would_block: "+d.Reason)
-	}
-	var result any
-	switch {
-	case errors.Is(ferr, ErrUpstreamDown): // never sent: nothing happened upstream
-		out.Status = store.Failed
-		notes = append(notes, "not forwarded: "+ferr.Error())
-	case errors.Is(ferr, ErrCallCancelled): // the upstream may have acted
-		out.Status = store.Uncertain
-		notes = append(notes, ferr.Error())
-	case ferr != nil:
-		out.Status = store.Uncertain
-		notes = append(notes, "the upstream did not answer: "+ferr.Error())
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(ferr, cause) {
-			notes = append(notes, "cancelled: "+cause.Error()) // the session's end (limits.go)
-		}
-	case res.IsError:
-		out.Status = store.Failed
-	default:
-		out.Status = store.Succeeded
-		note, ok := e.CheckResult(name, res.StructuredContent)
-		if note != "" {
-			notes = append(notes, note)
-		}
-		if ok {
-			result = resultFor(d.Manifest, res, resRaw)
-		} else {
-			// Clients that validate would discard the whole result: drop only the part that
-			// breaks the advertised schema.
-			c := *res
-			c.StructuredContent = nil
-			res = &c
-			resRaw = g.editRaw(name, resRaw, func(raw json.RawMessage) (json.RawMessage, error) {
-				return rawEdit(raw, map[string]json.RawMessage{"structuredContent": nil})
-			})
-		}
-	}
-	if m := d.Manifest; m != nil {
-		ps := manifest.PlanStep(m, manifest.Outcome(out.Status), anyArgs(args), result)
-		switch ps.Action {
-		case manifest.PlanCompensate:
-			out.CompensationTool, out.Handle = ps.Tool, ps.Handle
-		case manifest.PlanUnrecoverable:
-			out.CompensationTool = ps.Tool
-			notes = append(notes, "unrecoverable: no value for "+strings.Join(ps.Missing, ", "))
-		}
-	}
-	out.Note = strings.Join(notes, "; ")
-	if out.Status == store.Failed { // uncertain keeps the key: the upstream may have acted
-		g.releaseKey(ctx, d)
-	}
-	g.outcome(ctx, d.Run, step, out)
-
-	if errors.Is(ferr, ErrUpstreamDown) {
-		return textResult(fmt.Sprintf("Reversi: %s was not called: %v", name, ferr)), nil
-	}
-	if ferr != nil {
-		return textResult(fmt.Sprintf("Reversi: the call to %s did not complete (%v); its outcome is uncertain: the upstream may have acted", name, ferr)), nil
-	}
-	if d.Advisory != "" {
-		c := *res
-		c.Content = append(append([]mcp.Content(nil), res.Content...), &mcp.TextContent{Text: d.Advisory})
-		res = &c
-		resRaw = g.editRaw(name, resRaw, func(raw json.RawMessage) (json.RawMessage, error) { return rawAppendText(raw, d.Advisory) })
-	}
-	if resRaw != nil {
-		passThrough(ctx, res, resRaw)
-	}
-	return res, nil
+	c.res, c.resRaw, c.ferr = g.forward(ctx, c.r, req, c.step, c.d)
+	c.journalOutcome(ctx)
+	return c.reply(ctx), nil
 }
 
 // editRaw applies edit to a passed-through result (the decoded result carries the same change).
