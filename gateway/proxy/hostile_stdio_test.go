@@ -23,23 +23,8 @@ func TestHostileStdioLines(t *testing.T) {
 	cfg.Deny = nil
 	cfg.Limits = config.DefaultLimits()
 	cfg.Limits.RequestBodyBytes = 64 << 10
-	data := t.TempDir()
-	st, err := store.OpenSQLite(data, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	gw, err := New(ctx, Options{Config: cfg, Store: st, Stdin: inR, Stdout: outW, Stderr: &syncBuffer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw.Close() })
-	served := make(chan error, 1)
-	go func() { served <- gw.Serve(context.Background()); _ = outW.Close() }()
+	p := startStdio(t, cfg)
+	gw, st, data, inW, outR, served := p.gw, p.st, p.data, p.in, p.out, p.served
 	lines := make(chan []byte, 16)
 	go func() {
 		sc := bufio.NewScanner(outR)
@@ -127,4 +112,39 @@ func TestHostileStdioLines(t *testing.T) {
 		t.Errorf("records: %+v", recs)
 	}
 	integrityOK(t, data)
+}
+
+// stdioGW is a gateway serving MCP over stdio on in-memory pipes, with a SQLite journal in data:
+// a test writes the client's lines to in and reads the gateway's from out; served gets Serve's
+// result when the client closes in.
+type stdioGW struct {
+	gw     *Gateway
+	st     *store.SQLite
+	data   string
+	in     *io.PipeWriter
+	out    *io.PipeReader
+	served chan error
+}
+
+// startStdio builds and serves a gateway on cfg over pipes (New bounded to 30 s).
+func startStdio(t *testing.T, cfg *config.Gateway) *stdioGW {
+	t.Helper()
+	p := &stdioGW{data: t.TempDir(), served: make(chan error, 1)}
+	st, err := store.OpenSQLite(p.data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	p.st = st
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	p.in, p.out = inW, outR
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if p.gw, err = New(ctx, Options{Config: cfg, Store: st, Stdin: inR, Stdout: outW, Stderr: &syncBuffer{}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.gw.Close() })
+	go func() { p.served <- p.gw.Serve(context.Background()); _ = outW.Close() }()
+	return p
 }

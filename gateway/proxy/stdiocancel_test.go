@@ -32,21 +32,8 @@ func TestStdioCancelledCallGetsNoResponse(t *testing.T) {
 	t.Cleanup(srv.Close)
 	cfg := &config.Gateway{Mode: config.ModeObserve, UnclassifiedReads: config.UnclassifiedBlock, ValidateSchemas: true,
 		Actor: "dev-laptop", Upstreams: []config.Upstream{{Name: "up", URL: srv.URL, Namespace: true}}}
-	st, err := store.OpenSQLite(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	gw, err := New(ctx, Options{Config: cfg, Store: st, Stdin: inR, Stdout: outW, Stderr: &syncBuffer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw.Close() })
-	go func() { _ = gw.Serve(context.Background()); _ = outW.Close() }()
+	p := startStdio(t, cfg)
+	st, inW, outR := p.st, p.in, p.out
 	ids := make(chan string, 16)
 	go func() {
 		sc := bufio.NewScanner(outR)
