@@ -56,8 +56,7 @@ type flight struct {
 	// sent with it goes on that request's stream (Streamable HTTP), where the agent expects it.
 	ctx   context.Context
 	step  int64 // the tool call's step, 0 for a read
-	tool  string
-	token any // the agent's progress token, nil when it sent none
+	token any   // the agent's progress token, nil when it sent none
 	relay string
 	// pending counts progress notifications of relay read from the upstream and not yet given
 	// to the agent: the SDK hands notifications to their handler on another goroutine than the
@@ -280,8 +279,8 @@ func hasLogging(cs *mcp.ClientSession) bool {
 // token, the upstream gets a token of the gateway's own in its place (agents' tokens may clash
 // on a shared upstream, and an upstream must not be able to address another agent's request):
 // relay is that token, "" when there is none. end must be called once the answer is in.
-func (g *Gateway) begin(ctx context.Context, a *agentSession, up *upstream, step int64, tool string, token any) *flight {
-	f := &flight{g: g, agent: a, up: up, ctx: context.WithoutCancel(ctx), step: step, tool: tool, token: token}
+func (g *Gateway) begin(ctx context.Context, a *agentSession, up *upstream, step int64, token any) *flight {
+	f := &flight{g: g, agent: a, up: up, ctx: context.WithoutCancel(ctx), step: step, token: token}
 	if token != nil {
 		f.relay = relayTokenPrefix + rand.Text()
 		g.tokens.Store(f.relay, f)

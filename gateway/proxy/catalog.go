@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/yosida95/uritemplate/v3"
@@ -284,14 +283,6 @@ func exposedPrompt(up *upstream, p *mcp.Prompt) *mcp.Prompt {
 	c := *p
 	c.Name = exposedName(up.cfg, p.Name)
 	return &c
-}
-
-// unexposed is the upstream's own name of an exposed name of up.
-func unexposed(up *upstream, exposed string) string {
-	if up.cfg.Namespace {
-		return strings.TrimPrefix(exposed, up.name+".")
-	}
-	return exposed
 }
 
 // catalog returns the catalog in use.

@@ -539,7 +539,7 @@ func (g *Gateway) forward(ctx context.Context, r *route, req *mcp.CallToolReques
 	// Over the agent's own upstream session (per_client) or the shared one, with the agent's
 	// _meta and a relay progress token (agents.go).
 	a := g.agentOf(req.Session)
-	f := g.begin(ctx, a, r.up, step, req.Params.Name, req.Params.GetProgressToken())
+	f := g.begin(ctx, a, r.up, step, req.Params.GetProgressToken())
 	defer f.end()
 	params := &mcp.CallToolParams{Name: r.name, Meta: f.meta(forwardMeta(req.Params.Meta))}
 	if raw := req.Params.Arguments; len(raw) > 0 {

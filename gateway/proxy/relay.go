@@ -203,7 +203,7 @@ func (g *Gateway) read(ctx context.Context, req mcp.Request, method, target stri
 	defer cancel()
 	cs, err := a.session(uctx, up)
 	if err == nil {
-		f := g.begin(ctx, a, up, 0, target, token)
+		f := g.begin(ctx, a, up, 0, token)
 		err = timedOut(send(uctx, cs, f))
 		f.end()
 	}

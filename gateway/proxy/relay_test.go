@@ -208,8 +208,8 @@ func TestRelaySharedRefusesAmbiguousRequests(t *testing.T) {
 	// Two requests in flight on the shared session (noted as the call path notes them): a
 	// request of the upstream then has no one agent to go to.
 	up := f.gw.upstreams[0]
-	fa := f.gw.begin(context.Background(), nil, up, 1, "up.work", nil)
-	fb := f.gw.begin(context.Background(), nil, up, 2, "up.work", nil)
+	fa := f.gw.begin(context.Background(), nil, up, 1, nil)
+	fb := f.gw.begin(context.Background(), nil, up, 2, nil)
 	defer fa.end()
 	defer fb.end()
 	if _, _, err := f.gw.target(up, nil, up.owner(), "sampling/createMessage"); err == nil || !strings.Contains(err.Error(), "set session: per_client") {
