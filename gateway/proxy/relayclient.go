@@ -181,6 +181,13 @@ func relayRequest[P mcp.Params, R any](g *Gateway, ctx context.Context, up *upst
 		g.warn("%v", err)
 		return zero, err
 	}
+	if err := declares(to.ss, method); err != nil {
+		// Asked anyway (a shared session declares everything upstream; a hostile upstream
+		// need not care), the agent would never answer, and the request would hold its place
+		// until call_timeout.
+		g.journalServerRequest(ctx, to, f, up, method, params, "not answered: "+err.Error())
+		return zero, err
+	}
 	release, err := g.admitServerRequest(up, a)
 	if err != nil {
 		return zero, err
@@ -193,6 +200,24 @@ func relayRequest[P mcp.Params, R any](g *Gateway, ctx context.Context, up *upst
 	}
 	g.journalServerRequest(ctx, to, f, up, method, params, note)
 	return res, err
+}
+
+// declares says why the agent of ss cannot be asked method (a capability it did not declare),
+// nil when it can.
+func declares(ss *mcp.ServerSession, method string) error {
+	c := agentCapabilities(ss)
+	var missing string
+	switch {
+	case method == "sampling/createMessage" && c.Sampling == nil:
+		missing = "sampling"
+	case method == "elicitation/create" && c.Elicitation == nil:
+		missing = "elicitation"
+	case method == "roots/list" && c.RootsV2 == nil:
+		missing = "roots"
+	default:
+		return nil
+	}
+	return fmt.Errorf("the agent did not declare the %s capability, so it is not asked %s", missing, method)
 }
 
 // admitServerRequest admits one request of the upstream session (a's own session to up, or
