@@ -59,7 +59,7 @@ bench:
 
 ## bench-go: the earlier go test benchmarks (manifest validation, registry load, Reconcile5000, GatewayCall).
 bench-go:
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./api/manifest/ ./internal/registry/
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./api/manifest/ ./pkg/registry/
 	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" $(GO) test -run '^$$' -bench Reconcile5000 -benchmem -benchtime 3x ./controllers/
 	upstreams=$$(hack/upstreams.sh) && \
 	REVERSI_UPSTREAMS="$$upstreams" $(GO) test -run '^$$' -bench GatewayCall -benchtime 1000x ./gateway/proxy/

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/approvalsig"
+	"github.com/reversi-gitops/reversi/pkg/approvalsig"
 )
 
 // TestAttackSignedAfterDenyWithdrawn: the signature exists against whoever may write

@@ -6,11 +6,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/approvalsig"
+	"github.com/reversi-gitops/reversi/pkg/approvalsig"
 )
 
 // signDecision sets ar's status.decision, in the status patch that writes the phase: the
-// controller's signature (internal/approvalsig) of an Approved phase, which is what the
+// controller's signature (pkg/approvalsig) of an Approved phase, which is what the
 // gateway honours; none for any other phase (Denied and Expired only block).
 //
 // The status is what this reconcile counted on top of a status the controller sealed

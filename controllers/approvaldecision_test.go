@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/approvalsig"
+	"github.com/reversi-gitops/reversi/pkg/approvalsig"
 )
 
 // TestDecisionSigned: the controller signs the Approved decision its Approvals reach (the

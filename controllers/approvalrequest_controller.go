@@ -21,14 +21,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/approvalrules"
+	"github.com/reversi-gitops/reversi/pkg/approvalrules"
 )
 
 // ApprovalRequestIndex is the field index of Approval objects by spec.requestRef.name.
 const ApprovalRequestIndex = "spec.requestRef.name"
 
 // ApprovalRequestReconciler decides ApprovalRequests from the Approval objects that reference
-// them, with the rules of internal/approvalrules (the same as the gateway's standalone queue):
+// them, with the rules of pkg/approvalrules (the same as the gateway's standalone queue):
 // an approver must hold one of the request's roles (Kubernetes groups) when roles are set; the
 // run's actor cannot approve; the quorum counts distinct persons (usernames, and no uid twice); one Deny denies; past
 // expiresAt the request is Expired, or Escalated to escalateTo (once, for as long again).
@@ -51,7 +51,7 @@ type ApprovalRequestReconciler struct {
 	Recorder recorder.EventRecorder
 	// Key verifies the Approvals' stamps (required).
 	Key *StampKey
-	// Signing signs Approved decisions (status.decision, internal/approvalsig), which are the
+	// Signing signs Approved decisions (status.decision, pkg/approvalsig), which are the
 	// only ones gateways honour. Nil: nothing is signed (every request stays held).
 	Signing *SigningKey
 	// Now is the clock (time.Now when nil); tests do not replace it, expiry is real time.

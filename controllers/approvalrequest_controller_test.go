@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/approvalsig"
 	"github.com/reversi-gitops/reversi/internal/testenv"
+	"github.com/reversi-gitops/reversi/pkg/approvalsig"
 )
 
 // The people of the approval tests, minted by envtest with client certificates: alice and bob

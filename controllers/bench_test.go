@@ -14,8 +14,8 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/registry"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/pkg/registry"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 )
 
 // BenchmarkReconcile5000 reconciles a registry of 5,000 signed tools from a real git

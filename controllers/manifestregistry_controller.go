@@ -35,10 +35,10 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/bundle"
-	"github.com/reversi-gitops/reversi/internal/registry"
-	"github.com/reversi-gitops/reversi/internal/signing"
-	"github.com/reversi-gitops/reversi/internal/source"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
+	"github.com/reversi-gitops/reversi/pkg/registry"
+	"github.com/reversi-gitops/reversi/pkg/signing"
+	"github.com/reversi-gitops/reversi/pkg/source"
 )
 
 // Labels and annotations of rendered ConfigMaps.

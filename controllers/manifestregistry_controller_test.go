@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/bundle"
-	"github.com/reversi-gitops/reversi/internal/source"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
+	"github.com/reversi-gitops/reversi/pkg/source"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 )
 
 // signedRegistryRepo is a git repository holding a registry of the seed's manifests at reg/,

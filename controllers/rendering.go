@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/bundle"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // FieldManager is the field manager of everything the controller writes: a ConfigMap field

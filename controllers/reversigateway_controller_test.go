@@ -21,7 +21,7 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/gateway/config"
-	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
 )
 
 func getGateway(t *testing.T, ns, name string) *v1alpha1.ReversiGateway {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // The controller's signing key: the Secret that holds it and the ConfigMap that publishes its
@@ -33,7 +33,7 @@ const (
 )
 
 // SigningKey is the controller's own Ed25519 key: it signs the snapshot of every rendering
-// (internal/bundle), so that gateways accept only sets the controller verified, in order.
+// (pkg/bundle), so that gateways accept only sets the controller verified, in order.
 type SigningKey struct {
 	Signer *signing.Signer
 	// PublicPEM holds the current public key and the earlier ones still trusted, PEM.

@@ -20,11 +20,11 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/bundle"
-	"github.com/reversi-gitops/reversi/internal/registry"
-	"github.com/reversi-gitops/reversi/internal/signing"
-	"github.com/reversi-gitops/reversi/internal/signing/signingtest"
 	"github.com/reversi-gitops/reversi/internal/testenv"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
+	"github.com/reversi-gitops/reversi/pkg/registry"
+	"github.com/reversi-gitops/reversi/pkg/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing/signingtest"
 )
 
 // testShardBytes keeps shards small so a few hundred tools span several ConfigMaps.

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/export"
-	"github.com/reversi-gitops/reversi/internal/registry"
+	"github.com/reversi-gitops/reversi/pkg/export"
+	"github.com/reversi-gitops/reversi/pkg/registry"
 )
 
 // exportedManifests publishes the seed's manifests signed by k and exports them as ToolManifests

@@ -220,7 +220,7 @@ type ApprovalRequestStatus struct {
 	// Decision is the controller's signature of an Approved phase (set with it): the gateway
 	// lets a held call through only when it verifies with one of the controller's public keys
 	// over this object's namespace, name, uid, spec digest, phase, decidedAt and approving
-	// usernames (internal/approvalsig), so that whoever may write this status cannot approve.
+	// usernames (pkg/approvalsig), so that whoever may write this status cannot approve.
 	// +optional
 	Decision *SignedDecision `json:"decision,omitempty"`
 

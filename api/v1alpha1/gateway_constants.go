@@ -8,7 +8,7 @@ const (
 
 	// AnnotationManifestDigest on a gateway pod's Lease (coordination.k8s.io/v1, named as the
 	// pod, in its namespace, created and controlled by the ReversiGateway): the digest
-	// (`sha256:<hex>`, the bundle digest of internal/bundle) of the manifests the pod enforces.
+	// (`sha256:<hex>`, the bundle digest of pkg/bundle) of the manifests the pod enforces.
 	// The pod writes it (a merge patch, with spec.holderIdentity and spec.renewTime) after
 	// every load; the controller counts the ready pods whose Lease holds the desired one. The
 	// same annotation on a Pod means nothing: pods' annotations are writable by anyone with

@@ -12,7 +12,7 @@
 // has that UID and spec digest and names this gateway in spec.gateway. A copy, an edited or
 // replaced object, or another gateway's request for one of this gateway's runs is ignored and
 // journaled once as an `ignored` decision record of the run. An Approved phase counts only
-// with the controller's signature of that decision (status.decision, internal/approvalsig:
+// with the controller's signature of that decision (status.decision, pkg/approvalsig:
 // over this object's uid, spec digest, phase, decidedAt and approvers, with the quorum
 // reached) by one of Options.ControllerKeys; without it the request stays Pending (held) and
 // an `ignored` record says why, once: whoever may write approvalrequests/status cannot
@@ -53,8 +53,8 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/gateway/store"
-	"github.com/reversi-gitops/reversi/internal/approvalsig"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/approvalsig"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // runIndex is the cache index of ApprovalRequests by spec.run.

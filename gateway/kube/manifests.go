@@ -24,8 +24,8 @@ import (
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
 	"github.com/reversi-gitops/reversi/gateway/store"
-	"github.com/reversi-gitops/reversi/internal/bundle"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // ManifestOptions configure WatchManifests.

@@ -24,7 +24,7 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/egress"
 	"github.com/reversi-gitops/reversi/gateway/store"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/auth"
 	"github.com/reversi-gitops/reversi/gateway/egress"
 	"github.com/reversi-gitops/reversi/gateway/engine"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // HTTP mode with authentication (seed "MCP gateway", Endpoints (HTTP mode); issue 7):

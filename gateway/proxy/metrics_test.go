@@ -17,7 +17,7 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
-	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
 )
 
 // Tests of /metrics (issue 5: "calls by tool and outcome, latency histogram, blocks by

@@ -32,7 +32,7 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/egress"
 	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // Version is the gateway's MCP implementation version.

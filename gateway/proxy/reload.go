@@ -17,7 +17,7 @@ import (
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
-	"github.com/reversi-gitops/reversi/internal/bundle"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
 )
 
 // Loaded is what a LoadFunc read: the manifests; one high-water mark per signed snapshot they
@@ -44,7 +44,7 @@ type ReloadResult struct {
 }
 
 // digest returns the digest of a manifest set, the same as a registry bundle's
-// (internal/bundle: `sha256:<hex>` over the sorted tool@version:checksum lines, so it does not
+// (pkg/bundle: `sha256:<hex>` over the sorted tool@version:checksum lines, so it does not
 // depend on file order or layout, and a gateway fed from a ConfigMap reports the digest the
 // controller rendered), and every manifest's checksum.
 func digest(ms []*manifest.Manifest) (string, map[*manifest.Manifest]string, error) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/reversi-gitops/reversi/internal/approvalrules"
+	"github.com/reversi-gitops/reversi/pkg/approvalrules"
 )
 
 // ApprovalState is where an approval request stands.
@@ -138,7 +138,7 @@ func prepareApproval(req ApprovalRequest, now time.Time) (Approval, error) {
 	return Approval{ApprovalRequest: req, State: ApprovalPending}, nil
 }
 
-// rules is a as the shared approval rules see it (internal/approvalrules).
+// rules is a as the shared approval rules see it (pkg/approvalrules).
 func (a *Approval) rules() approvalrules.State {
 	st := approvalrules.State{Actor: a.Actor, ActorUID: a.ActorUID, ActorEmail: a.ActorEmail, Run: a.Run, Roles: a.Roles, Quorum: a.Quorum, Created: a.Created,
 		Expires: a.Expires, OnTimeout: a.OnTimeout, EscalateTo: a.EscalateTo, Phase: approvalrules.Phase(a.State),

@@ -23,7 +23,7 @@ import (
 // SQLite and PostgreSQL, 1/16/64 sessions). As `go test -bench` runs (their figures parsed
 // from the benchmark lines): BenchmarkReloadScale (gateway/proxy), BenchmarkReconcileScale
 // (controllers), BenchmarkPRToEnforcement (test/e2e/kubegateway), BenchmarkApprovalLatency
-// (test/e2e/approvals), BenchmarkVerifyThroughput (internal/registry). Needs
+// (test/e2e/approvals), BenchmarkVerifyThroughput (pkg/registry). Needs
 // KUBEBUILDER_ASSETS and REVERSI_UPSTREAMS (the Makefile sets both) and PostgreSQL's server
 // binaries (test/pgtest).
 
@@ -92,7 +92,7 @@ func suiteMain(argv []string) error {
 		env                        []string
 	}
 	runs := []run{
-		{"verify", "./internal/registry/", "VerifyThroughput", "3x", nil},
+		{"verify", "./pkg/registry/", "VerifyThroughput", "3x", nil},
 		{"reload", "./gateway/proxy/", "ReloadScale", "3x", []string{"REVERSI_BENCH_SIZES=" + f.sizes}},
 		{"reconcile", "./controllers/", "ReconcileScale", "1x", []string{"REVERSI_BENCH_SIZES=" + f.sizes}},
 		{"pr", "./test/e2e/kubegateway/", "PRToEnforcement", "10x", nil},

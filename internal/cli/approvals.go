@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/reversi-gitops/reversi/gateway/store"
-	"github.com/reversi-gitops/reversi/internal/approvalrules"
+	"github.com/reversi-gitops/reversi/pkg/approvalrules"
 )
 
 func init() { register(newApprovalsCmd) }

@@ -21,7 +21,7 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/controllers"
-	"github.com/reversi-gitops/reversi/internal/source"
+	"github.com/reversi-gitops/reversi/pkg/source"
 )
 
 func init() { register(newControllerCmd) }

@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reversi-gitops/reversi/internal/config"
-	"github.com/reversi-gitops/reversi/internal/export"
+	"github.com/reversi-gitops/reversi/pkg/export"
 )
 
 func newExportCmd() *cobra.Command {

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reversi-gitops/reversi/gateway/auth"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // newGatewayKeysCmd is `reversi gateway keys add`: a new API key in the gateway's auth.keys

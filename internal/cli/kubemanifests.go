@@ -9,7 +9,7 @@ import (
 
 	"github.com/reversi-gitops/reversi/gateway/kube"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // ControllerKeysEnv holds the controller's public keys (PEM), set by the rendered Deployment:

@@ -12,8 +12,8 @@ import (
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/store"
 	"github.com/reversi-gitops/reversi/internal/config"
-	"github.com/reversi-gitops/reversi/internal/registry"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/registry"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 func init() { register(newValidateCmd) }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 func TestFindWalksUpAndResolvesRelativeToTheConfig(t *testing.T) {

@@ -41,9 +41,9 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/bundle"
 	"github.com/reversi-gitops/reversi/internal/podrun"
 	"github.com/reversi-gitops/reversi/internal/testenv"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
 

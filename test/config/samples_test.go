@@ -7,7 +7,7 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // `kubectl apply -k config/samples --dry-run=server` admits every sample (strict field

@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/bundle"
 	"github.com/reversi-gitops/reversi/internal/podrun"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
 )
 
 // testGatewayRightsAreItsOwn (issue 17, "the gateway's rights are only its own"): the

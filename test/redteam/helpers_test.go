@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/bundle"
 	"github.com/reversi-gitops/reversi/internal/podrun"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
 )
 
 func oneLine(s string) string {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/controllers"
-	"github.com/reversi-gitops/reversi/internal/bundle"
 	"github.com/reversi-gitops/reversi/internal/podrun"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
 )
 
 // Revisions an attacker writes into the unsigned `revision` key.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/internal/podrun"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 )
 
 // memoryV2Plain is v2 as one plain manifest file (format Plain): create_entities needs

@@ -28,8 +28,8 @@ import (
 	"github.com/reversi-gitops/reversi/controllers"
 	"github.com/reversi-gitops/reversi/gateway/auth"
 	"github.com/reversi-gitops/reversi/internal/podrun"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
 	"github.com/reversi-gitops/reversi/internal/testenv"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
 

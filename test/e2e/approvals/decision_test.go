@@ -13,7 +13,7 @@ import (
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/controllers"
 	"github.com/reversi-gitops/reversi/gateway/store"
-	"github.com/reversi-gitops/reversi/internal/approvalsig"
+	"github.com/reversi-gitops/reversi/pkg/approvalsig"
 )
 
 // TestForgedDecisionHeld: whoever may write approvalrequests/status (here the controller's own

@@ -12,7 +12,7 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/registry"
+	"github.com/reversi-gitops/reversi/pkg/registry"
 )
 
 // BenchmarkPRToEnforcement is issue 10's PR-to-enforcement latency, on TestReversiGatewayEndToEnd's

@@ -13,7 +13,7 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/controllers"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 )
 
 // twoRegistries is a namespace with a production registry (writer-signed, db.wipe needs a

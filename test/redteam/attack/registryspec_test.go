@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 )
 
 // ATTACK (ManifestRegistry spec editor): docs/security.md says such an editor can point a

@@ -9,9 +9,9 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/gateway/store"
-	"github.com/reversi-gitops/reversi/internal/bundle"
-	"github.com/reversi-gitops/reversi/internal/registry"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
+	"github.com/reversi-gitops/reversi/pkg/registry"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 )
 
 // looseProd is a namespace whose prod registry serves db.wipe without approval (v1), rendered

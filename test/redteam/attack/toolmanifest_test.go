@@ -13,8 +13,8 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/gateway/store"
-	"github.com/reversi-gitops/reversi/internal/export"
-	"github.com/reversi-gitops/reversi/internal/registry"
+	"github.com/reversi-gitops/reversi/pkg/export"
+	"github.com/reversi-gitops/reversi/pkg/registry"
 )
 
 // signedToolManifest is db.wipe as the writers export it (reversi manifests export --format

@@ -30,10 +30,10 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/kube"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
 	"github.com/reversi-gitops/reversi/gateway/store"
-	"github.com/reversi-gitops/reversi/internal/bundle"
-	"github.com/reversi-gitops/reversi/internal/registry"
-	"github.com/reversi-gitops/reversi/internal/signing/signingtest"
 	"github.com/reversi-gitops/reversi/internal/testenv"
+	"github.com/reversi-gitops/reversi/pkg/bundle"
+	"github.com/reversi-gitops/reversi/pkg/registry"
+	"github.com/reversi-gitops/reversi/pkg/signing/signingtest"
 )
 
 var (

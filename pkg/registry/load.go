@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // Version is one version read from its file, with every check passed.

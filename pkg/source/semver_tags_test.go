@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reversi-gitops/reversi/internal/source"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/pkg/source"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 )
 
 // tagNames is prefix1 … prefixN.

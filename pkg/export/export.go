@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/internal/registry"
+	"github.com/reversi-gitops/reversi/pkg/registry"
 )
 
 // ToolManifest builds the object of one version. The spec holds the stored canonical manifest

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reversi-gitops/reversi/internal/source"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/pkg/source"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 )
 
 // ATTACK (git pusher; memory exhaustion through the source): the limits bound the bytes of the

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reversi-gitops/reversi/internal/source"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/pkg/source"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 )
 
 const bigBlob = 300 << 20 // 300 MiB of zeros: about 300 KiB once git compresses it

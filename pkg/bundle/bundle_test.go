@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
-	"github.com/reversi-gitops/reversi/internal/registry"
-	"github.com/reversi-gitops/reversi/internal/signing"
-	"github.com/reversi-gitops/reversi/internal/signing/signingtest"
+	"github.com/reversi-gitops/reversi/pkg/registry"
+	"github.com/reversi-gitops/reversi/pkg/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing/signingtest"
 )
 
 // signedSnapshot publishes n copies of the seed's read tool (plus the seed's three) as

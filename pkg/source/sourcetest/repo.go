@@ -3,7 +3,7 @@
 // (gpg.format=ssh) or with a throwaway GnuPG key, a smart-HTTP server (`git http-backend`
 // behind net/http/cgi on 127.0.0.1, with optional basic or bearer auth) and an SSH server
 // (golang.org/x/crypto/ssh on 127.0.0.1 running `git upload-pack`). It is used by the tests
-// of internal/source and by the controllers' envtest tests.
+// of pkg/source and by the controllers' envtest tests.
 //
 // Everything fails the test (t.Fatal) on error; tools that are missing fail it too, with the
 // package to install, except gpg, whose absence skips the test (NewGPGKey).

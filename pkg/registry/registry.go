@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // Format is the `format` value of index.json.
@@ -93,7 +93,7 @@ func (idx *Index) Served() map[string]Entry {
 
 // SetDigest is the digest of a served set: `sha256:<hex>` over the lines
 // `<tool>@<version>:<checksum>\n` in tool order. Equal digests mean the same enforced manifests;
-// the controller's renderings (internal/bundle) carry the same value.
+// the controller's renderings (pkg/bundle) carry the same value.
 func SetDigest(set map[string]Entry) string {
 	tools := make([]string, 0, len(set))
 	for t := range set {

@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/reversi-gitops/reversi/internal/registry"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/registry"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // SnapshotFormat is the `format` of a Snapshot.

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reversi-gitops/reversi/internal/source"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/pkg/source"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 )
 
 // advertisedRefs is how many refs the hostile server advertises.

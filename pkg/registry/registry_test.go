@@ -15,8 +15,8 @@ import (
 	"testing"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
-	"github.com/reversi-gitops/reversi/internal/signing"
-	"github.com/reversi-gitops/reversi/internal/signing/signingtest"
+	"github.com/reversi-gitops/reversi/pkg/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing/signingtest"
 )
 
 // keyPair is a test signing key.

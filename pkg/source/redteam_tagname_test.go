@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reversi-gitops/reversi/internal/source"
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/pkg/source"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 )
 
 // ATTACK (git pusher without keys): a signed tag object is accepted under any ref name. The

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // Key is a fresh Ed25519 key written by signing.GenerateKeyFiles: its signer, a trust set of

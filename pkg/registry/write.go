@@ -15,7 +15,7 @@ import (
 	"github.com/google/renameio/v2"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // WriteOptions are what every writing command takes: who (--by), the signing key (--key, may

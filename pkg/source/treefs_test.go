@@ -8,7 +8,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/reversi-gitops/reversi/internal/source/sourcetest"
+	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
 )
 
 // An objects-only fetch checks nothing out, and FS serves the commit's files: fs.FS

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
-	"github.com/reversi-gitops/reversi/internal/registry"
-	"github.com/reversi-gitops/reversi/internal/signing"
+	"github.com/reversi-gitops/reversi/pkg/registry"
+	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
 // ConfigMap data keys of a shard. Nothing unsigned is read as a fact: the digest and the shard
