@@ -423,6 +423,9 @@ func (e *env) gatewayStdio(ctx context.Context, n int, data string) (*fleet, err
 		cmd := exec.Command(e.reversi, "gateway", "--config", e.cfgFile, "--manifests", e.manifests,
 			"--store", e.store, "--data", data)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+		if p := os.Getenv("REVERSI_CPUPROFILE"); p != "" && n == 1 {
+			cmd.Env = append(cmd.Env, "REVERSI_CPUPROFILE="+p) // the one stdio gateway's profile
+		}
 		return cmd
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -162,7 +163,9 @@ func newGatewayCmd() *cobra.Command {
 			if kubeRun != nil {
 				go kubeRun(ctx, gw)
 			}
+			stopProfile := startCPUProfile(cmd.ErrOrStderr())
 			err = gw.Serve(ctx)
+			stopProfile()
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}
@@ -304,4 +307,24 @@ func stdout(cmd *cobra.Command) io.Writer {
 		return w
 	}
 	return nil
+}
+
+// CPUProfileEnv names a file the gateway writes a CPU profile of its serving to (pprof), for
+// hack/bench's profiles of the stdio gateway process; unset, nothing is profiled.
+const CPUProfileEnv = "REVERSI_CPUPROFILE"
+
+func startCPUProfile(stderr io.Writer) (stop func()) {
+	path := os.Getenv(CPUProfileEnv)
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "reversi-gateway: %s: %v (no profile)\n", CPUProfileEnv, err)
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }
 }
