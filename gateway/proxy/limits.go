@@ -183,35 +183,43 @@ func (g *Gateway) callMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if !ok {
 			return next(ctx, method, req)
 		}
-		principal := g.principal(creq)
-		name := ""
-		if creq.Params != nil {
-			name = creq.Params.Name
-		}
-		cctx, release, cancel, err := g.calls.acquire(ctx, creq.Session, principal, "tools/call requests")
-		if err != nil {
-			var le *LimitError
-			if errors.As(err, &le) {
-				g.metrics.limitHit(le.Limit)
-			}
-			g.journalRefusal(ctx, principal, name, err.Error())
-			return textResult(engine.BlockedPrefix + err.Error()), nil
-		}
-		defer release()
-		if pctx := g.postContext(creq); pctx != nil {
-			stop := context.AfterFunc(pctx, func() { cancel(ErrClientGone) })
-			defer stop()
-		}
-		res, err := next(cctx, method, req)
-		var je *jsonrpc.Error
-		if errors.As(err, &je) && je.Message == fmt.Sprintf("unknown tool %q", name) {
-			g.journalRefusal(ctx, principal, name, je.Message)
-			// A tool execution error, as the TypeScript SDK's servers answer: the agent (and the
-			// conformance suite) reads it like any refusal (issue 19).
-			return textResult(engine.BlockedPrefix + je.Message), nil
-		}
-		return res, err
+		return g.limitedCall(ctx, creq, func(ctx context.Context) (mcp.Result, error) { return next(ctx, method, req) })
 	}
+}
+
+// limitedCall runs a tools/call within the session's and the principal's limits on calls in
+// flight (a refusal is journaled and answered as a blocked result), cancelled when the HTTP
+// POST that carried it ends (ErrClientGone), and answers an unknown tool as a tool execution
+// error. The SDK's path (callMiddleware) and the fast path (fastcall.go) both go through it.
+func (g *Gateway) limitedCall(ctx context.Context, creq *mcp.CallToolRequest, run func(context.Context) (mcp.Result, error)) (mcp.Result, error) {
+	principal := g.principal(creq)
+	name := ""
+	if creq.Params != nil {
+		name = creq.Params.Name
+	}
+	cctx, release, cancel, err := g.calls.acquire(ctx, creq.Session, principal, "tools/call requests")
+	if err != nil {
+		var le *LimitError
+		if errors.As(err, &le) {
+			g.metrics.limitHit(le.Limit)
+		}
+		g.journalRefusal(ctx, principal, name, err.Error())
+		return textResult(engine.BlockedPrefix + err.Error()), nil
+	}
+	defer release()
+	if pctx := g.postContext(creq); pctx != nil {
+		stop := context.AfterFunc(pctx, func() { cancel(ErrClientGone) })
+		defer stop()
+	}
+	res, err := run(cctx)
+	var je *jsonrpc.Error
+	if errors.As(err, &je) && je.Message == fmt.Sprintf("unknown tool %q", name) {
+		g.journalRefusal(ctx, principal, name, je.Message)
+		// A tool execution error, as the TypeScript SDK's servers answer: the agent (and the
+		// conformance suite) reads it like any refusal (issue 19).
+		return textResult(engine.BlockedPrefix + je.Message), nil
+	}
+	return res, err
 }
 
 // journalRefusal writes a tools/call refused before any run step was opened for it (a limit, an

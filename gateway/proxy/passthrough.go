@@ -253,17 +253,27 @@ func (r *rawResult) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var set struct {
-		ResultType json.RawMessage            `json:"resultType"`
-		Meta       map[string]json.RawMessage `json:"_meta"`
-	}
+	var set resultAdditions
 	if err := json.Unmarshal(stand, &set); err != nil {
 		return nil, err
 	}
+	return set.splice(r.raw)
+}
+
+// resultAdditions are the members the SDK's server adds to a result: resultType and `_meta`
+// entries (nil: none).
+type resultAdditions struct {
+	ResultType json.RawMessage            `json:"resultType"`
+	Meta       map[string]json.RawMessage `json:"_meta"`
+}
+
+// splice adds set's members to raw, a result object, where raw lacks them; raw's own bytes
+// stay as they are in the common case (no `_meta` of its own).
+func (set resultAdditions) splice(raw json.RawMessage) ([]byte, error) {
 	if set.ResultType == nil && len(set.Meta) == 0 {
-		return r.raw, nil
+		return raw, nil
 	}
-	hasType, hasMeta, err := envelope(r.raw)
+	hasType, hasMeta, err := envelope(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +295,7 @@ func (r *rawResult) MarshalJSON() ([]byte, error) {
 			head.Write(meta)
 			head.WriteByte(',')
 		}
-		body := bytes.TrimSpace(r.raw)[1:]                       // after '{'
+		body := bytes.TrimSpace(raw)[1:]                         // after '{'
 		if bytes.HasPrefix(bytes.TrimSpace(body), []byte("}")) { // an empty object
 			head.Truncate(head.Len() - 1)
 		}
@@ -293,7 +303,7 @@ func (r *rawResult) MarshalJSON() ([]byte, error) {
 		return head.Bytes(), nil
 	}
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(r.raw, &m); err != nil {
+	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, err
 	}
 	if _, ok := m["resultType"]; !ok && set.ResultType != nil {

@@ -27,20 +27,36 @@ import (
 //   - a batch (a JSON array): -32600 unless limits.batch_size allows it and the session's
 //     protocol still has batches (before 2025-06-18: the SDK ends the session on a batch after).
 
-// serveStdio serves the one stdio session on in and out through the line filter.
+// serveStdio serves the one stdio session on in and out through the line filter, which hands
+// the calls the fast path serves to it (fastcall.go) and the rest to the SDK's session.
 func (g *Gateway) serveStdio(ctx context.Context, in io.Reader, out io.Writer) error {
-	w := &lockedWriter{w: out} // the SDK and the filter write whole lines, each with one Write
+	w := &lockedWriter{w: out} // the SDK, the filter and the fast path write whole lines, each with one Write
 	pr, pw := io.Pipe()
 	cancels := newStdioCancels() // stdiocancel.go
-	go func() { pw.CloseWithError(g.filterLines(in, pw, w, cancels)) }()
-	err := g.server.Run(ctx, &mcp.IOTransport{Reader: pr, Writer: writeCloser(cancelWriter{Writer: w, c: cancels}), MaxLineLength: int(g.limits.RequestBodyBytes) + 16})
+	fast := newFastCalls(g, w)
+	ss, err := g.server.Connect(ctx, &mcp.IOTransport{Reader: pr, Writer: writeCloser(cancelWriter{Writer: w, c: cancels}), MaxLineLength: int(g.limits.RequestBodyBytes) + 16}, nil)
+	if err != nil {
+		return err
+	}
+	fast.ss.Store(ss)
+	go func() { pw.CloseWithError(g.filterLines(in, pw, w, cancels, fast)) }()
+	ended := make(chan error, 1)
+	go func() { ended <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		_ = ss.Close()
+		<-ended
+		err = ctx.Err()
+	case err = <-ended:
+	}
 	_ = pr.Close()
+	fast.stop(ErrSessionClosed) // the SDK's session has ended its own calls the same way
 	return err
 }
 
 // filterLines copies the lines of in that the SDK can decode to sdk and answers the others on
 // out. It returns nil at the end of in, or sdk's or out's error.
-func (g *Gateway) filterLines(in io.Reader, sdk io.Writer, out io.Writer, cancels *stdioCancels) error {
+func (g *Gateway) filterLines(in io.Reader, sdk io.Writer, out io.Writer, cancels *stdioCancels, fast *fastCalls) error {
 	max := g.limits.RequestBodyBytes
 	br := bufio.NewReaderSize(in, 64<<10)
 	var line []byte
@@ -73,7 +89,7 @@ func (g *Gateway) filterLines(in io.Reader, sdk io.Writer, out io.Writer, cancel
 				return werr
 			}
 		} else if msg := bytes.TrimSpace(line); len(msg) > 0 {
-			pass, ok, werr := g.checkLine(out, msg, &protocol, cancels)
+			pass, ok, werr := g.checkLine(out, msg, &protocol, cancels, fast)
 			if werr != nil {
 				return werr
 			}
@@ -91,7 +107,7 @@ func (g *Gateway) filterLines(in io.Reader, sdk io.Writer, out io.Writer, cancel
 
 // checkLine decides one non-empty line: ok when the SDK may have it (pass), otherwise it has
 // been answered on out.
-func (g *Gateway) checkLine(out io.Writer, msg []byte, protocol *string, cancels *stdioCancels) (pass []byte, ok bool, err error) {
+func (g *Gateway) checkLine(out io.Writer, msg []byte, protocol *string, cancels *stdioCancels, fast *fastCalls) (pass []byte, ok bool, err error) {
 	if !json.Valid(msg) {
 		g.warn("stdio: the client sent a line that is not JSON; answered -32700 and skipped it")
 		return nil, false, answer(out, nil, codeParseError, "Parse error: the line is not JSON")
@@ -124,7 +140,13 @@ func (g *Gateway) checkLine(out io.Writer, msg []byte, protocol *string, cancels
 	if err != nil {
 		return nil, false, answer(out, idOf(msg), codeInvalidRequest, "Invalid Request: "+err.Error())
 	}
+	if req, isReq := m.(*jsonrpc.Request); isReq && fast != nil && fast.take(req) {
+		return nil, false, nil // served by the fast path
+	}
 	cancels.saw(m)
+	if fast != nil {
+		fast.sawCancel(m)
+	}
 	if req, isReq := m.(*jsonrpc.Request); isReq && req.Method == "initialize" {
 		var p struct {
 			ProtocolVersion string `json:"protocolVersion"`

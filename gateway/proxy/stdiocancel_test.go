@@ -21,6 +21,13 @@ import (
 // no response (the SDK's server would send one); the upstream is sent notifications/cancelled,
 // and the next request is answered as usual.
 func TestStdioCancelledCallGetsNoResponse(t *testing.T) {
+	// A call without a progress token takes the fast path (fastcall.go), one with a progress
+	// token the SDK's: the client sees the same either way.
+	t.Run("fast path", func(t *testing.T) { stdioCancelledCall(t, "") })
+	t.Run("SDK path", func(t *testing.T) { stdioCancelledCall(t, `,"_meta":{"progressToken":"p1"}`) })
+}
+
+func stdioCancelledCall(t *testing.T, meta string) {
 	upCancelled := make(chan struct{}, 1)
 	s := mcp.NewServer(&mcp.Implementation{Name: "slow", Version: "1"}, nil)
 	s.AddTool(&mcp.Tool{Name: "wait", InputSchema: map[string]any{"type": "object"}}, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -69,7 +76,7 @@ func TestStdioCancelledCallGetsNoResponse(t *testing.T) {
 		t.Fatalf("initialize answered as %s", id)
 	}
 	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"up.wait","arguments":{}}}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"up.wait","arguments":{}` + meta + `}}`)
 	time.Sleep(200 * time.Millisecond) // the call is upstream
 	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"user"}}`)
 	select {

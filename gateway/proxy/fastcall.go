@@ -1,0 +1,263 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	fastjson "github.com/segmentio/encoding/json"
+)
+
+// The tools/call fast path (issue 20). go-sdk stays the library for the protocol: sessions,
+// initialize, lists, notifications, the relay. A plain tools/call of an upstream tool, though,
+// travels past it: the line filter (stdio.go) hands it here as the JSON-RPC message it already
+// decoded, the same call path decides and journals it (handle), and the reply is written as
+// the upstream's result bytes spliced into a response line. Through the SDK the request was
+// decoded twice and the result encoded and compacted twice, more than half of a call's CPU.
+//
+// Only what the SDK would serve the same way takes the fast path; everything else goes to the
+// SDK as before: a session the SDK has not initialized yet, a call with a progress token, a
+// multi-round-trip retry (inputResponses, requestState), a name that is not an upstream tool
+// (reversi.* tools, unknown names), or a 2026-07-28 request `_meta` the SDK would refuse.
+// Decoding uses the SDK's library and options (segmentio, case-sensitive names), so the fast
+// path reads the same name and arguments the SDK would.
+
+// fastParams is what the fast path reads of tools/call params.
+type fastParams struct {
+	Name           string                     `json:"name"`
+	Arguments      json.RawMessage            `json:"arguments"`
+	Meta           map[string]json.RawMessage `json:"_meta"`
+	InputResponses json.RawMessage            `json:"inputResponses"`
+	RequestState   json.RawMessage            `json:"requestState"`
+}
+
+// fastCalls serves the fast path of one stdio session and cancels its calls.
+type fastCalls struct {
+	g   *Gateway
+	out io.Writer // the client's stdout (whole lines, one Write each)
+	ss  atomic.Pointer[mcp.ServerSession]
+
+	ctx    context.Context // ends with the session: its calls' parent
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+
+	mu   sync.Mutex
+	live map[string]*fastCall // by idKey of the request id
+}
+
+type fastCall struct {
+	cancel    context.CancelCauseFunc
+	cancelled bool // the client cancelled it: no response (stdiocancel.go)
+}
+
+func newFastCalls(g *Gateway, out io.Writer) *fastCalls {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &fastCalls{g: g, out: out, ctx: ctx, cancel: cancel, live: map[string]*fastCall{}}
+}
+
+// errAgentCancelled is the cause of a fast-path call the agent cancelled.
+var errAgentCancelled = errors.New("the agent cancelled the call (notifications/cancelled)")
+
+// stop ends the session's calls with cause and waits for them to finish.
+func (f *fastCalls) stop(cause error) {
+	f.cancel(cause)
+	f.wg.Wait()
+}
+
+// take serves req when the fast path can; false leaves it to the SDK.
+func (f *fastCalls) take(req *jsonrpc.Request) bool {
+	ss := f.ss.Load()
+	if ss == nil || req.Method != "tools/call" || !req.IsCall() {
+		return false
+	}
+	creq, newProtocol, ok := f.g.fastRequest(ss, req.Params)
+	if !ok {
+		return false
+	}
+	k := idKey(req.ID.Raw())
+	f.mu.Lock()
+	if _, dup := f.live[k]; dup || len(f.live) >= maxNotedCalls {
+		f.mu.Unlock()
+		return false // the SDK answers (and bounds) what the fast path does not track
+	}
+	ctx, cancel := context.WithCancelCause(f.ctx)
+	c := &fastCall{cancel: cancel}
+	f.live[k] = c
+	f.mu.Unlock()
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		line := f.g.fastReply(ctx, ss, req.ID, creq, newProtocol)
+		f.mu.Lock()
+		delete(f.live, k)
+		drop := c.cancelled
+		f.mu.Unlock()
+		cancel(nil)
+		if !drop {
+			_, _ = f.out.Write(line)
+		}
+	}()
+	return true
+}
+
+// sawCancel cancels the fast-path call a notifications/cancelled names.
+func (f *fastCalls) sawCancel(m jsonrpc.Message) {
+	req, ok := m.(*jsonrpc.Request)
+	if !ok || req.IsCall() || req.Method != "notifications/cancelled" {
+		return
+	}
+	var p struct {
+		RequestID any `json:"requestId"`
+	}
+	d := json.NewDecoder(bytes.NewReader(req.Params))
+	d.UseNumber()
+	if d.Decode(&p) != nil || p.RequestID == nil {
+		return
+	}
+	f.mu.Lock()
+	c := f.live[idKey(p.RequestID)]
+	if c != nil {
+		c.cancelled = true
+	}
+	f.mu.Unlock()
+	if c != nil {
+		c.cancel(errAgentCancelled)
+	}
+}
+
+// fastRequest decodes params as the SDK would into a request of session ss, when the fast path
+// serves it. newProtocol: the request carries 2026-07-28's per-request `_meta`.
+func (g *Gateway) fastRequest(ss *mcp.ServerSession, params json.RawMessage) (req *mcp.CallToolRequest, newProtocol, ok bool) {
+	init := ss.InitializeParams()
+	if init == nil {
+		return nil, false, false
+	}
+	var p fastParams
+	dec := fastjson.NewDecoder(bytes.NewReader(params))
+	dec.DontMatchCaseInsensitiveStructFields()
+	if dec.Decode(&p) != nil || len(p.InputResponses) > 0 || len(p.RequestState) > 0 || g.route(p.Name) == nil {
+		return nil, false, false
+	}
+	meta := mcp.Meta{}
+	for k, raw := range p.Meta {
+		if k == "progressToken" {
+			return nil, false, false // progress is relayed by the SDK's path (agents.go)
+		}
+		if strings.HasPrefix(k, protocolMetaPrefix) {
+			continue // the agent's hop (forwardMeta drops them too); checked below
+		}
+		var v any
+		if fastjson.Unmarshal(raw, &v) != nil {
+			return nil, false, false
+		}
+		meta[k] = v
+	}
+	if raw, has := p.Meta[mcp.MetaKeyProtocolVersion]; has {
+		var version string
+		if fastjson.Unmarshal(raw, &version) != nil || version >= "2026-07-28" {
+			if !g.newProtocolMetaOK(p.Meta, version) {
+				return nil, false, false // the SDK refuses it, with its own error
+			}
+			newProtocol = true
+		}
+	}
+	return &mcp.CallToolRequest{Session: ss, Params: &mcp.CallToolParamsRaw{Name: p.Name, Arguments: p.Arguments, Meta: meta}}, newProtocol, true
+}
+
+// newProtocolMetaOK reports whether the SDK accepts a 2026-07-28 request's `_meta` (SEP-2575):
+// a protocol version it serves, client capabilities, and client info when present, each of
+// its type.
+func (g *Gateway) newProtocolMetaOK(meta map[string]json.RawMessage, version string) bool {
+	if version != "2026-07-28" { // the one per-request version the SDK serves
+		return false
+	}
+	var caps mcp.ClientCapabilities
+	raw, has := meta[mcp.MetaKeyClientCapabilities]
+	if !has || fastjson.Unmarshal(raw, &caps) != nil || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return false
+	}
+	if raw, has := meta[mcp.MetaKeyClientInfo]; has {
+		var info mcp.Implementation
+		if fastjson.Unmarshal(raw, &info) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// fastReply runs the call as the SDK's path does (limits, then handle) and returns the
+// response line: the upstream's result bytes spliced in, with what the SDK adds for the
+// session's protocol (resultType from 2026-07-28 on, and the server's info in `_meta` for a
+// per-request 2026-07-28 request).
+func (g *Gateway) fastReply(ctx context.Context, ss *mcp.ServerSession, id jsonrpc.ID, req *mcp.CallToolRequest, newProtocol bool) []byte {
+	h := &passHolder{}
+	r, err := g.limitedCall(context.WithValue(ctx, passHolderKey{}, h), req, func(ctx context.Context) (mcp.Result, error) {
+		return g.handle(ctx, req)
+	})
+	res, _ := r.(*mcp.CallToolResult)
+	if err == nil && res == nil {
+		err = errors.New("the call path returned no result")
+	}
+	var body []byte
+	if err == nil {
+		var set resultAdditions
+		if init := ss.InitializeParams(); init != nil && init.ProtocolVersion >= "2026-07-28" {
+			set.ResultType = json.RawMessage(`"complete"`)
+		}
+		if newProtocol {
+			info, _ := json.Marshal(&mcp.Implementation{Name: Name, Version: Version})
+			set.Meta = map[string]json.RawMessage{mcp.MetaKeyServerInfo: info}
+		}
+		raw := h.raw
+		if raw == nil || res != h.res {
+			if res.Content == nil {
+				r := *res
+				r.Content = []mcp.Content{} // as the SDK sends it: never null
+				res = &r
+			}
+			raw, err = json.Marshal(res)
+		}
+		if err == nil {
+			body, err = set.splice(raw)
+		}
+	}
+	if err == nil && bytes.IndexByte(body, '\n') >= 0 {
+		var b bytes.Buffer // an upstream over HTTP may indent: stdio is one message per line
+		if err = json.Compact(&b, body); err == nil {
+			body = b.Bytes()
+		}
+	}
+	if err != nil {
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) {
+			je = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+		}
+		line, merr := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: je})
+		if merr != nil {
+			return rpcErrorJSON(nil, jsonrpc.CodeInternalError, merr.Error())
+		}
+		return append(line, '\n')
+	}
+	line := make([]byte, 0, len(body)+48)
+	line = append(line, `{"jsonrpc":"2.0","id":`...)
+	switch v := id.Raw().(type) {
+	case string:
+		q, _ := json.Marshal(v)
+		line = append(line, q...)
+	case int64:
+		line = strconv.AppendInt(line, v, 10)
+	default:
+		line = append(line, "null"...)
+	}
+	line = append(line, `,"result":`...)
+	line = append(line, body...)
+	return append(line, "}\n"...)
+}
