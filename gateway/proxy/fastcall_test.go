@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -201,5 +202,43 @@ func TestFastPathTakesOnlyPlainCalls(t *testing.T) {
 	_ = ct
 	if _, _, ok := p.gw.fastRequest(fresh, json.RawMessage(`{"name":"memory.read_graph","arguments":{}}`)); ok {
 		t.Error("a call on a session that has not initialized took the fast path")
+	}
+}
+
+// A raw call's params are what the SDK's client writes for the same call (as JSON values),
+// on one line.
+func TestRawToolParamsAsTheSDKWritesThem(t *testing.T) {
+	for _, tc := range []struct {
+		args json.RawMessage
+		meta mcp.Meta
+	}{
+		{nil, nil},
+		{json.RawMessage(`{}`), nil},
+		{json.RawMessage("{\n  \"query\": \"a\\nb\",\r\n  \"n\": [1, 2]\n}"), mcp.Meta{"progressToken": "reversi-x", "trace/id": map[string]any{"a": 1.0}}},
+		{json.RawMessage(`null`), mcp.Meta{}},
+	} {
+		got, err := rawToolParams("read_graph", tc.args, tc.meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &mcp.CallToolParams{Name: "read_graph", Meta: tc.meta}
+		if len(tc.args) > 0 {
+			p.Arguments = tc.args
+		}
+		want, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("%s: %v", got, err)
+		}
+		_ = json.Unmarshal(want, &w)
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("raw params %s, the SDK's %s", got, want)
+		}
+		if bytes.ContainsAny(got, "\r\n") {
+			t.Errorf("raw params span lines: %q", got)
+		}
 	}
 }

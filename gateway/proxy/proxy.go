@@ -559,7 +559,14 @@ func (g *Gateway) forward(ctx context.Context, r *route, req *mcp.CallToolReques
 		slot := &rawSlot{}
 		var cs *mcp.ClientSession
 		if cs, err = a.session(cctx, r.up); err == nil {
-			res, err = cs.CallTool(context.WithValue(cctx, rawSlotKey{}, slot), params)
+			if sc := r.up.rawConn(cs); sc != nil {
+				slot.raw, err = rawToolCall(cctx, sc, params.Name, req.Params.Arguments, params.Meta)
+				if err == nil && !completeResult(slot.raw) {
+					err = fmt.Errorf("upstream %s answered with a result that is not complete (resultType), which needs the 2026-07-28 protocol", r.up.name)
+				}
+			} else {
+				res, err = cs.CallTool(context.WithValue(cctx, rawSlotKey{}, slot), params)
+			}
 		}
 		slot.release() // an unanswered call's slot is not kept
 		switch {

@@ -28,9 +28,10 @@ func TestStdioCancelledCallGetsNoResponse(t *testing.T) {
 }
 
 func stdioCancelledCall(t *testing.T, meta string) {
-	upCancelled := make(chan struct{}, 1)
+	upCancelled, upStarted := make(chan struct{}, 1), make(chan struct{}, 1)
 	s := mcp.NewServer(&mcp.Implementation{Name: "slow", Version: "1"}, nil)
 	s.AddTool(&mcp.Tool{Name: "wait", InputSchema: map[string]any{"type": "object"}}, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		upStarted <- struct{}{}
 		<-ctx.Done()
 		upCancelled <- struct{}{}
 		return nil, ctx.Err()
@@ -77,7 +78,11 @@ func stdioCancelledCall(t *testing.T, meta string) {
 	}
 	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"up.wait","arguments":{}` + meta + `}}`)
-	time.Sleep(200 * time.Millisecond) // the call is upstream
+	select { // the call is upstream
+	case <-upStarted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not reach the upstream")
+	}
 	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"user"}}`)
 	select {
 	case <-upCancelled:

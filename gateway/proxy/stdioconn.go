@@ -88,7 +88,7 @@ func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
 	c := &stdioConn{t: t, stdin: inW, stdout: outR, incoming: make(chan jsonrpc.Message),
 		readDone: make(chan struct{}), exited: make(chan struct{}), closed: make(chan struct{}),
 		writeSem: make(chan struct{}, 1), logs: rate.Sometimes{First: 10, Interval: 10 * time.Second},
-		answers: newAnswerGate(t.name, t.warn)}
+		answers: newAnswerGate(t.name, t.warn), rawWait: map[string]chan rawAnswer{}}
 	go func() {
 		_ = t.cmd.Wait() // its result is in cmd.ProcessState
 		if t.stderr != nil {
@@ -129,6 +129,10 @@ type stdioConn struct {
 	skipped atomic.Int64   // lines skipped so far
 
 	answers *answerGate // the answers to the upstream's own requests (answers.go)
+
+	rawMu   sync.Mutex
+	rawWait map[string]chan rawAnswer // raw calls waiting, by id (rawcall.go)
+	rawSeq  atomic.Uint64
 }
 
 func (c *stdioConn) SessionID() string { return "" }
@@ -239,6 +243,8 @@ func (c *stdioConn) readLoop() {
 		switch {
 		case over != nil:
 			c.oversized(over)
+		case len(bytes.TrimSpace(line)) > 0 && c.rawWaiting() && c.deliverRaw(line):
+			first = false
 		case len(bytes.TrimSpace(line)) > 0:
 			msgs, derr := decodeLine(line)
 			if derr != nil {
@@ -312,6 +318,9 @@ func (c *stdioConn) oversized(o *overLine) {
 		return
 	}
 	c.t.warn("%v; the call with id %v fails, the others go on", tooLarge, id.Raw())
+	if rid, ok := id.Raw().(string); ok && c.answerRaw(rid, rawAnswer{err: tooLarge}) {
+		return
+	}
 	select {
 	case c.incoming <- &jsonrpc.Response{ID: id, Error: tooLarge}:
 	case <-c.closed:
