@@ -796,13 +796,9 @@ func (r *ManifestRegistryReconciler) loadBundle(ctx context.Context, reg *v1alph
 	}
 	snap, errs := registry.NewFS(dir, sub).Load(trust)
 	if len(errs) > 0 {
-		reason := v1alpha1.ReasonValidationFailed
-		for _, e := range errs {
-			if isSignatureProblem(e) {
-				reason = v1alpha1.ReasonSignatureVerificationFailed
-				setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, reason, e.Error())
-				break
-			}
+		reason, sigErr := loadProblemsReason(errs)
+		if sigErr != nil {
+			setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, reason, sigErr.Error())
 		}
 		return bundle.Bundle{}, nil, loadFailure(reason, art.Revision, errs)
 	}
@@ -818,9 +814,19 @@ func sortedKeys(m map[string][]byte) []string {
 	return keys
 }
 
-func isSignatureProblem(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "signature") || strings.Contains(s, "not signed") || strings.Contains(s, "not trusted")
+// loadProblemsReason is the Ready reason of a refused registry load: SignatureVerificationFailed
+// when a problem refuses a signature (missing, malformed, by an untrusted key, not verifying,
+// or an index too old to carry one that covers the served set), returned as sigErr for
+// SourceVerified=False; ValidationFailed otherwise. It decides by the errors' types
+// (registry.IsSignatureError, errors.Is on the signing sentinels), never by their text: a
+// problem that merely mentions "signature" (a field name, a tool name) is not one.
+func loadProblemsReason(errs []error) (reason string, sigErr error) {
+	for _, e := range errs {
+		if registry.IsSignatureError(e) {
+			return v1alpha1.ReasonSignatureVerificationFailed, e
+		}
+	}
+	return v1alpha1.ReasonValidationFailed, nil
 }
 
 // loadPlain reads plain manifest files from the commit; files are named by their path in the

@@ -170,6 +170,17 @@ func TestBadRevisionsLeaveTheLastGoodRendering(t *testing.T) {
 			publish(t, filepath.Join(repo.Dir, "reg"), other, &refund) // signed by a key nobody trusts
 			repo.Commit("mallory's refund")
 		}, reason: v1alpha1.ReasonSignatureVerificationFailed, want: "not trusted"},
+		{name: "manifest signature copied from another tool", break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair, signer *sourcetest.SSHKey) {
+			dir := filepath.Join(repo.Dir, "reg")
+			sig := versionField(t, dir, "stripe.get_charge", 1, "signature")
+			editVersion(t, dir, "stripe.refund", 1, func(m map[string]any) { m["signature"] = sig })
+			editIndex(t, dir, func(m map[string]any) { entryOf(m, "stripe.refund", 1)["signature"] = sig })
+			repo.Commit("swap a signature")
+		}, reason: v1alpha1.ReasonSignatureVerificationFailed, want: "the signature does not verify with key"},
+		{name: "damaged version file that mentions signatures", break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair, signer *sourcetest.SSHKey) {
+			editVersion(t, filepath.Join(repo.Dir, "reg"), "stripe.refund", 1, func(m map[string]any) { m["signatures"] = []string{} })
+			repo.Commit("an unknown field")
+		}, reason: v1alpha1.ReasonValidationFailed, want: `json: unknown field "signatures"`},
 		{name: "unsigned commit", commit: true, break_: func(t *testing.T, repo *sourcetest.Repo, k keyPair, signer *sourcetest.SSHKey) {
 			repo.WriteFile("README", "unsigned change\n")
 			repo.Commit("unsigned")
@@ -238,6 +249,15 @@ func TestBadRevisionsLeaveTheLastGoodRendering(t *testing.T) {
 				if sv := condition(reg.Status.Conditions, v1alpha1.ConditionSourceVerified); sv == nil || sv.Status != metav1.ConditionFalse {
 					t.Errorf("SourceVerified %+v", sv)
 				}
+			}
+			// A refused manifest signature is SourceVerified=False with the same reason; other
+			// problems leave SourceVerified alone (the commit did verify).
+			sv := condition(reg.Status.Conditions, v1alpha1.ConditionSourceVerified)
+			switch {
+			case c.reason == v1alpha1.ReasonSignatureVerificationFailed && (sv == nil || sv.Status != metav1.ConditionFalse || sv.Reason != c.reason || !strings.Contains(sv.Message, c.want)):
+				t.Errorf("SourceVerified %+v, want False %s saying %q", sv, c.reason, c.want)
+			case c.reason == v1alpha1.ReasonValidationFailed && !c.plain && sv != nil && sv.Status == metav1.ConditionFalse:
+				t.Errorf("SourceVerified %+v after a validation problem", sv)
 			}
 		})
 	}

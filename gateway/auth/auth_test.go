@@ -323,6 +323,17 @@ func TestKeyIdentity(t *testing.T) {
 	if _, _, err := auth.AddKey(p, "x", auth.Agent, nil, nil, auth.KeyIdentity{Email: "not-an-address"}); err == nil || !strings.Contains(err.Error(), "email") {
 		t.Fatalf("bad email: %v", err)
 	}
+	// The refusal says which field by its type (the CLI names its flag from it), in the same words.
+	for ident, want := range map[auth.KeyIdentity]string{
+		{UID: "a b"}:              `uid "a b": at most 253 characters, no spaces`,
+		{Email: "not-an-address"}: `email "not-an-address": expected name@domain (at most 253 characters)`,
+	} {
+		_, _, err := auth.NewKey("x", auth.Agent, nil, nil, ident)
+		var ie *auth.IdentityError
+		if !errors.As(err, &ie) || ie.Field != strings.Fields(want)[0] || err.Error() != want {
+			t.Errorf("%+v: %v (%#v), want an *IdentityError %q", ident, err, ie, want)
+		}
+	}
 	bad := `{"keys":[{"id":"0123456789ab","principal":"p","role":"agent","hash":"sha256:` + strings.Repeat("0", 64) + `","uid":"a b"}]}`
 	if _, err := auth.ParseKeyFile([]byte(bad)); err == nil || !strings.Contains(err.Error(), `keys[0]: uid "a b"`) {
 		t.Fatalf("bad uid: %v", err)

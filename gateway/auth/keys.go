@@ -109,16 +109,26 @@ func ParseKeyFile(data []byte) (*KeyFile, error) {
 	return &f, nil
 }
 
+// IdentityError is a key's uid or email that cannot be used. Field says which ("uid" or
+// "email"), so a caller can name its own setting (the CLI's --uid and --email) without
+// reading the text, which is `<field> "<value>": <what is expected>`.
+type IdentityError struct {
+	Field, Value, Want string
+}
+
+func (e *IdentityError) Error() string { return fmt.Sprintf("%s %q: %s", e.Field, e.Value, e.Want) }
+
 // checkKeyIdentity checks a key's optional uid and email: no spaces, at most 253 characters
 // (the ApprovalRequest fields they go into), and an email with one @ between non-empty parts.
+// Errors are *IdentityError.
 func checkKeyIdentity(uid, email string) error {
 	if uid != "" && (len(uid) > 253 || strings.TrimSpace(uid) != uid || strings.ContainsAny(uid, " \t\n")) {
-		return fmt.Errorf("uid %q: at most 253 characters, no spaces", uid)
+		return &IdentityError{Field: "uid", Value: uid, Want: "at most 253 characters, no spaces"}
 	}
 	if email != "" {
 		local, domain, ok := strings.Cut(email, "@")
 		if len(email) > 253 || !ok || local == "" || domain == "" || strings.Contains(domain, "@") || strings.ContainsAny(email, " \t\n") {
-			return fmt.Errorf("email %q: expected name@domain (at most 253 characters)", email)
+			return &IdentityError{Field: "email", Value: email, Want: "expected name@domain (at most 253 characters)"}
 		}
 	}
 	return nil
@@ -150,7 +160,7 @@ type KeyIdentity struct {
 
 // NewKey makes a key entry and its secret. The secret is shown once and never stored. ident
 // (optional, at most one) sets the entry's uid and email. Errors: no principal, an unknown
-// role, a bad uid or email (named).
+// role, a bad uid or email (an *IdentityError).
 func NewKey(principal string, role Role, maxPermissions *[]string, groups []string, ident ...KeyIdentity) (KeyEntry, string, error) {
 	if strings.TrimSpace(principal) == "" {
 		return KeyEntry{}, "", errors.New("a key needs a principal")
@@ -181,7 +191,8 @@ func NewKey(principal string, role Role, maxPermissions *[]string, groups []stri
 }
 
 // AddKey appends a new key to the file at path (created, mode 0600, when missing) and returns
-// the entry and its secret. The file is replaced atomically.
+// the entry and its secret. The file is replaced atomically. A bad uid or email of the new key
+// is NewKey's *IdentityError; the existing file's problems name the file and carry none.
 func AddKey(path, principal string, role Role, maxPermissions *[]string, groups []string, ident ...KeyIdentity) (KeyEntry, string, error) {
 	f := &KeyFile{}
 	if data, err := os.ReadFile(path); err == nil {

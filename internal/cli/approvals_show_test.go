@@ -118,6 +118,10 @@ func TestKeysAddIdentity(t *testing.T) {
 		!strings.Contains(errb, "--email") {
 		t.Fatalf("bad email: %d %s", code, errb)
 	}
+	if _, errb, code := reversiInProcess("gateway", "keys", "add", "-f", p, "--principal", "x", "--role", "agent", "--uid", "a b"); code != 1 ||
+		!strings.Contains(errb, `--uid "a b": at most 253 characters, no spaces`) {
+		t.Fatalf("bad uid: %d %s", code, errb)
+	}
 }
 
 func timeNowPlusHour() time.Time { return time.Now().Add(time.Hour) }

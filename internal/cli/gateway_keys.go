@@ -1,8 +1,8 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -47,8 +47,8 @@ func newGatewayKeysCmd() *cobra.Command {
 			}
 			e, secret, err := auth.AddKey(file, principal, r, maxp, groups, auth.KeyIdentity{UID: uid, Email: email})
 			if err != nil {
-				if strings.HasPrefix(err.Error(), "uid ") || strings.HasPrefix(err.Error(), "email ") {
-					return fmt.Errorf("--%w", err)
+				if ie := (*auth.IdentityError)(nil); errors.As(err, &ie) {
+					return fmt.Errorf("--%w", err) // names the flag: --uid "a b": …
 				}
 				return err
 			}

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -435,5 +436,37 @@ func TestVerifyGatewayBindsTheSources(t *testing.T) {
 	}
 	if _, errs := plainOK.VerifyGateway(gateway, trust, ctl.Trust, now); len(errs) > 0 {
 		t.Errorf("a Plain source the gateway accepts: %v", errs)
+	}
+}
+
+// A rendering's refused signatures are typed like a registry load's: an unsigned or untrusted
+// entry, a snapshot by another controller key or with a malformed signature, each matched with
+// errors.Is (the gateway and the controller never read the text).
+func TestVerifySignatureErrorsAreTyped(t *testing.T) {
+	snap, trust := signedSnapshot(t, 0)
+	ctl := signingtest.NewKey(t)
+	unsigned := FromSnapshot(source, snap)
+	unsigned.Entries[0].Signature, unsigned.Entries[0].KeyID = "", ""
+	malformed := attested(t, snap, source, 7, ctl.Signer)
+	malformed.Snapshots[0].Signature = "not base64!"
+	cases := map[string]struct {
+		b                   Bundle
+		writers, controller *signing.TrustSet
+		is                  error
+	}{
+		"entry not signed":               {unsigned, trust, nil, signing.ErrNotSigned},
+		"entry by an untrusted writer":   {FromSnapshot(source, snap), signingtest.NewKey(t).Trust, nil, signing.ErrUntrusted},
+		"snapshot by another controller": {attested(t, snap, source, 7, signingtest.NewKey(t).Signer), trust, ctl.Trust, signing.ErrUntrusted},
+		"snapshot signature malformed":   {malformed, trust, ctl.Trust, signing.ErrMalformedSignature},
+	}
+	for name, c := range cases {
+		_, errs := c.b.Verify(c.writers, c.controller)
+		if len(errs) == 0 {
+			t.Fatalf("%s: verified", name)
+		}
+		// The first problem is the signature's (a refused snapshot leaves its entries without one).
+		if e := errs[0]; !errors.Is(e, c.is) || !registry.IsSignatureError(e) {
+			t.Errorf("%s: %v is not %v", name, e, c.is)
+		}
 	}
 }

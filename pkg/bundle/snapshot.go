@@ -103,7 +103,8 @@ func Sign(s Snapshot, signer *signing.Signer) (SignedSnapshot, error) {
 }
 
 // Verify checks the signature against the controller's keys and the snapshot's form.
-// Errors name the source; signing.ErrUntrusted when the key is not a trusted controller key.
+// Errors name the source; a refused signature wraps signing.ErrMalformedSignature,
+// ErrBadSignature, or ErrUntrusted when the key is not a trusted controller key.
 func (ss SignedSnapshot) Verify(controller *signing.TrustSet) error {
 	s := ss.Snapshot
 	if s.Format != SnapshotFormat {
@@ -111,7 +112,7 @@ func (ss SignedSnapshot) Verify(controller *signing.TrustSet) error {
 	}
 	sig, err := base64.StdEncoding.DecodeString(ss.Signature)
 	if err != nil || ss.KeyID == "" {
-		return fmt.Errorf("snapshot of %s: the signature or key id is malformed", s.Source)
+		return fmt.Errorf("snapshot of %s: the signature or key id is %w", s.Source, signing.ErrMalformedSignature)
 	}
 	msg, err := s.message()
 	if err != nil {

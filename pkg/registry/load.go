@@ -29,12 +29,14 @@ type Version struct {
 }
 
 // Problem is one thing wrong with a registry: the file (relative to the registry), the tool
-// and version when known, and what is wrong and what to do.
+// and version when known, and what is wrong and what to do. Err, when set, is the error the
+// Message was made from; errors.Is and errors.As see it (IsSignatureError, say).
 type Problem struct {
 	File    string
 	Tool    string
 	Version int
 	Message string
+	Err     error
 }
 
 func (p *Problem) Error() string {
@@ -47,6 +49,9 @@ func (p *Problem) Error() string {
 	}
 	return where + ": " + p.Message
 }
+
+// Unwrap returns the cause, nil when the problem has none.
+func (p *Problem) Unwrap() error { return p.Err }
 
 // Snapshot is a loaded registry: the newest non-draft version of each tool, verified.
 type Snapshot struct {
@@ -100,7 +105,7 @@ func (r *Registry) readVersion(fsys fs.FS, tool string, want Entry, trust *signi
 	}
 	m, err := VerifyEntry(tool, vf.Entry, compact.Bytes(), trust, full)
 	if err != nil {
-		return nil, bad("%v", err)
+		return nil, &Problem{File: rel, Tool: tool, Version: want.Version, Message: err.Error(), Err: err}
 	}
 	return &Version{Tool: tool, Entry: vf.Entry, Manifest: m, Canonical: compact.Bytes()}, nil
 }
@@ -111,6 +116,8 @@ func (r *Registry) readVersion(fsys fs.FS, tool string, want Entry, trust *signi
 // trust the signature is a trusted key's over `reversi-manifest:<tool>@<version>:<checksum>`.
 // full also requires the bytes to be in canonical form (an audit; the checksum already binds
 // them). Registry loads and the gateway's re-verification of rendered ConfigMaps both use it.
+// A refused signature wraps a signing error (signing.ErrNotSigned, ErrMalformedSignature,
+// ErrUntrusted, ErrBadSignature).
 func VerifyEntry(tool string, e Entry, canonical []byte, trust *signing.TrustSet, full bool) (*manifest.Manifest, error) {
 	sum := sha256.Sum256(canonical)
 	if got := hex.EncodeToString(sum[:]); got != e.Checksum {
@@ -149,13 +156,13 @@ func VerifyEntry(tool string, e Entry, canonical []byte, trust *signing.TrustSet
 func checkSignature(tool string, e Entry, trust *signing.TrustSet) error {
 	if !e.Signed() {
 		if trust != nil {
-			return errors.New("not signed, but trusted keys are set: every version must be signed by one of them; publish again with --key")
+			return fmt.Errorf("%w, but trusted keys are set: every version must be signed by one of them; publish again with --key", signing.ErrNotSigned)
 		}
 		return nil
 	}
 	sig, err := base64.StdEncoding.DecodeString(e.Signature)
 	if err != nil || e.KeyID == "" {
-		return errors.New("the signature or key id is malformed")
+		return fmt.Errorf("the signature or key id is %w", signing.ErrMalformedSignature)
 	}
 	if trust == nil {
 		return nil
@@ -348,7 +355,7 @@ func (r *Registry) open(trust *signing.TrustSet) (idx *Index, fsys fs.FS, closeF
 		return nil, nil, nil, []error{err}
 	}
 	if err := idx.verify(trust); err != nil {
-		errs = append(errs, &Problem{File: IndexFile, Message: err.Error()})
+		errs = append(errs, &Problem{File: IndexFile, Message: err.Error(), Err: err})
 	}
 	if len(idx.Tools) == 0 {
 		errs = append(errs, &Problem{File: IndexFile, Message: "lists no tools: a registry that enforces nothing is refused; restore index.json or publish manifests"})

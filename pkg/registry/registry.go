@@ -167,15 +167,16 @@ func (idx *Index) Proof() (IndexProof, error) {
 }
 
 // Verify checks that a writer trusted by trust signed an index whose served set has the digest
-// served (SetDigest), with p's sequence and history. Errors: the proof is unsigned or malformed,
-// or the signature does not verify (signing.ErrUntrusted when the key is not trusted).
+// served (SetDigest), with p's sequence and history. Errors: the proof is unsigned
+// (signing.ErrNotSigned) or malformed (signing.ErrMalformedSignature), or the signature does not
+// verify (signing.ErrBadSignature; signing.ErrUntrusted when the key is not trusted).
 func (p IndexProof) Verify(served string, trust *signing.TrustSet) error {
 	if p.Signature == "" || p.KeyID == "" {
-		return errors.New("the registry index is not signed: the set of served versions cannot be checked; write the registry with --key")
+		return fmt.Errorf("the registry index is %w: the set of served versions cannot be checked; write the registry with --key", signing.ErrNotSigned)
 	}
 	sig, err := base64.StdEncoding.DecodeString(p.Signature)
 	if err != nil {
-		return errors.New("the registry index signature is malformed")
+		return fmt.Errorf("the registry index signature is %w", signing.ErrMalformedSignature)
 	}
 	if err := trust.Verify(p.KeyID, sig, indexMessage(p.ID, p.Sequence, served, p.History)); err != nil {
 		if errors.Is(err, signing.ErrUntrusted) {
@@ -205,20 +206,33 @@ func (idx *Index) sign(s *signing.Signer) error {
 	return nil
 }
 
-// verify checks the index signature against trust (nothing to check without trust).
+// ErrLegacyIndex is wrapped by loads with trusted keys when index.json has no sequence or id: an
+// earlier reversi wrote it, and its signature does not cover what a reader must check. Like the
+// signing errors it refuses the index's signature (IsSignatureError).
+var ErrLegacyIndex = errors.New("index.json has no sequence or id")
+
+// IsSignatureError reports whether err (or an error it wraps, such as a *Problem) refuses a
+// signature: a signing error (signing.IsSignatureError) or ErrLegacyIndex. The controller
+// reports these as SignatureVerificationFailed, everything else as ValidationFailed.
+func IsSignatureError(err error) bool {
+	return signing.IsSignatureError(err) || errors.Is(err, ErrLegacyIndex)
+}
+
+// verify checks the index signature against trust (nothing to check without trust). Its errors
+// wrap the signing errors or ErrLegacyIndex.
 func (idx *Index) verify(trust *signing.TrustSet) error {
 	if trust == nil {
 		return nil
 	}
 	if idx.Signature == "" {
-		return errors.New("index.json is not signed, but trusted keys are set: the list of versions could be edited unseen; write the registry with --key")
+		return fmt.Errorf("index.json is %w, but trusted keys are set: the list of versions could be edited unseen; write the registry with --key", signing.ErrNotSigned)
 	}
 	if idx.Sequence < 1 || idx.ID == "" {
-		return errors.New("index.json has no sequence or id: it was written by an earlier reversi, whose signature does not cover the served set and the registry's identity; sign it again with reversi manifests sign --key")
+		return fmt.Errorf("%w: it was written by an earlier reversi, whose signature does not cover the served set and the registry's identity; sign it again with reversi manifests sign --key", ErrLegacyIndex)
 	}
 	sig, err := base64.StdEncoding.DecodeString(idx.Signature)
 	if err != nil {
-		return errors.New("index.json's signature is malformed")
+		return fmt.Errorf("index.json's signature is %w", signing.ErrMalformedSignature)
 	}
 	msg, err := idx.IndexMessage()
 	if err != nil {

@@ -791,3 +791,113 @@ func TestIndexWithoutSequenceAndSign(t *testing.T) {
 		t.Fatalf("sign over a damaged registry: %v", err)
 	}
 }
+
+// A refused signature is a typed error (errors.Is on the signing sentinels, IsSignatureError,
+// through the *Problem that names the file), whatever the text says; a problem that only
+// mentions a signature is not one. The controller reports SignatureVerificationFailed on
+// exactly these.
+func TestSignatureProblemsAreTyped(t *testing.T) {
+	other := newKey(t)
+	cases := []struct {
+		name   string
+		trust  func(k keyPair) *signing.TrustSet
+		tamper func(t *testing.T, r *Registry)
+		want   string // in the problem's text, which stays what it was
+		is     error  // nil: not a signature problem
+		file   string // the *Problem's File
+	}{
+		{name: "untrusted writer", trust: func(keyPair) *signing.TrustSet { return other.Trust }, tamper: func(*testing.T, *Registry) {},
+			want: "which is not trusted", is: signing.ErrUntrusted, file: "tools/stripe.refund/v2.json"},
+		{name: "version signed for another version", tamper: func(t *testing.T, r *Registry) {
+			var sig any
+			editJSON(t, versionFile(t, r, "stripe.refund", 1), func(m map[string]any) { sig = m["signature"] })
+			editJSON(t, versionFile(t, r, "stripe.refund", 2), func(m map[string]any) { m["signature"] = sig })
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { indexEntry(m, "stripe.refund", 2)["signature"] = sig })
+		}, want: "v2: the signature does not verify with key", is: signing.ErrBadSignature, file: "tools/stripe.refund/v2.json"},
+		{name: "version unsigned", tamper: func(t *testing.T, r *Registry) {
+			drop := func(m map[string]any) { delete(m, "signature"); delete(m, "key_id") }
+			editJSON(t, versionFile(t, r, "stripe.refund", 2), drop)
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { drop(indexEntry(m, "stripe.refund", 2)) })
+		}, want: "v2: not signed, but trusted keys are set: every version must be signed by one of them; publish again with --key", is: signing.ErrNotSigned, file: "tools/stripe.refund/v2.json"},
+		{name: "version signature not base64", tamper: func(t *testing.T, r *Registry) {
+			set := func(m map[string]any) { m["signature"] = "not base64!" }
+			editJSON(t, versionFile(t, r, "stripe.refund", 2), set)
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { set(indexEntry(m, "stripe.refund", 2)) })
+		}, want: "v2: the signature or key id is malformed", is: signing.ErrMalformedSignature, file: "tools/stripe.refund/v2.json"},
+		{name: "index edited", tamper: func(t *testing.T, r *Registry) {
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { delete(m["tools"].(map[string]any), "stripe.get_charge") })
+			_ = os.RemoveAll(filepath.Dir(versionFile(t, r, "stripe.get_charge", 1)))
+		}, want: "index.json: the signature does not verify with key", is: signing.ErrBadSignature, file: IndexFile},
+		{name: "index unsigned", tamper: func(t *testing.T, r *Registry) {
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { delete(m, "signature"); delete(m, "key_id") })
+		}, want: "index.json: index.json is not signed, but trusted keys are set", is: signing.ErrNotSigned, file: IndexFile},
+		{name: "index signature not base64", tamper: func(t *testing.T, r *Registry) {
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { m["signature"] = "not base64!" })
+		}, want: "index.json: index.json's signature is malformed", is: signing.ErrMalformedSignature, file: IndexFile},
+		{name: "index of an earlier reversi", tamper: func(t *testing.T, r *Registry) {
+			editJSON(t, filepath.Join(r.Dir, IndexFile), func(m map[string]any) { delete(m, "sequence") })
+		}, want: "index.json: index.json has no sequence or id: it was written by an earlier reversi, whose signature does not cover", is: ErrLegacyIndex, file: IndexFile},
+		// Text that mentions a signature: the version file's own copy of the signature edited
+		// (index.json, whose signature verifies, disagrees with it) is damage, not a refused
+		// signature. Matching "signature" in the text called it one.
+		{name: "version file disagrees with index.json on its signature", tamper: func(t *testing.T, r *Registry) {
+			editJSON(t, versionFile(t, r, "stripe.refund", 2), func(m map[string]any) { m["signature"] = base64.StdEncoding.EncodeToString(make([]byte, 64)) })
+		}, want: "index.json disagrees with tools/stripe.refund/v2.json ([signature] differ)", file: IndexFile},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			k := newKey(t)
+			r := seedRegistry(t, k)
+			c.tamper(t, r)
+			trust := k.Trust
+			if c.trust != nil {
+				trust = c.trust(k)
+			}
+			_, loadErrs := r.Load(trust)
+			_, verifyErrs := r.Verify(trust)
+			for what, errs := range map[string][]error{"load": loadErrs, "verify": verifyErrs} {
+				var found error
+				for _, e := range errs {
+					if strings.Contains(e.Error(), c.want) {
+						found = e
+					}
+				}
+				if found == nil {
+					t.Fatalf("%s: want %q in %v", what, c.want, errs)
+				}
+				var p *Problem
+				if !errors.As(found, &p) || p.File != c.file {
+					t.Errorf("%s: %v is not a *Problem of %s", what, found, c.file)
+				}
+				if c.is == nil {
+					if IsSignatureError(found) {
+						t.Errorf("%s: %q is classified as a signature problem", what, found)
+					}
+					continue
+				}
+				if !errors.Is(found, c.is) || !IsSignatureError(found) {
+					t.Errorf("%s: %q: errors.Is(%v) = %v, IsSignatureError = %v", what, found, c.is, errors.Is(found, c.is), IsSignatureError(found))
+				}
+			}
+		})
+	}
+	// The index proof a gateway checks says the same.
+	k := newKey(t)
+	snap, errs := seedRegistry(t, k).Load(k.Trust)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	served := SetDigest(snap.Entries)
+	unsigned, malformed, swapped := snap.Index, snap.Index, snap.Index
+	unsigned.Signature = ""
+	malformed.Signature = "not base64!"
+	swapped.Sequence++
+	for name, c := range map[string]struct {
+		p  IndexProof
+		is error
+	}{"unsigned": {unsigned, signing.ErrNotSigned}, "malformed": {malformed, signing.ErrMalformedSignature}, "another sequence": {swapped, signing.ErrBadSignature}} {
+		if err := c.p.Verify(served, k.Trust); !errors.Is(err, c.is) || !IsSignatureError(err) {
+			t.Errorf("proof %s: %v, want %v", name, err, c.is)
+		}
+	}
+}

@@ -221,19 +221,39 @@ func (t *TrustSet) KeyIDs() []string {
 }
 
 // Verify checks that sig is keyID's signature of msg and that keyID is trusted. Errors say
-// which: an untrusted key id, or a signature that does not verify with the key it names.
+// which: an untrusted key id (ErrUntrusted), or a signature that does not verify with the key
+// it names (ErrBadSignature).
 func (t *TrustSet) Verify(keyID string, sig, msg []byte) error {
 	v, ok := t.verifiers[keyID]
 	if !ok {
 		return fmt.Errorf("signed by key %s, which is not trusted (trusted: %v): %w", keyID, t.KeyIDs(), ErrUntrusted)
 	}
 	if err := v.VerifySignature(bytes.NewReader(sig), bytes.NewReader(msg)); err != nil {
-		return fmt.Errorf("the signature does not verify with key %s: the manifest, its tool or version was changed after signing, or it was signed by another key", keyID)
+		return fmt.Errorf("%w with key %s: the manifest, its tool or version was changed after signing, or it was signed by another key", ErrBadSignature, keyID)
 	}
 	return nil
 }
 
 var _ crypto.PublicKey = ed25519.PublicKey(nil)
 
-// ErrUntrusted is wrapped by Verify when the signing key is not in the trust set.
-var ErrUntrusted = errors.New("add the key to the trusted keys, or sign again with a trusted key")
+// Why a signature was refused. Verify wraps ErrUntrusted or ErrBadSignature; the packages that
+// read signed data (registry, bundle) wrap ErrNotSigned and ErrMalformedSignature. Each is
+// wrapped with %w into a message that reads as a sentence (the sentinel's text is part of it),
+// so callers decide with errors.Is (or IsSignatureError), never by matching the text.
+var (
+	// ErrUntrusted: the signing key is not in the trust set.
+	ErrUntrusted = errors.New("add the key to the trusted keys, or sign again with a trusted key")
+	// ErrBadSignature: the signature does not verify with the key it names.
+	ErrBadSignature = errors.New("the signature does not verify")
+	// ErrNotSigned: trusted keys are set (or the reader requires a signature), and there is none.
+	ErrNotSigned = errors.New("not signed")
+	// ErrMalformedSignature: the signature is not base64, or its key id is missing.
+	ErrMalformedSignature = errors.New("malformed")
+)
+
+// IsSignatureError reports whether err (or an error it wraps) is a refused signature: one of
+// ErrUntrusted, ErrBadSignature, ErrNotSigned and ErrMalformedSignature.
+func IsSignatureError(err error) bool {
+	return errors.Is(err, ErrUntrusted) || errors.Is(err, ErrBadSignature) ||
+		errors.Is(err, ErrNotSigned) || errors.Is(err, ErrMalformedSignature)
+}

@@ -2,6 +2,8 @@ package signing
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,6 +63,43 @@ func TestKeygenFilesAndSignVerify(t *testing.T) {
 	}
 	if err := ts.Verify("0000000000000000", sig, msg); err == nil || !strings.Contains(err.Error(), "not trusted") {
 		t.Fatalf("unknown key id: %v", err)
+	}
+}
+
+// Verify's refusals are typed (errors.Is), so callers never match the text; the text stays the
+// sentence it was (the sentinel reads as part of it).
+func TestVerifyErrorsAreTyped(t *testing.T) {
+	prefix, id := newKey(t, t.TempDir(), "mf")
+	s, _, err := LoadSigner(prefix + ".key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := LoadTrustSet(prefix + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := Message("stripe.refund", 2, "abc")
+	sig, _ := s.Sign(msg)
+
+	bad := ts.Verify(id, sig, Message("stripe.refund", 3, "abc"))
+	if !errors.Is(bad, ErrBadSignature) || errors.Is(bad, ErrUntrusted) || !IsSignatureError(bad) {
+		t.Errorf("a signature over another message: %v", bad)
+	}
+	if want := "the signature does not verify with key " + id + ": the manifest, its tool or version was changed after signing, or it was signed by another key"; bad.Error() != want {
+		t.Errorf("text %q, want %q", bad, want)
+	}
+	untrusted := ts.Verify("0000000000000000", sig, msg)
+	if !errors.Is(untrusted, ErrUntrusted) || errors.Is(untrusted, ErrBadSignature) || !IsSignatureError(untrusted) {
+		t.Errorf("an untrusted key: %v", untrusted)
+	}
+	for _, e := range []error{ErrNotSigned, ErrMalformedSignature} {
+		if !IsSignatureError(fmt.Errorf("x: %w", e)) {
+			t.Errorf("%v is not a signature error", e)
+		}
+	}
+	// A message that only mentions signatures is not one.
+	if IsSignatureError(errors.New("json: unknown field \"signature\": the signature was not trusted")) || IsSignatureError(nil) {
+		t.Error("text decided the classification")
 	}
 }
 

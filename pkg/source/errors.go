@@ -143,6 +143,11 @@ func classify(op string, p *prepared, err error, ctx, parent context.Context) er
 		e.Kind, e.Hint = ErrHostKey, "the server's host key differs from known_hosts; if the change is expected, update known_hosts in the secret"
 	case knownhosts.IsHostUnknown(err):
 		e.Kind, e.Hint = ErrHostKey, "the server is not in known_hosts; add its host key (ssh-keyscan) to known_hosts in the secret"
+	// golang.org/x/crypto/ssh's client reports every refused identity with
+	// fmt.Errorf("ssh: unable to authenticate, attempted methods …") (client_auth.go, v0.56):
+	// there is no typed error or sentinel to match (ssh.ServerAuthError is the server side's),
+	// and go-git passes it on as is. The text is the library's, not ours;
+	// TestSSH ("a key the server does not know") fails if an upgrade changes it.
 	case strings.Contains(err.Error(), "ssh: unable to authenticate"):
 		e.Kind, e.Hint = ErrAuthFailed, "the server refused the ssh identity; check identity in the secret and the deploy key on the server"
 	case errors.Is(err, transport.ErrRepositoryNotFound):
