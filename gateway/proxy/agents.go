@@ -359,3 +359,10 @@ func (up *upstream) onlyFlight() (*flight, int) {
 	}
 	return nil, 0
 }
+
+// logLevel is the level the agent set with logging/setLevel, "" when it set none.
+func (a *agentSession) logLevel() mcp.LoggingLevel {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.level
+}

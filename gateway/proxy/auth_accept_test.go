@@ -478,6 +478,19 @@ func TestAuthSessionHijackAndRunContinuation(t *testing.T) {
 	if got := agent[SearchOut](t, o, ToolSearch, map[string]any{"what": "runs", "tool": "memory.read_graph"}); len(got.Runs) != 1 {
 		t.Errorf("auditor search: %+v", got)
 	}
+	// ci-bot's first session, with a call (the fast path serves the session's own principal only, fastcall.go).
+	callBody := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"memory.read_graph","arguments":{}}}`
+	for _, who := range []string{"other-bot", "adam", "ci-bot", "other-bot"} {
+		want := map[string]int{"other-bot": 403, "adam": 403, "ci-bot": 200}[who]
+		res := post(t, f.base+PathAgent, callBody, "Authorization", "Bearer "+f.keys[who], "Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-06-18")
+		body := readBody(t, res)
+		if res.StatusCode != want {
+			t.Errorf("%s calling with ci-bot's session: %d, want %d: %s", who, res.StatusCode, want, body)
+		}
+		if who == "ci-bot" && (res.Header.Get("Content-Type") != "application/json" || !strings.Contains(body, `"result"`)) {
+			t.Errorf("ci-bot's call was not answered by the fast path (a JSON body): %s %s", res.Header.Get("Content-Type"), body)
+		}
+	}
 }
 
 var approvalIDRe = regexp.MustCompile(`apr-[0-9a-f]+`)

@@ -6,10 +6,17 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime"
+	"net"
+	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -260,4 +267,146 @@ func (g *Gateway) fastReply(ctx context.Context, ss *mcp.ServerSession, id jsonr
 	line = append(line, `,"result":`...)
 	line = append(line, body...)
 	return append(line, "}\n"...)
+}
+
+// The fast path over Streamable HTTP: a POST carrying one tools/call in a session the SDK
+// initialized is answered with a JSON body (the transport lets a server answer a request so)
+// by the same call path. Besides what the stdio fast path asks, the POST must pass every check
+// the SDK's handler would make (content type, Accept, protocol version header, the Host of a
+// loopback listener without the gateway's guard), come from the principal that opened the
+// session, and belong to an agent the relay cannot need a stream for during the call: none of
+// sampling or elicitation declared (requests a tool relays then want the call's stream), no log
+// level set. A roots/list of an upstream goes on the session's standalone stream. Anything
+// else goes to the SDK.
+
+// fastSessions notes when the SDK last served a POST of each HTTP session: the SDK closes a
+// session it has not served for SessionTimeout, so the fast path leaves a session's POST to
+// the SDK when it has not served one for half that time.
+type fastSessions struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (f *fastSessions) sdkServed(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.last == nil {
+		f.last = map[string]time.Time{}
+	}
+	f.last[id] = time.Now()
+	if len(f.last) > 2*maxNotedCalls { // forget sessions not served for the timeout (closed by now)
+		for k, t := range f.last {
+			if time.Since(t) > SessionTimeout {
+				delete(f.last, k)
+			}
+		}
+	}
+}
+
+func (f *fastSessions) fresh(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.last[id]
+	return ok && time.Since(t) < SessionTimeout/2
+}
+
+// handshakeVersions are the protocol versions of the stateful HTTP handler (protocol.go).
+var handshakeVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+
+// serveFastHTTP serves the POST r of the call req (its gate open) when the fast path can, and
+// reports whether it did.
+func (g *Gateway) serveFastHTTP(gate *cancelGate, r *http.Request, req *jsonrpc.Request) bool {
+	if gate == nil || req == nil || req.Method != "tools/call" || r.Method != http.MethodPost {
+		return false
+	}
+	id := r.Header.Get("Mcp-Session-Id")
+	if !g.fastHTTP.fresh(id) {
+		return false
+	}
+	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(handshakeVersions, v) {
+		return false
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return false
+	}
+	if !acceptsJSONAndStream(r.Header.Values("Accept")) {
+		return false
+	}
+	if g.sec.guard == nil { // the SDK's DNS rebinding check
+		if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil && isLoopbackAddr(la.String()) && !isLoopbackAddr(r.Host) {
+			return false
+		}
+	}
+	if owner, ok := g.sessions.ownerOf(id); !ok || owner != g.httpPrincipal(r) {
+		return false // the SDK refuses another principal (403), or knows the session better
+	}
+	var ss *mcp.ServerSession
+	for s := range g.server.Sessions() {
+		if s.ID() == id {
+			ss = s
+			break
+		}
+	}
+	if ss == nil {
+		return false
+	}
+	init := ss.InitializeParams()
+	if init == nil || init.Capabilities == nil || init.Capabilities.Sampling != nil || init.Capabilities.Elicitation != nil {
+		return false
+	}
+	if a := g.agentOf(ss); a == nil || a.logLevel() != "" {
+		return false
+	}
+	creq, newProtocol, ok := g.fastRequest(ss, req.Params)
+	if !ok || newProtocol {
+		return false
+	}
+	creq.Extra = &mcp.RequestExtra{TokenInfo: sdkauth.TokenInfoFromContext(r.Context()), Header: r.Header}
+	line := g.fastReply(gate.ctx, ss, req.ID, creq, false)
+	h := gate.Header()
+	h.Set("Mcp-Session-Id", id)
+	h.Set("Cache-Control", "no-cache")
+	if gate.dropped.Load() {
+		// Cancelled: no response, as over the SDK's path (an event stream with nothing in it).
+		h.Set("Content-Type", "text/event-stream")
+		gate.WriteHeader(http.StatusOK)
+		return true
+	}
+	h.Set("Content-Type", "application/json")
+	gate.WriteHeader(http.StatusOK)
+	_, _ = gate.Write(line)
+	return true
+}
+
+// acceptsJSONAndStream is the SDK's check of a POST's Accept: both application/json and
+// text/event-stream (or a wildcard covering them).
+func acceptsJSONAndStream(values []string) bool {
+	jsonOK, streamOK := false, false
+	for _, v := range values {
+		for _, raw := range strings.Split(v, ",") {
+			base, _, _ := strings.Cut(strings.TrimSpace(raw), ";")
+			switch strings.ToLower(strings.TrimSpace(base)) {
+			case "application/json", "application/*":
+				jsonOK = true
+			case "text/event-stream", "text/*":
+				streamOK = true
+			case "*/*":
+				jsonOK, streamOK = true, true
+			}
+		}
+	}
+	return jsonOK && streamOK
+}
+
+// isLoopbackAddr reports whether addr (host or host:port) is a loopback address or localhost.
+func isLoopbackAddr(addr string) bool {
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }

@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,5 +242,95 @@ func TestRawToolParamsAsTheSDKWritesThem(t *testing.T) {
 		if bytes.ContainsAny(got, "\r\n") {
 			t.Errorf("raw params span lines: %q", got)
 		}
+	}
+}
+
+// httpMemory serves a gateway in front of server-memory (two entities) on a loopback listener
+// and returns its agent endpoint's URL.
+func httpMemory(t *testing.T) (*fixture, string) {
+	t.Helper()
+	mem := filepath.Join(t.TempDir(), "memory.jsonl")
+	graph := `{"type":"entity","name":"svc-b","entityType":"service","observations":["zeta","alpha"]}
+{"type":"entity","name":"svc-a","entityType":"service","observations":["port 80"]}
+`
+	if err := os.WriteFile(mem, []byte(graph), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := memoryConfig(t, config.ModeObserve)
+	cfg.Upstreams[0].Env = map[string]string{"MEMORY_FILE_PATH": mem}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen = &config.Listen{Host: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port}
+	f := start(t, cfg, nil)
+	return f, serveOn(t, f.gw, ln) + PathAgent
+}
+
+// rpcResult is the result of the JSON-RPC response in body, a JSON body or an event stream.
+func rpcResult(t *testing.T, body string) map[string]any {
+	t.Helper()
+	if i := strings.Index(body, "data: "); i >= 0 {
+		body = strings.TrimSpace(strings.SplitN(body[i+len("data: "):], "\n", 2)[0])
+	}
+	var m struct {
+		Result map[string]any `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(body), &m); err != nil || m.Result == nil {
+		t.Fatalf("not a JSON-RPC result: %v: %q", err, body)
+	}
+	return m.Result
+}
+
+// Over Streamable HTTP, a call the fast path serves (a JSON body) gets the result the SDK's
+// path gives (an event stream, for a call with a progress token); POSTs the SDK's handler
+// refuses are still refused by it, whatever they carry.
+func TestFastPathHTTP(t *testing.T) {
+	f, url := httpMemory(t)
+	res := post(t, url, initBody)
+	sid := res.Header.Get("Mcp-Session-Id")
+	if res.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %d %s", res.StatusCode, readBody(t, res))
+	}
+	if res := post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-06-18"); res.StatusCode != 202 {
+		t.Fatalf("initialized: %d", res.StatusCode)
+	}
+	callBody := func(id, meta string) string {
+		return `{"jsonrpc":"2.0","id":"` + id + `","method":"tools/call","params":{"name":"memory.search_nodes","arguments":{"query":"svc-a"}` + meta + `}}`
+	}
+	hdr := []string{"Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-06-18"}
+	fast := post(t, url, callBody("f", ""), hdr...)
+	fastBody := readBody(t, fast)
+	if fast.StatusCode != 200 || fast.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("the fast path: %d %s %s", fast.StatusCode, fast.Header.Get("Content-Type"), fastBody)
+	}
+	sdk := post(t, url, callBody("s", `,"_meta":{"progressToken":"p"}`), hdr...)
+	sdkBody := readBody(t, sdk)
+	if sdk.StatusCode != 200 || sdk.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("the SDK's path: %d %s %s", sdk.StatusCode, sdk.Header.Get("Content-Type"), sdkBody)
+	}
+	if fr, sr := rpcResult(t, fastBody), rpcResult(t, sdkBody); !reflect.DeepEqual(fr, sr) {
+		t.Errorf("the fast path answered\n %s\nthe SDK's path\n %s", fastBody, sdkBody)
+	}
+
+	// What the SDK's handler refuses stays refused, with the SDK's status.
+	for _, tc := range []struct {
+		name    string
+		headers []string
+		want    int
+	}{
+		{"another session", []string{"Mcp-Session-Id", "nope", "Mcp-Protocol-Version", "2025-06-18"}, 404},
+		{"an unknown protocol version", []string{"Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2099-01-01"}, 400},
+		{"a content type that is not JSON", []string{"Mcp-Session-Id", sid, "Content-Type", "text/plain"}, 415},
+		{"an Accept without event streams", []string{"Mcp-Session-Id", sid, "Accept", "application/json"}, 400},
+	} {
+		res := post(t, url, callBody("x", ""), tc.headers...)
+		if body := readBody(t, res); res.StatusCode != tc.want {
+			t.Errorf("%s: %d, want %d: %s", tc.name, res.StatusCode, tc.want, body)
+		}
+	}
+	_, recs := onlyRun(t, f.store)
+	if steps := stepsOf(recs, "memory.search_nodes"); len(steps) != 2 {
+		t.Errorf("want the two calls journaled, each with its outcome: %+v", steps)
 	}
 }

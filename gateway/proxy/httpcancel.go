@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -23,6 +24,10 @@ type cancelGate struct {
 	*deadlineWriter
 	auth    string // the Authorization header of the POST
 	dropped atomic.Bool
+	// ctx ends when the agent cancels the call (cause errAgentCancelled) or the POST ends: the
+	// context of a call the fast path serves (the SDK cancels its own).
+	ctx  context.Context
+	stop context.CancelCauseFunc
 }
 
 func (c *cancelGate) Write(p []byte) (int, error) {
@@ -45,29 +50,31 @@ type cancelGates struct{ m sync.Map }
 func gateKey(session string, id any) string { return session + "\x00" + fmt.Sprint(id) }
 
 // open returns the writer for a POST of body: a gate when it carries one call in a session,
-// w otherwise; close forgets the gate.
-func (gs *cancelGates) open(w *deadlineWriter, r *http.Request, body []byte) (http.ResponseWriter, func()) {
+// w otherwise; close forgets the gate. With a gate, req is the call.
+func (gs *cancelGates) open(w *deadlineWriter, r *http.Request, body []byte) (out http.ResponseWriter, gate *cancelGate, req *jsonrpc.Request, close func()) {
 	session := r.Header.Get("Mcp-Session-Id")
 	if t := bytes.TrimSpace(body); session == "" || len(t) == 0 || t[0] != '{' { // blank: the SDK refuses it
-		return w, func() {}
+		return w, nil, nil, func() {}
 	}
 	msg, err := jsonrpc.DecodeMessage(body)
 	req, ok := msg.(*jsonrpc.Request)
 	if err != nil || !ok {
-		return w, func() {}
+		return w, nil, nil, func() {}
 	}
 	if !req.IsCall() {
 		if req.Method == "notifications/cancelled" {
 			gs.cancel(session, r.Header.Get("Authorization"), req.Params)
 		}
-		return w, func() {}
+		return w, nil, nil, func() {}
 	}
 	key := gateKey(session, req.ID.Raw())
-	g := &cancelGate{deadlineWriter: w, auth: r.Header.Get("Authorization")}
+	ctx, stop := context.WithCancelCause(r.Context())
+	g := &cancelGate{deadlineWriter: w, auth: r.Header.Get("Authorization"), ctx: ctx, stop: stop}
 	if _, dup := gs.m.LoadOrStore(key, g); dup {
-		return w, func() {} // an id in use: the SDK refuses it
+		stop(nil)
+		return w, nil, nil, func() {} // an id in use: the SDK refuses it
 	}
-	return g, func() { gs.m.CompareAndDelete(key, g) }
+	return g, g, req, func() { gs.m.CompareAndDelete(key, g); stop(nil) }
 }
 
 // cancel closes the gate of the call params names, when the cancel comes with its credential.
@@ -89,6 +96,7 @@ func (gs *cancelGates) cancel(session, auth string, params json.RawMessage) {
 	if v, ok := gs.m.Load(gateKey(session, p.RequestID.String())); ok {
 		if g := v.(*cancelGate); g.auth == auth {
 			g.dropped.Store(true)
+			g.stop(errAgentCancelled)
 		}
 	}
 }

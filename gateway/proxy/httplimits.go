@@ -92,9 +92,15 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 		_ = rc.SetWriteDeadline(time.Time{})
 		defer func() { _ = rc.SetWriteDeadline(time.Now().Add(lim.WriteTimeout)) }() // the final flush
 		dw := &deadlineWriter{ResponseWriter: w, rc: rc, timeout: lim.WriteTimeout, m: g.metrics}
-		out, closeGate := g.gates.open(dw, r, body) // httpcancel.go
+		out, gate, call, closeGate := g.gates.open(dw, r, body) // httpcancel.go
 		defer closeGate()
+		if s == g.server && g.serveFastHTTP(gate, r, call) { // fastcall.go
+			return
+		}
 		next.ServeHTTP(out, r)
+		if id := r.Header.Get("Mcp-Session-Id"); id != "" && r.Method == http.MethodPost && (dw.status == http.StatusOK || dw.status == http.StatusAccepted) {
+			g.fastHTTP.sdkServed(id) // the SDK took the POST: its idle timer started again
+		}
 		if r.Method == http.MethodDelete && dw.status == http.StatusNoContent {
 			g.sessions.closed(r.Header.Get("Mcp-Session-Id")) // its place is free at once
 		}
@@ -266,6 +272,9 @@ func (w *deadlineWriter) WriteHeader(code int) {
 }
 
 func (w *deadlineWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK // written without WriteHeader
+	}
 	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
 	n, err := w.ResponseWriter.Write(p)
 	w.check(err)

@@ -130,6 +130,7 @@ type Gateway struct {
 	sessions *sessionCount // HTTP sessions open (sessions.go)
 	posts    posts         // HTTP POSTs being served (httplimits.go)
 	gates    cancelGates   // calls' POSTs whose response a cancel drops (httpcancel.go)
+	fastHTTP fastSessions  // when the SDK last served a POST of each HTTP session (fastcall.go)
 }
 
 // New connects to every upstream, lists and names their tools, builds the engine, prints the

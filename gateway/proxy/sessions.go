@@ -83,6 +83,14 @@ func (c *sessionCount) admit(principal string) (done func(id string), _ error) {
 	}, nil
 }
 
+// ownerOf is the principal that opened session id, false when the count does not know it.
+func (c *sessionCount) ownerOf(id string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.owner[id]
+	return p, ok
+}
+
 // closed frees the place of session id at once (a DELETE closed it).
 func (c *sessionCount) closed(id string) {
 	c.mu.Lock()
