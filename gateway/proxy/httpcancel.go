@@ -24,8 +24,8 @@ type cancelGate struct {
 	*deadlineWriter
 	auth    string // the Authorization header of the POST
 	dropped atomic.Bool
-	// ctx ends when the agent cancels the call (cause errAgentCancelled) or the POST ends: the
-	// context of a call the fast path serves (the SDK cancels its own).
+	// ctx ends when the agent cancels the call (cause errAgentCancelled) or the gate closes:
+	// the context of a call the fast path serves (the SDK cancels its own).
 	ctx  context.Context
 	stop context.CancelCauseFunc
 }
@@ -68,7 +68,8 @@ func (gs *cancelGates) open(w *deadlineWriter, r *http.Request, body []byte) (ou
 		return w, nil, nil, func() {}
 	}
 	key := gateKey(session, req.ID.Raw())
-	ctx, stop := context.WithCancelCause(r.Context())
+	// Not ended by the POST's end itself: limitedCall cancels the call then, with ErrClientGone.
+	ctx, stop := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	g := &cancelGate{deadlineWriter: w, auth: r.Header.Get("Authorization"), ctx: ctx, stop: stop}
 	if _, dup := gs.m.LoadOrStore(key, g); dup {
 		stop(nil)
