@@ -236,8 +236,10 @@ func (g *Gateway) fastReply(ctx context.Context, ss *mcp.ServerSession, id jsonr
 			body, err = set.splice(raw)
 		}
 	}
-	if err == nil && bytes.IndexByte(body, '\n') >= 0 {
-		var b bytes.Buffer // an upstream over HTTP may indent: stdio is one message per line
+	if err == nil && bytes.IndexAny(body, "\r\n") >= 0 {
+		// An upstream over HTTP may indent, one over stdio put a carriage return between tokens:
+		// stdio is one message per line, and the SDK's path compacts what it writes.
+		var b bytes.Buffer
 		if err = json.Compact(&b, body); err == nil {
 			body = b.Bytes()
 		}

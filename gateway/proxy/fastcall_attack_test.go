@@ -1,0 +1,146 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/reversi-gitops/reversi/gateway/store"
+)
+
+// Attacks on the tools/call fast path (issue 20): what a client, another principal or a hostile
+// upstream can make the fast path (fastcall.go, rawcall.go) do that the SDK's path does not.
+
+// verbatimStdio serves, over stdio, a gateway in front of the hostile upstream with its
+// verbatim tool (h.verbatim), on an initialized session.
+func verbatimStdio(t *testing.T) (*stdioGW, *stdioLines) {
+	t.Helper()
+	p := startStdio(t, hostileConfig(t, "-verbatim"))
+	l := newStdioLines(t, p)
+	l.call(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if _, err := io.WriteString(p.in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	return p, l
+}
+
+// verbatimCall has the upstream answer result (a JSON text, written as is) to a fast-path call
+// with id, and returns the response line's result as the agent's client reads it: keys exactly
+// as written (a JSON object decoded into a map), and the line's raw bytes.
+func verbatimCall(t *testing.T, l *stdioLines, id, result string) (map[string]any, json.RawMessage) {
+	t.Helper()
+	args, _ := json.Marshal(map[string]string{"result": result})
+	resp := l.call(`{"jsonrpc":"2.0","id":"` + id + `","method":"tools/call","params":{"name":"h.verbatim","arguments":` + string(args) + `}}`)
+	raw := resp["result"]
+	if raw == nil {
+		t.Fatalf("%s: no result: %v", id, resp)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+	return m, raw
+}
+
+// outcomeStatus is the journaled status of the calls of tool, in order.
+func outcomeStatus(t *testing.T, st store.Store, tool string) []string {
+	t.Helper()
+	ctx := context.Background()
+	runs, err := st.ListRuns(ctx, store.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range runs {
+		recs, err := st.Records(ctx, r.ID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range outcomesOf(recs, tool) {
+			out = append(out, string(o.Status))
+		}
+	}
+	return out
+}
+
+// A hostile upstream answers a raw call with members whose names differ from the protocol's
+// only by case ("StructuredContent", "ISERROR"). The agent's client reads the exact names; the
+// gateway must judge (output schema, isError, the journaled status) the same members it
+// forwards, not the case variants a case-insensitive decoder picks last.
+func TestAttackRawResultCaseVariantKeys(t *testing.T) {
+	p, l := verbatimStdio(t)
+
+	// The schema requires a number n: the structuredContent the agent reads breaks it.
+	res, _ := verbatimCall(t, l, "schema", `{"content":[],"structuredContent":{"n":"not a number"},"StructuredContent":{"n":1}}`)
+	if sc, ok := res["structuredContent"].(map[string]any); ok {
+		if _, isNum := sc["n"].(float64); !isNum {
+			t.Errorf("the agent got structuredContent %v, which breaks the tool's output schema (the gateway checked the case variant)", sc)
+		}
+	}
+
+	// The agent reads isError true: the call failed, and must not be journaled succeeded (a
+	// rollback would compensate a step that did not happen); and the reverse.
+	res, _ = verbatimCall(t, l, "failed", `{"content":[{"type":"text","text":"boom"}],"isError":true,"ISERROR":false,"structuredContent":{"n":1}}`)
+	if res["isError"] != true {
+		t.Fatalf("isError %v", res["isError"])
+	}
+	res, _ = verbatimCall(t, l, "succeeded", `{"content":[{"type":"text","text":"ok"}],"isError":false,"IsError":true,"structuredContent":{"n":2}}`)
+	if res["isError"] == true {
+		t.Fatalf("isError %v", res["isError"])
+	}
+	got := outcomeStatus(t, p.st, "h.verbatim")
+	if len(got) != 3 {
+		t.Fatalf("outcomes %v, want 3", got)
+	}
+	if got[1] != string(store.Failed) || got[2] != string(store.Succeeded) {
+		t.Errorf("journaled %s and %s for results the agent reads as failed and succeeded", got[1], got[2])
+	}
+}
+
+// A tool's structured output may have a member named resultType (a search result's type, say):
+// the raw call must read the result's own resultType, not any member of that name, and the
+// call succeed as over the SDK's client, instead of failing uncertain (and read-only tools
+// being retried).
+func TestAttackRawResultNestedResultType(t *testing.T) {
+	p, l := verbatimStdio(t)
+	res, _ := verbatimCall(t, l, "nested", `{"content":[{"type":"text","text":"found"}],"structuredContent":{"n":1,"resultType":"file"}}`)
+	if res["isError"] == true {
+		t.Errorf("a complete result with a nested resultType failed: %v", res["content"])
+	}
+	if got := outcomeStatus(t, p.st, "h.verbatim"); len(got) != 1 || got[0] != string(store.Succeeded) {
+		t.Errorf("journaled %v, want [succeeded]", got)
+	}
+	// A top-level resultType other than complete is still refused by the raw call.
+	res, _ = verbatimCall(t, l, "input", `{"content":[],"resultType":"input_required","structuredContent":{"n":1,"resultType":"complete"}}`)
+	if res["isError"] != true || !strings.Contains(strings.Join(textsOf(res), ""), "not complete") {
+		t.Errorf("an input_required result (complete only in its structuredContent) was taken as complete: %v", res)
+	}
+}
+
+// textsOf is the text of a decoded result's text blocks.
+func textsOf(res map[string]any) []string {
+	var out []string
+	content, _ := res["content"].([]any)
+	for _, c := range content {
+		if m, ok := c.(map[string]any); ok {
+			if s, ok := m["text"].(string); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// A hostile upstream's result with a carriage return between tokens: the SDK's path re-encodes
+// (compacts) the result, the fast path splices the bytes into the agent's line. Clients that
+// read lines with universal newlines would split the message there.
+func TestAttackSplicedResultCarriageReturn(t *testing.T) {
+	_, l := verbatimStdio(t)
+	_, raw := verbatimCall(t, l, "cr", "{\"content\":[\r{\"type\":\"text\",\"text\":\"a\"}\r],\"structuredContent\":{\"n\":1}}")
+	if bytes.ContainsAny(raw, "\r\n") {
+		t.Errorf("the agent's line carries the upstream's line breaks: %q", raw)
+	}
+}
