@@ -56,8 +56,9 @@ type fastCalls struct {
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
 
-	mu   sync.Mutex
-	live map[string]*fastCall // by idKey of the request id
+	mu      sync.Mutex
+	live    map[string]*fastCall // by idKey of the request id
+	stopped bool                 // the session ended: no call is taken any more
 }
 
 type fastCall struct {
@@ -74,7 +75,11 @@ func newFastCalls(g *Gateway, out io.Writer) *fastCalls {
 var errAgentCancelled = errors.New("the agent cancelled the call (notifications/cancelled)")
 
 // stop ends the session's calls with cause and waits for them to finish.
+// A line read after it is the SDK's, whose session has ended too: the filter's write to it fails.
 func (f *fastCalls) stop(cause error) {
+	f.mu.Lock()
+	f.stopped = true
+	f.mu.Unlock()
 	f.cancel(cause)
 	f.wg.Wait()
 }
@@ -91,15 +96,15 @@ func (f *fastCalls) take(req *jsonrpc.Request) bool {
 	}
 	k := idKey(req.ID.Raw())
 	f.mu.Lock()
-	if _, dup := f.live[k]; dup || len(f.live) >= maxNotedCalls {
+	if _, dup := f.live[k]; f.stopped || dup || len(f.live) >= maxNotedCalls {
 		f.mu.Unlock()
 		return false // the SDK answers (and bounds) what the fast path does not track
 	}
 	ctx, cancel := context.WithCancelCause(f.ctx)
 	c := &fastCall{cancel: cancel}
 	f.live[k] = c
+	f.wg.Add(1) // under mu: stop's Wait sees every call taken before it
 	f.mu.Unlock()
-	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
 		line := f.g.fastReply(ctx, ss, req.ID, creq, newProtocol)

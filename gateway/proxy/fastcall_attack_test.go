@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reversi-gitops/reversi/gateway/store"
 )
@@ -143,4 +146,62 @@ func TestAttackSplicedResultCarriageReturn(t *testing.T) {
 	if bytes.ContainsAny(raw, "\r\n") {
 		t.Errorf("the agent's line carries the upstream's line breaks: %q", raw)
 	}
+}
+
+// Once the SDK's stdio session has ended (the gateway is stopping: Serve's context ended), the
+// line filter may still read the client's lines: a tools/call it hands the fast path then must
+// not be served, journaled or forwarded (the SDK's path serves nothing after its session).
+func TestAttackFastPathAfterSessionEnd(t *testing.T) {
+	callsLog := filepath.Join(t.TempDir(), "calls")
+	cfg := hostileConfig(t, "-calls-log", callsLog)
+	st, err := store.OpenSQLite(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	nctx, ncancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ncancel()
+	gw, err := New(nctx, Options{Config: cfg, Store: st, Stderr: &syncBuffer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- gw.serveStdio(ctx, inR, outW) }()
+	l := newStdioLines(t, &stdioGW{in: inW, out: outR})
+	l.call(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	if r := l.call(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"h.echo","arguments":{"text":"before"}}}`); r["result"] == nil {
+		t.Fatalf("before: %v", r)
+	}
+	cancel()
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("serveStdio did not return")
+	}
+	go func() {
+		_, _ = io.WriteString(inW, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"h.echo","arguments":{"text":"after"}}}`+"\n")
+	}()
+	select {
+	case m, ok := <-l.got:
+		if ok {
+			t.Errorf("a call after the session's end was answered: %v", m)
+		}
+	case <-time.After(2 * time.Second):
+	}
+	b, _ := os.ReadFile(callsLog)
+	if n := strings.Count(string(b), "echo"); n != 1 {
+		t.Errorf("the upstream got %d calls, want 1 (the one before the end):\n%s", n, b)
+	}
+	if got := outcomeStatus(t, st, "h.echo"); len(got) != 1 {
+		t.Errorf("journaled outcomes %v, want the one before the end", got)
+	}
+	_ = inW.Close()
+	_ = outR.Close()
 }
