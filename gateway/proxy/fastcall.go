@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -49,7 +50,8 @@ type fastParams struct {
 // fastCalls serves the fast path of one stdio session and cancels its calls.
 type fastCalls struct {
 	g   *Gateway
-	out io.Writer // the client's stdout (whole lines, one Write each)
+	out io.Writer     // the client's stdout (whole lines, one Write each)
+	sdk *stdioCancels // the calls passed to the SDK (nil: none noted)
 	ss  atomic.Pointer[mcp.ServerSession]
 
 	ctx    context.Context // ends with the session: its calls' parent
@@ -66,9 +68,22 @@ type fastCall struct {
 	cancelled bool // the client cancelled it: no response (stdiocancel.go)
 }
 
-func newFastCalls(g *Gateway, out io.Writer) *fastCalls {
+func newFastCalls(g *Gateway, out io.Writer, sdk *stdioCancels) *fastCalls {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &fastCalls{g: g, out: out, ctx: ctx, cancel: cancel, live: map[string]*fastCall{}}
+	return &fastCalls{g: g, out: out, sdk: sdk, ctx: ctx, cancel: cancel, live: map[string]*fastCall{}}
+}
+
+// inFlight reports whether the fast path serves a call with key k now.
+func (f *fastCalls) inFlight(k string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.live[k] != nil
+}
+
+// refuseDuplicate answers a call whose id is in flight as the SDK's connection does: -32600
+// with a null id (the error is not the call in flight's).
+func refuseDuplicate(out io.Writer, id jsonrpc.ID) error {
+	return answer(out, nil, codeInvalidRequest, fmt.Sprintf("JSON RPC invalid request: request ID %v already in use", id.Raw()))
 }
 
 // errAgentCancelled is the cause of a fast-path call the agent cancelled.
@@ -95,10 +110,18 @@ func (f *fastCalls) take(req *jsonrpc.Request) bool {
 		return false
 	}
 	k := idKey(req.ID.Raw())
+	if f.sdk != nil && f.sdk.noted(k) {
+		return false // the SDK may serve a call with this id: it refuses the second, or serves it
+	}
 	f.mu.Lock()
-	if _, dup := f.live[k]; f.stopped || dup || len(f.live) >= maxNotedCalls {
+	if f.stopped || len(f.live) >= maxNotedCalls {
 		f.mu.Unlock()
 		return false // the SDK answers (and bounds) what the fast path does not track
+	}
+	if _, dup := f.live[k]; dup {
+		f.mu.Unlock()
+		_ = refuseDuplicate(f.out, req.ID) // a write error ends the filter at its next line
+		return true
 	}
 	ctx, cancel := context.WithCancelCause(f.ctx)
 	c := &fastCall{cancel: cancel}

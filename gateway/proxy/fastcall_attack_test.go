@@ -205,3 +205,105 @@ func TestAttackFastPathAfterSessionEnd(t *testing.T) {
 	_ = inW.Close()
 	_ = outR.Close()
 }
+
+// responses reads the response lines the gateway writes within d.
+func (l *stdioLines) responses(d time.Duration) []map[string]json.RawMessage {
+	var out []map[string]json.RawMessage
+	deadline := time.After(d)
+	for {
+		select {
+		case m, ok := <-l.got:
+			if !ok {
+				return out
+			}
+			out = append(out, m)
+		case <-deadline:
+			return out
+		}
+	}
+}
+
+// send writes lines to the gateway's stdin.
+func (l *stdioLines) send(lines ...string) {
+	l.t.Helper()
+	for _, line := range lines {
+		if _, err := io.WriteString(l.in, line+"\n"); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+}
+
+// A request id already in flight is refused, as the SDK's connection refuses it ("request ID
+// already in use"): whether the call in flight is the fast path's or the SDK's,
+// the second call is neither forwarded nor answered with the first one's id.
+func TestAttackFastPathDuplicateIDs(t *testing.T) {
+	callsLog := filepath.Join(t.TempDir(), "calls")
+	p := startStdio(t, hostileConfig(t, "-calls-log", callsLog))
+	l := newStdioLines(t, p)
+	l.call(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	l.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for _, tc := range []struct{ name, first string }{
+		{"fast then fast", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"h.slow","arguments":{"ms":1500}}}`},
+		{"SDK then fast", `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"h.slow","arguments":{"ms":1500},"_meta":{"progressToken":"p"}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var first struct {
+				ID json.RawMessage `json:"id"`
+			}
+			_ = json.Unmarshal([]byte(tc.first), &first)
+			l.send(tc.first)
+			time.Sleep(300 * time.Millisecond) // the first is in flight
+			l.send(`{"jsonrpc":"2.0","id":` + string(first.ID) + `,"method":"tools/call","params":{"name":"h.echo","arguments":{"text":"twin"}}}`)
+			got := l.responses(3 * time.Second)
+			results, refused := 0, 0
+			for _, m := range got {
+				switch {
+				case string(m["id"]) == string(first.ID) && m["result"] != nil:
+					results++
+					if bytes.Contains(m["result"], []byte("twin")) {
+						t.Errorf("the second call with id %s was served: %s", first.ID, m["result"])
+					}
+				case m["error"] != nil && bytes.Contains(m["error"], []byte("already in use")):
+					refused++
+				}
+			}
+			// The SDK's connection drops a duplicate without a response (its refusal has no id to
+			// go with); the fast path answers it with a null id.
+			if want := map[bool]int{true: 1, false: 0}[tc.name == "fast then fast"]; results != 1 || refused != want {
+				t.Errorf("responses %d results with id %s and %d refusals, want 1 and %d: %v", results, first.ID, refused, want, got)
+			}
+		})
+	}
+	b, _ := os.ReadFile(callsLog)
+	if strings.Contains(string(b), "echo") {
+		t.Errorf("a call with an id in flight reached the upstream:\n%s", b)
+	}
+}
+
+// notifications/cancelled names a request id as the SDK reads ids (a number is a float64, made
+// an int64): a cancel of 5.0 cancels the call 5 (the SDK's path cancels it and drops the
+// response), and a cancel of "5" (a string) is another id.
+func TestAttackFastPathCancelIDForms(t *testing.T) {
+	cancelLog := filepath.Join(t.TempDir(), "cancels")
+	p := startStdio(t, hostileConfig(t, "-cancel-log", cancelLog))
+	l := newStdioLines(t, p)
+	l.call(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	l.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	l.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"h.slow","arguments":{"ms":1500}}}`)
+	time.Sleep(300 * time.Millisecond)
+	l.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5.0,"reason":"stop"}}`)
+	if got := l.responses(2500 * time.Millisecond); len(got) != 0 {
+		t.Errorf("the call cancelled as 5.0 was answered: %v", got)
+	}
+
+	l.send(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"h.slow","arguments":{"ms":800}}}`)
+	time.Sleep(200 * time.Millisecond)
+	l.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"6","reason":"another id"}}`)
+	if got := l.responses(2 * time.Second); len(got) != 1 || string(got[0]["id"]) != "6" || got[0]["result"] == nil {
+		t.Errorf("the call 6 after a cancel of \"6\": %v, want its result", got)
+	}
+	if got := outcomeStatus(t, p.st, "h.slow"); len(got) != 2 || got[0] != string(store.Uncertain) || got[1] != string(store.Succeeded) {
+		t.Errorf("journaled %v, want [uncertain succeeded]", got)
+	}
+}
