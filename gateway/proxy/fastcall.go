@@ -171,27 +171,34 @@ func (f *fastCalls) sawCancel(m jsonrpc.Message) {
 // fastRequest decodes params as the SDK would into a request of session ss, when the fast path
 // serves it. newProtocol: the request carries 2026-07-28's per-request `_meta`.
 func (g *Gateway) fastRequest(ss *mcp.ServerSession, params json.RawMessage) (req *mcp.CallToolRequest, newProtocol, ok bool) {
+	req, newProtocol, _, ok = g.fastRequestVersion(ss, params)
+	return req, newProtocol, ok
+}
+
+// fastRequestVersion is fastRequest that also returns the protocol version the request's
+// `_meta` names ("" when none): the SDK's stateful HTTP handler refuses a call naming any.
+func (g *Gateway) fastRequestVersion(ss *mcp.ServerSession, params json.RawMessage) (req *mcp.CallToolRequest, newProtocol bool, metaVersion string, ok bool) {
 	init := ss.InitializeParams()
 	if init == nil {
-		return nil, false, false
+		return nil, false, "", false
 	}
 	var p fastParams
 	dec := fastjson.NewDecoder(bytes.NewReader(params))
 	dec.DontMatchCaseInsensitiveStructFields()
 	if dec.Decode(&p) != nil || len(p.InputResponses) > 0 || len(p.RequestState) > 0 || g.route(p.Name) == nil {
-		return nil, false, false
+		return nil, false, "", false
 	}
 	meta := mcp.Meta{}
 	for k, raw := range p.Meta {
 		if k == "progressToken" {
-			return nil, false, false // progress is relayed by the SDK's path (agents.go)
+			return nil, false, "", false // progress is relayed by the SDK's path (agents.go)
 		}
 		if strings.HasPrefix(k, protocolMetaPrefix) {
 			continue // the agent's hop (forwardMeta drops them too); checked below
 		}
 		var v any
 		if fastjson.Unmarshal(raw, &v) != nil {
-			return nil, false, false
+			return nil, false, "", false
 		}
 		meta[k] = v
 	}
@@ -199,12 +206,13 @@ func (g *Gateway) fastRequest(ss *mcp.ServerSession, params json.RawMessage) (re
 		var version string
 		if fastjson.Unmarshal(raw, &version) != nil || version >= "2026-07-28" {
 			if !g.newProtocolMetaOK(p.Meta, version) {
-				return nil, false, false // the SDK refuses it, with its own error
+				return nil, false, "", false // the SDK refuses it, with its own error
 			}
 			newProtocol = true
 		}
+		metaVersion = version // "" when it is not a string: the SDK's handler reads none then
 	}
-	return &mcp.CallToolRequest{Session: ss, Params: &mcp.CallToolParamsRaw{Name: p.Name, Arguments: p.Arguments, Meta: meta}}, newProtocol, true
+	return &mcp.CallToolRequest{Session: ss, Params: &mcp.CallToolParamsRaw{Name: p.Name, Arguments: p.Arguments, Meta: meta}}, newProtocol, metaVersion, true
 }
 
 // newProtocolMetaOK reports whether the SDK accepts a 2026-07-28 request's `_meta` (SEP-2575):
@@ -302,8 +310,9 @@ func (g *Gateway) fastReply(ctx context.Context, ss *mcp.ServerSession, id jsonr
 // The fast path over Streamable HTTP: a POST carrying one tools/call in a session the SDK
 // initialized is answered with a JSON body (the transport lets a server answer a request so)
 // by the same call path. Besides what the stdio fast path asks, the POST must pass every check
-// the SDK's handler would make (content type, Accept, protocol version header, the Host of a
-// loopback listener without the gateway's guard), come from the principal that opened the
+// the SDK's handler would make (content type, Accept, protocol version header, no Last-Event-ID,
+// no protocol version in the call's `_meta`, the Host of a loopback listener without the
+// gateway's guard), come from the principal that opened the
 // session, and belong to an agent the relay cannot need a stream for during the call: none of
 // sampling or elicitation declared (requests a tool relays then want the call's stream), no log
 // level set. A roots/list of an upstream goes on the session's standalone stream. Anything
@@ -359,7 +368,7 @@ func (g *Gateway) serveFastHTTP(gate *cancelGate, r *http.Request, req *jsonrpc.
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return false
 	}
-	if !acceptsJSONAndStream(r.Header.Values("Accept")) {
+	if !acceptsJSONAndStream(r.Header.Values("Accept")) || len(r.Header.Values("Last-Event-ID")) > 0 {
 		return false
 	}
 	if g.sec.guard == nil { // the SDK's DNS rebinding check
@@ -387,8 +396,8 @@ func (g *Gateway) serveFastHTTP(gate *cancelGate, r *http.Request, req *jsonrpc.
 	if a := g.agentOf(ss); a == nil || a.logLevel() != "" {
 		return false
 	}
-	creq, newProtocol, ok := g.fastRequest(ss, req.Params)
-	if !ok || newProtocol {
+	creq, newProtocol, metaVersion, ok := g.fastRequestVersion(ss, req.Params)
+	if !ok || newProtocol || metaVersion != "" { // a stateful session has no per-request version: the SDK refuses one
 		return false
 	}
 	creq.Extra = &mcp.RequestExtra{TokenInfo: sdkauth.TokenInfoFromContext(r.Context()), Header: r.Header}

@@ -307,3 +307,45 @@ func TestAttackFastPathCancelIDForms(t *testing.T) {
 		t.Errorf("journaled %v, want [uncertain succeeded]", got)
 	}
 }
+
+// What the SDK's stateful handler refuses in a POST of one call is refused on the fast path
+// too: a call whose `_meta` names a protocol version (any: a stateful session has none per
+// request), and a POST with Last-Event-ID. Neither is decided, journaled or forwarded.
+func TestAttackFastPathHTTPRefusals(t *testing.T) {
+	f, url := httpMemory(t)
+	res := post(t, url, initBody)
+	sid := res.Header.Get("Mcp-Session-Id")
+	if res.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %d %s", res.StatusCode, readBody(t, res))
+	}
+	if res := post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-06-18"); res.StatusCode != 202 {
+		t.Fatalf("initialized: %d", res.StatusCode)
+	}
+	hdr := []string{"Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-06-18"}
+	for _, tc := range []struct {
+		name, meta string
+		headers    []string
+	}{
+		{"a per-request protocol version", `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}`, hdr},
+		{"an empty per-request protocol version", `,"_meta":{"io.modelcontextprotocol/protocolVersion":""}`, hdr},
+		{"Last-Event-ID", "", append([]string{"Last-Event-ID", "1"}, hdr...)},
+	} {
+		body := `{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"memory.search_nodes","arguments":{"query":"svc-a"}` + tc.meta + `}}`
+		res := post(t, url, body, tc.headers...)
+		got := readBody(t, res)
+		// The SDK's own answer, on a session it serves: what the fast path must give as well.
+		if tc.name == "an empty per-request protocol version" {
+			if res.StatusCode != 200 {
+				t.Errorf("%s: %d %s (the SDK serves it: an empty version is none)", tc.name, res.StatusCode, got)
+			}
+			continue
+		}
+		if res.StatusCode != 400 {
+			t.Errorf("%s: %d, want the SDK's 400: %s", tc.name, res.StatusCode, got)
+		}
+	}
+	_, recs := onlyRun(t, f.store)
+	if steps := stepsOf(recs, "memory.search_nodes"); len(steps) != 1 {
+		t.Errorf("want only the call the SDK serves journaled: %+v", steps)
+	}
+}
