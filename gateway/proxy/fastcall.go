@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -49,15 +50,17 @@ type fastParams struct {
 // fastCalls serves the fast path of one stdio session and cancels its calls.
 type fastCalls struct {
 	g   *Gateway
-	out io.Writer // the client's stdout (whole lines, one Write each)
+	out io.Writer     // the client's stdout (whole lines, one Write each)
+	sdk *stdioCancels // the calls passed to the SDK (nil: none noted)
 	ss  atomic.Pointer[mcp.ServerSession]
 
 	ctx    context.Context // ends with the session: its calls' parent
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
 
-	mu   sync.Mutex
-	live map[string]*fastCall // by idKey of the request id
+	mu      sync.Mutex
+	live    map[string]*fastCall // by idKey of the request id
+	stopped bool                 // the session ended: no call is taken any more
 }
 
 type fastCall struct {
@@ -65,16 +68,33 @@ type fastCall struct {
 	cancelled bool // the client cancelled it: no response (stdiocancel.go)
 }
 
-func newFastCalls(g *Gateway, out io.Writer) *fastCalls {
+func newFastCalls(g *Gateway, out io.Writer, sdk *stdioCancels) *fastCalls {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &fastCalls{g: g, out: out, ctx: ctx, cancel: cancel, live: map[string]*fastCall{}}
+	return &fastCalls{g: g, out: out, sdk: sdk, ctx: ctx, cancel: cancel, live: map[string]*fastCall{}}
+}
+
+// inFlight reports whether the fast path serves a call with key k now.
+func (f *fastCalls) inFlight(k string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.live[k] != nil
+}
+
+// refuseDuplicate answers a call whose id is in flight as the SDK's connection does: -32600
+// with a null id (the error is not the call in flight's).
+func refuseDuplicate(out io.Writer, id jsonrpc.ID) error {
+	return answer(out, nil, codeInvalidRequest, fmt.Sprintf("JSON RPC invalid request: request ID %v already in use", id.Raw()))
 }
 
 // errAgentCancelled is the cause of a fast-path call the agent cancelled.
 var errAgentCancelled = errors.New("the agent cancelled the call (notifications/cancelled)")
 
 // stop ends the session's calls with cause and waits for them to finish.
+// A line read after it is the SDK's, whose session has ended too: the filter's write to it fails.
 func (f *fastCalls) stop(cause error) {
+	f.mu.Lock()
+	f.stopped = true
+	f.mu.Unlock()
 	f.cancel(cause)
 	f.wg.Wait()
 }
@@ -90,16 +110,24 @@ func (f *fastCalls) take(req *jsonrpc.Request) bool {
 		return false
 	}
 	k := idKey(req.ID.Raw())
+	if f.sdk != nil && f.sdk.noted(k) {
+		return false // the SDK may serve a call with this id: it refuses the second, or serves it
+	}
 	f.mu.Lock()
-	if _, dup := f.live[k]; dup || len(f.live) >= maxNotedCalls {
+	if f.stopped || len(f.live) >= maxNotedCalls {
 		f.mu.Unlock()
 		return false // the SDK answers (and bounds) what the fast path does not track
+	}
+	if _, dup := f.live[k]; dup {
+		f.mu.Unlock()
+		_ = refuseDuplicate(f.out, req.ID) // a write error ends the filter at its next line
+		return true
 	}
 	ctx, cancel := context.WithCancelCause(f.ctx)
 	c := &fastCall{cancel: cancel}
 	f.live[k] = c
+	f.wg.Add(1) // under mu: stop's Wait sees every call taken before it
 	f.mu.Unlock()
-	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
 		line := f.g.fastReply(ctx, ss, req.ID, creq, newProtocol)
@@ -143,27 +171,34 @@ func (f *fastCalls) sawCancel(m jsonrpc.Message) {
 // fastRequest decodes params as the SDK would into a request of session ss, when the fast path
 // serves it. newProtocol: the request carries 2026-07-28's per-request `_meta`.
 func (g *Gateway) fastRequest(ss *mcp.ServerSession, params json.RawMessage) (req *mcp.CallToolRequest, newProtocol, ok bool) {
+	req, newProtocol, _, ok = g.fastRequestVersion(ss, params)
+	return req, newProtocol, ok
+}
+
+// fastRequestVersion is fastRequest that also returns the protocol version the request's
+// `_meta` names ("" when none): the SDK's stateful HTTP handler refuses a call naming any.
+func (g *Gateway) fastRequestVersion(ss *mcp.ServerSession, params json.RawMessage) (req *mcp.CallToolRequest, newProtocol bool, metaVersion string, ok bool) {
 	init := ss.InitializeParams()
 	if init == nil {
-		return nil, false, false
+		return nil, false, "", false
 	}
 	var p fastParams
 	dec := fastjson.NewDecoder(bytes.NewReader(params))
 	dec.DontMatchCaseInsensitiveStructFields()
 	if dec.Decode(&p) != nil || len(p.InputResponses) > 0 || len(p.RequestState) > 0 || g.route(p.Name) == nil {
-		return nil, false, false
+		return nil, false, "", false
 	}
 	meta := mcp.Meta{}
 	for k, raw := range p.Meta {
 		if k == "progressToken" {
-			return nil, false, false // progress is relayed by the SDK's path (agents.go)
+			return nil, false, "", false // progress is relayed by the SDK's path (agents.go)
 		}
 		if strings.HasPrefix(k, protocolMetaPrefix) {
 			continue // the agent's hop (forwardMeta drops them too); checked below
 		}
 		var v any
 		if fastjson.Unmarshal(raw, &v) != nil {
-			return nil, false, false
+			return nil, false, "", false
 		}
 		meta[k] = v
 	}
@@ -171,12 +206,13 @@ func (g *Gateway) fastRequest(ss *mcp.ServerSession, params json.RawMessage) (re
 		var version string
 		if fastjson.Unmarshal(raw, &version) != nil || version >= "2026-07-28" {
 			if !g.newProtocolMetaOK(p.Meta, version) {
-				return nil, false, false // the SDK refuses it, with its own error
+				return nil, false, "", false // the SDK refuses it, with its own error
 			}
 			newProtocol = true
 		}
+		metaVersion = version // "" when it is not a string: the SDK's handler reads none then
 	}
-	return &mcp.CallToolRequest{Session: ss, Params: &mcp.CallToolParamsRaw{Name: p.Name, Arguments: p.Arguments, Meta: meta}}, newProtocol, true
+	return &mcp.CallToolRequest{Session: ss, Params: &mcp.CallToolParamsRaw{Name: p.Name, Arguments: p.Arguments, Meta: meta}}, newProtocol, metaVersion, true
 }
 
 // newProtocolMetaOK reports whether the SDK accepts a 2026-07-28 request's `_meta` (SEP-2575):
@@ -236,8 +272,10 @@ func (g *Gateway) fastReply(ctx context.Context, ss *mcp.ServerSession, id jsonr
 			body, err = set.splice(raw)
 		}
 	}
-	if err == nil && bytes.IndexByte(body, '\n') >= 0 {
-		var b bytes.Buffer // an upstream over HTTP may indent: stdio is one message per line
+	if err == nil && bytes.IndexAny(body, "\r\n") >= 0 {
+		// An upstream over HTTP may indent, one over stdio put a carriage return between tokens:
+		// stdio is one message per line, and the SDK's path compacts what it writes.
+		var b bytes.Buffer
 		if err = json.Compact(&b, body); err == nil {
 			body = b.Bytes()
 		}
@@ -272,8 +310,9 @@ func (g *Gateway) fastReply(ctx context.Context, ss *mcp.ServerSession, id jsonr
 // The fast path over Streamable HTTP: a POST carrying one tools/call in a session the SDK
 // initialized is answered with a JSON body (the transport lets a server answer a request so)
 // by the same call path. Besides what the stdio fast path asks, the POST must pass every check
-// the SDK's handler would make (content type, Accept, protocol version header, the Host of a
-// loopback listener without the gateway's guard), come from the principal that opened the
+// the SDK's handler would make (content type, Accept, protocol version header, no Last-Event-ID,
+// no protocol version in the call's `_meta`, the Host of a loopback listener without the
+// gateway's guard), come from the principal that opened the
 // session, and belong to an agent the relay cannot need a stream for during the call: none of
 // sampling or elicitation declared (requests a tool relays then want the call's stream), no log
 // level set. A roots/list of an upstream goes on the session's standalone stream. Anything
@@ -329,7 +368,7 @@ func (g *Gateway) serveFastHTTP(gate *cancelGate, r *http.Request, req *jsonrpc.
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return false
 	}
-	if !acceptsJSONAndStream(r.Header.Values("Accept")) {
+	if !acceptsJSONAndStream(r.Header.Values("Accept")) || len(r.Header.Values("Last-Event-ID")) > 0 {
 		return false
 	}
 	if g.sec.guard == nil { // the SDK's DNS rebinding check
@@ -357,8 +396,8 @@ func (g *Gateway) serveFastHTTP(gate *cancelGate, r *http.Request, req *jsonrpc.
 	if a := g.agentOf(ss); a == nil || a.logLevel() != "" {
 		return false
 	}
-	creq, newProtocol, ok := g.fastRequest(ss, req.Params)
-	if !ok || newProtocol {
+	creq, newProtocol, metaVersion, ok := g.fastRequestVersion(ss, req.Params)
+	if !ok || newProtocol || metaVersion != "" { // a stateful session has no per-request version: the SDK refuses one
 		return false
 	}
 	creq.Extra = &mcp.RequestExtra{TokenInfo: sdkauth.TokenInfoFromContext(r.Context()), Header: r.Header}

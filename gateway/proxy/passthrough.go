@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -139,10 +140,33 @@ func (c *passthroughConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	return msg, err
 }
 
-// completeResult reports whether raw is a final result. Any other resultType (a multi-round-trip
-// input_required) stays with the SDK, which handles it.
+// completeResult reports whether raw is a final result: its own resultType (not a member of
+// that name in structuredContent, say) is absent or "complete". Any other resultType (a
+// multi-round-trip input_required) stays with the SDK, which handles it. Without the name in its
+// bytes (nor an escape that could spell it) raw is not decoded.
 func completeResult(raw json.RawMessage) bool {
-	return !bytes.Contains(raw, []byte(`"resultType"`)) || bytes.Contains(raw, []byte(`"resultType":"complete"`))
+	if !bytes.Contains(raw, []byte(`"resultType"`)) && !bytes.Contains(raw, []byte(`\u`)) {
+		return true
+	}
+	var p struct {
+		ResultType *string `json:"resultType"`
+	}
+	if exactUnmarshal(raw, &p) != nil {
+		return false
+	}
+	return p.ResultType == nil || *p.ResultType == "complete"
+}
+
+// exactUnmarshal is fastjson.Unmarshal with member names matched exactly, as the SDK's decoder
+// and the agents' clients match them: "StructuredContent" or "ISERROR" is another member than
+// the protocol's, which a case-insensitive decoder would take in its place (the last one given
+// wins), so that the gateway would check and journal a member the agent never reads.
+func exactUnmarshal(b []byte, v any) error {
+	rest, err := fastjson.Parse(b, v, fastjson.DontMatchCaseInsensitiveStructFields)
+	if err == nil && len(bytes.TrimSpace(rest)) > 0 {
+		err = fmt.Errorf("json: invalid character %q after top-level value", rest[0])
+	}
+	return err
 }
 
 // passedResult is what the gateway reads of a passed-through result.
@@ -158,7 +182,7 @@ type passedResult struct {
 // keep several times faster than encoding/json.
 func lightResult(raw json.RawMessage) (*mcp.CallToolResult, error) {
 	var p passedResult
-	if err := fastjson.Unmarshal(raw, &p); err != nil {
+	if err := exactUnmarshal(raw, &p); err != nil {
 		return nil, err
 	}
 	res := &mcp.CallToolResult{IsError: p.IsError, Content: []mcp.Content{}}
@@ -176,7 +200,7 @@ func envelope(raw json.RawMessage) (resultType, meta bool, err error) {
 		ResultType json.RawMessage `json:"resultType"`
 		Meta       json.RawMessage `json:"_meta"`
 	}
-	err = fastjson.Unmarshal(raw, &p)
+	err = exactUnmarshal(raw, &p)
 	return p.ResultType != nil, p.Meta != nil, err
 }
 

@@ -109,7 +109,7 @@ func (c *stdioConn) deliverRaw(line []byte) bool {
 		return false
 	}
 	var m rawLine
-	if fastjson.Unmarshal(line, &m) != nil || m.Method != nil {
+	if exactUnmarshal(line, &m) != nil || m.Method != nil { // the members the SDK's client would read
 		return false
 	}
 	var id string

@@ -33,7 +33,7 @@ func (g *Gateway) serveStdio(ctx context.Context, in io.Reader, out io.Writer) e
 	w := &lockedWriter{w: out} // the SDK, the filter and the fast path write whole lines, each with one Write
 	pr, pw := io.Pipe()
 	cancels := newStdioCancels() // stdiocancel.go
-	fast := newFastCalls(g, w)
+	fast := newFastCalls(g, w, cancels)
 	ss, err := g.server.Connect(ctx, &mcp.IOTransport{Reader: pr, Writer: writeCloser(cancelWriter{Writer: w, c: cancels}), MaxLineLength: int(g.limits.RequestBodyBytes) + 16}, nil)
 	if err != nil {
 		return err
@@ -140,8 +140,13 @@ func (g *Gateway) checkLine(out io.Writer, msg []byte, protocol *string, cancels
 	if err != nil {
 		return nil, false, answer(out, idOf(msg), codeInvalidRequest, "Invalid Request: "+err.Error())
 	}
-	if req, isReq := m.(*jsonrpc.Request); isReq && fast != nil && fast.take(req) {
-		return nil, false, nil // served by the fast path
+	if req, isReq := m.(*jsonrpc.Request); isReq && fast != nil {
+		if fast.take(req) {
+			return nil, false, nil // served by the fast path
+		}
+		if req.IsCall() && fast.inFlight(idKey(req.ID.Raw())) { // the SDK does not know the fast path's ids
+			return nil, false, refuseDuplicate(out, req.ID)
+		}
 	}
 	cancels.saw(m)
 	if fast != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -30,7 +31,30 @@ func newStdioCancels() *stdioCancels {
 	return &stdioCancels{calls: map[string]bool{}, cancelled: map[string]bool{}}
 }
 
-func idKey(id any) string { return fmt.Sprint(id) }
+// idKey is the key of a request id as the SDK's connection tells ids apart: a string is not
+// the number it spells ("5" is not 5), and a number is made an int64 as jsonrpc2.MakeID does
+// (5.0 and 5.9 are 5), so that a cancel names the call the SDK would cancel.
+func idKey(id any) string {
+	switch v := id.(type) {
+	case string:
+		return strconv.Quote(v)
+	case json.Number:
+		if f, err := v.Float64(); err == nil {
+			return strconv.FormatInt(int64(f), 10)
+		}
+		return string(v)
+	case float64:
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return fmt.Sprint(id)
+}
+
+// noted reports whether the call with key k was passed to the SDK (and may be in flight there).
+func (c *stdioCancels) noted(k string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[k]
+}
 
 // saw notes a message the filter passes to the SDK.
 func (c *stdioCancels) saw(m jsonrpc.Message) {

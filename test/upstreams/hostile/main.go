@@ -41,6 +41,11 @@
 //	answers {}             answers how many of the flood's requests the client answered
 //	lists {}               answers how many tools/list requests (pages) it received
 //
+// With -verbatim the listings that have the fixed tools also list verbatim {result}, whose
+// output schema requires a number n: it answers with result, a string, written as the
+// response's result byte for byte (so that tests can send results a JSON encoder never
+// writes: case-variant or repeated keys, a carriage return between tokens).
+//
 // Other faults: -stderr writes its text on stderr before anything else, -stderr-lines times
 // (escapes \n, \r and \x1b in it are decoded); -banner writes a line before reading anything; -garbage writes a line that is
 // not JSON before every message. -cancel-log appends the requestId of every
@@ -95,6 +100,7 @@ var (
 	sse       = flag.Bool("sse", false, "HTTP: answer tools/call and tools/list as text/event-stream")
 	orphan    = flag.Bool("orphan", false, "crash: leave a child holding stdout open")
 	sleep     = flag.Duration("sleep", 0, "sleep this long and exit (the -orphan child)")
+	verbatim  = flag.Bool("verbatim", false, "also list the verbatim tool (see the package comment)")
 )
 
 func main() {
@@ -259,7 +265,7 @@ func tool(name, desc string, props map[string]any) map[string]any {
 func fixedTools() []any {
 	str := map[string]any{"type": "string"}
 	num := map[string]any{"type": "number"}
-	return []any{
+	tools := []any{
 		tool("echo", "Answers its text.", map[string]any{"text": str}),
 		tool("slow", "Answers after ms milliseconds.", map[string]any{"ms": num}),
 		tool("noise", "Writes a line that is not JSON, then answers.", nil),
@@ -275,6 +281,12 @@ func fixedTools() []any {
 		tool("answers", "Answers how many of the flood's requests the client answered.", nil),
 		tool("lists", "Answers how many tools/list requests (pages) it received.", nil),
 	}
+	if *verbatim {
+		v := tool("verbatim", "Answers its result string as the result, byte for byte.", map[string]any{"result": str})
+		v["outputSchema"] = map[string]any{"type": "object", "properties": map[string]any{"n": num}, "required": []any{"n"}}
+		tools = append(tools, v)
+	}
+	return tools
 }
 
 // describedTool is the described listing's extra tool (see the package comment). Its JSON is
@@ -363,6 +375,7 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 			Deaf   bool    `json:"deaf"`
 			Notify bool    `json:"notify"`
 			Line   bool    `json:"line"`
+			Result string  `json:"result"`
 		} `json:"arguments"`
 	}
 	_ = json.Unmarshal(req.Params, &p)
@@ -430,6 +443,8 @@ func (s *server) call(ctx context.Context, req request, write func([]byte)) {
 			bad += "\nthis line has no colon"
 		}
 		write([]byte(bad))
+	case "verbatim":
+		write([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":%s}`, req.ID, a.Result)))
 	case "answers":
 		write(result(req.ID, text(strconv.FormatInt(answered.Load(), 10))))
 	case "lists":
