@@ -270,7 +270,7 @@ func runGateway(f gatewayFlags) ([]row, []string, error) {
 	notes = append(notes,
 		"direct HTTP: not measured: @modelcontextprotocol/server-memory speaks stdio only.",
 		fmt.Sprintf("journal: every gateway row's SQLite file was read back: one allowed intent and one succeeded outcome per call (%d warm-up calls per session included).", f.warmup),
-		"gateway CPU ms per call: user + system CPU of the gateway processes (not their upstreams) while the row was measured, from /proc, divided by its calls; the HTTP gateway shares the bench process with its clients, so it has none.",
+		"gateway CPU ms per call: user + system CPU of the gateway processes (not their upstreams) while the row was measured (each process's kernel CPU clock, ns), divided by its calls; the HTTP gateway shares the bench process with its clients, so it has none.",
 		"added p50: the row's p50 minus the p50 of the direct row with the same upstream topology (gateway stdio vs direct stdio; gateway HTTP vs direct stdio, 1 upstream).")
 	if f.postgres != nil {
 		notes = append(notes, "PostgreSQL rows: a throwaway server (test/pgtest, Debian's PostgreSQL, defaults: fsync=on, synchronous_commit=on) on 127.0.0.1, a new database per row, read back the same way.")
@@ -620,33 +620,6 @@ type row struct {
 	res            result
 	base           *row
 	gatewayCPU     time.Duration // CPU time of the gateway processes while measuring (stdio rows)
-}
-
-// cpuTime is the CPU time (user + system) used so far by the processes pids, from
-// /proc/<pid>/stat (clock ticks of 10 ms).
-func cpuTime(pids []int) (time.Duration, error) {
-	var total time.Duration
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return 0, err
-		}
-		// Fields after the command name (in parentheses, which may hold spaces): utime and
-		// stime are the 12th and 13th.
-		i := bytes.LastIndexByte(b, ')')
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 13 {
-			return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-		}
-		for _, s := range f[11:13] {
-			ticks, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-			}
-			total += time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-		}
-	}
-	return total, nil
 }
 
 func printTable(w io.Writer, rows []row, notes []string) {
