@@ -567,7 +567,7 @@ func (r *row) loads() string {
 func printTable(w io.Writer, rows []*row, notes []string) {
 	fmt.Fprintf(w, "read_graph of @modelcontextprotocol/server-memory (20 entities, 20 relations); %s/%s, %d CPUs, %s. Each cell: min / median.\n\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
-	fmt.Fprintln(w, "| path | sessions | calls | load avg at start | calls/s | p50 ms | p99 ms | added p50 ms | proxy CPU µs per call |")
+	fmt.Fprintln(w, "| path | sessions | calls per repetition | load avg at start | calls/s | p50 ms | p99 ms | added p50 ms | proxy CPU µs per call |")
 	fmt.Fprintln(w, "| - | -: | -: | -: | -: | -: | -: | -: | -: |")
 	for _, r := range rows {
 		added, cpu := "—", "—"
