@@ -61,9 +61,9 @@ func gatewayMain(argv []string) error {
 	var f gatewayFlags
 	var sessions, paths string
 	var withPG bool
-	fs.IntVar(&f.calls, "calls", 1000, "measured calls per row (split evenly over the sessions)")
+	fs.IntVar(&f.calls, "calls", 600, "measured calls per row and repetition (split evenly over the sessions)")
 	fs.IntVar(&f.warmup, "warmup", 5, "unmeasured calls per session before each repetition, at least")
-	fs.IntVar(&f.warmupRow, "warmup-row", 200, "unmeasured calls per row before each repetition, at least (split over its sessions)")
+	fs.IntVar(&f.warmupRow, "warmup-row", 100, "unmeasured calls per row before each repetition, at least (split over its sessions)")
 	fs.IntVar(&f.reps, "reps", 3, "repetitions of every row (min and median are printed)")
 	fs.StringVar(&sessions, "sessions", "1,16", "concurrent session counts, comma-separated")
 	fs.StringVar(&paths, "paths", "", "paths to measure, comma-separated (default all): "+strings.Join(pathKeys(), ", "))
@@ -181,7 +181,7 @@ func runGateway(f gatewayFlags) ([]*row, []string, error) {
 		fmt.Sprintf("repetitions: the processes of a row are started for it and stopped after it (rows in the order of the table); in between, %d repetitions, each of max(%d per session, %d per row) unmeasured warm-up calls, then %d measured calls split over the sessions. min and median are over the repetitions (for calls/s the min is the slowest).", f.reps, f.warmup, f.warmupRow, f.calls),
 		"load avg: the 1-minute load average (/proc/loadavg) as each repetition began (the first: before the row's processes started).",
 		"proxy CPU µs per call: user + system CPU time of the proxy's processes while the measured calls ran, divided by those calls: the process the clients talk to (all of them in a stdio row of several sessions) and its descendants except the server-memory upstreams (so supergateway's `sh -c` is counted), each read from its kernel CPU clock (clock_gettime of the pid's CPU clock, ns; /proc/<pid>/stat's utime + stime, the same time in 10 ms ticks) with the processes listed from /proc. The bench's own clients are not in it.",
-		"added p50: the row's p50 minus the p50 of the direct row with the same upstreams (the row named in Topology), repetition by repetition (the i-th against the direct row's i-th); min and median of those differences.",
+		"added p50: the row's p50 minus the p50 of the direct row with the same upstreams (the row named in Topology): its min minus the direct row's min, its median minus the direct row's median.",
 		"journal read-back: every reversi gateway row's journal was read after the row: one allowed intent and one succeeded outcome per call (warm-up included) in SQLite or PostgreSQL, and for the memory store through the gateway's own reversi.list_runs and reversi.get_run on each session before it closed; the floor's journal file holds one line per tools/call.",
 		"direct HTTP: not measured: @modelcontextprotocol/server-memory speaks stdio only.",
 	}
@@ -543,17 +543,14 @@ func (r *row) cpuPerCall() (st stat, ok bool) {
 	return r.stat(func(s repetition) float64 { return float64(s.cpu) / float64(time.Microsecond) / float64(s.res.calls) }), true
 }
 
-// addedP50 is the row's p50 minus its direct row's, in ms, repetition by repetition (the
-// direct row of the same round); ok is false without a direct row.
+// addedP50 is the row's p50 minus its direct row's, in ms: the min minus the direct row's
+// min, and the median minus its median; ok is false without a direct row.
 func (r *row) addedP50() (st stat, ok bool) {
-	if r.base == nil || len(r.base.samples) != len(r.samples) {
+	if r.base == nil || len(r.base.samples) == 0 {
 		return stat{}, false
 	}
-	var v []float64
-	for i, s := range r.samples {
-		v = append(v, ms(s.res.percentile(50))-ms(r.base.samples[i].res.percentile(50)))
-	}
-	return statOf(v), true
+	p, b := r.p50(), r.base.p50()
+	return stat{min: p.min - b.min, med: p.med - b.med}, true
 }
 
 func (r *row) loads() string {

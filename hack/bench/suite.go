@@ -44,9 +44,9 @@ func suiteMain(argv []string) error {
 	fs.StringVar(&f.out, "out", "BENCHMARKS.md", "file to write the generated section into (empty: print only)")
 	fs.StringVar(&f.sizes, "sizes", "100,1000,5000,20000", "registry sizes (tools) for reconcile and reload")
 	fs.StringVar(&f.sessions, "sessions", "1,16,64", "gateway session counts")
-	fs.IntVar(&f.calls, "calls", 1000, "measured calls per row and repetition (split over the sessions)")
+	fs.IntVar(&f.calls, "calls", 600, "measured calls per row and repetition (split over the sessions)")
 	fs.IntVar(&f.warmup, "warmup", 5, "unmeasured calls per session and repetition, at least")
-	fs.IntVar(&f.warmupRow, "warmup-row", 200, "unmeasured calls per row and repetition, at least (split over its sessions)")
+	fs.IntVar(&f.warmupRow, "warmup-row", 100, "unmeasured calls per row and repetition, at least (split over its sessions)")
 	fs.IntVar(&f.reps, "reps", 3, "repetitions of every gateway row (min and median are printed)")
 	if err := fs.Parse(argv); err != nil {
 		return err
