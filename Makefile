@@ -52,7 +52,9 @@ fmt-check:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path '*/node_modules/*')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-## bench: every figure of issue 10 side by side with its baseline (one table); writes BENCHMARKS.md.
+## bench: every figure of issues 10 and 20 side by side with its baseline: the gateway against the floor
+## relay, a naive go-sdk proxy, mcp-proxy and supergateway (npm), at 1/16/64 sessions, 3 repetitions,
+## then reconcile, reload, PR→enforcement, approvals, verify; writes BENCHMARKS.md (about 10 minutes).
 bench:
 	upstreams=$${REVERSI_UPSTREAMS:-$$(hack/upstreams.sh)} && assets=$${KUBEBUILDER_ASSETS:-$$(hack/setup-envtest.sh)} && \
 	REVERSI_UPSTREAMS="$$upstreams" KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/bench suite

@@ -8,13 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,10 +20,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/reversi-gitops/reversi/api/manifest"
-	"github.com/reversi-gitops/reversi/gateway/config"
-	"github.com/reversi-gitops/reversi/gateway/proxy"
-	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/test/pgtest"
 	"github.com/reversi-gitops/reversi/test/syncbuf"
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
@@ -45,66 +40,94 @@ const (
 )
 
 type gatewayFlags struct {
-	calls, warmup int
-	sessions      []int
-	reversi       string
-	cpuprofile    string
-	keep          bool
-	store         string
-	// postgres, when set, adds a gateway HTTP row journaling to PostgreSQL: it returns the
-	// URL of a new empty database (the suite starts a throwaway server with test/pgtest).
+	// calls is the measured calls of a row (split evenly over its sessions); warmup the
+	// unmeasured calls per session before them, and warmupRow the least unmeasured calls of a
+	// row (split over its sessions), so that a 1-session row warms its processes' JITs too.
+	calls, warmup, warmupRow int
+	// reps is how many times every row is measured, back to back on the same processes.
+	reps     int
+	sessions []int
+	// paths are the keys of the paths to measure (all when empty); see allPaths.
+	paths   []string
+	reversi string
+	keep    bool
+	// postgres, when set, enables the gateway HTTP (PostgreSQL) path: it returns the URL of a
+	// new empty database (the suite starts a throwaway server with test/pgtest).
 	postgres func(context.Context) (string, error)
 }
 
 func gatewayMain(argv []string) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	var f gatewayFlags
-	var sessions string
-	fs.IntVar(&f.calls, "calls", 4000, "measured calls per row (split evenly over the sessions)")
-	fs.IntVar(&f.warmup, "warmup", 200, "unmeasured calls per session before measuring")
+	var sessions, paths string
+	var withPG bool
+	fs.IntVar(&f.calls, "calls", 600, "measured calls per row and repetition (split evenly over the sessions)")
+	fs.IntVar(&f.warmup, "warmup", 5, "unmeasured calls per session before each repetition, at least")
+	fs.IntVar(&f.warmupRow, "warmup-row", 100, "unmeasured calls per row before each repetition, at least (split over its sessions)")
+	fs.IntVar(&f.reps, "reps", 3, "repetitions of every row (min and median are printed)")
 	fs.StringVar(&sessions, "sessions", "1,16", "concurrent session counts, comma-separated")
-	fs.StringVar(&f.reversi, "reversi", "", "reversi binary for the stdio gateway (default: go build of this module)")
-	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the largest gateway HTTP row (the gateway runs in this process) to this file")
-	fs.StringVar(&f.store, "store", "sqlite", "gateway store: sqlite (the measured configuration) or memory (to isolate the journal's cost)")
+	fs.StringVar(&paths, "paths", "", "paths to measure, comma-separated (default all): "+strings.Join(pathKeys(), ", "))
+	fs.BoolVar(&withPG, "postgres", false, "also the gateway HTTP (PostgreSQL) path, on a throwaway server (test/pgtest)")
+	fs.StringVar(&f.reversi, "reversi", "", "reversi binary for the gateway paths (default: go build of this module)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the temporary folder (journals, memory file, config)")
 	if err := fs.Parse(argv); err != nil {
 		return err
 	}
-	for _, s := range strings.Split(sessions, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			return fmt.Errorf("-sessions %q: want positive integers, e.g. 1,16", sessions)
+	var err error
+	if f.sessions, err = parseSessions(sessions); err != nil {
+		return err
+	}
+	if paths != "" {
+		f.paths = strings.Split(paths, ",")
+	}
+	if f.calls < 1 || f.warmup < 0 || f.warmupRow < 0 || f.reps < 1 {
+		return errors.New("-calls and -reps must be positive, -warmup and -warmup-row not negative")
+	}
+	if withPG {
+		pg, err := pgtest.Start()
+		if err != nil {
+			return err
 		}
-		f.sessions = append(f.sessions, n)
-	}
-	if f.store != "sqlite" && f.store != "memory" {
-		return fmt.Errorf("-store %q: use sqlite or memory", f.store)
-	}
-	if f.calls < 1 || f.warmup < 0 {
-		return errors.New("-calls must be positive and -warmup not negative")
+		defer pg.Stop()
+		f.postgres = pg.NewDatabase
 	}
 	rows, notes, err := runGateway(f)
 	if err != nil {
 		return err
 	}
 	printTable(os.Stdout, rows, notes)
+	fmt.Println()
+	writeTargets(os.Stdout, rows)
 	return nil
 }
 
-// env is what every row shares: the seeded memory file, the manifest, the config, the binary.
+func parseSessions(s string) ([]int, error) {
+	var out []int
+	for _, v := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-sessions %q: want positive integers, e.g. 1,16", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// env is what every row shares: the seeded memory file, the manifest, the config, the binaries.
 type env struct {
 	dir       string
 	memCmd    string
 	memArgs   []string
 	memEnv    []string
-	manifests string // manifest file
-	cfgFile   string // gateway config (JSON, which config.Load reads as YAML)
+	manifests string         // manifest file
+	cfg       map[string]any // gateway config (stdio); HTTP rows add listen
+	cfgFile   string         // cfg as JSON (which config.Load reads as YAML)
 	reversi   string
-	store     string // sqlite or memory
+	self      string // this binary, which also runs the floor relay and the naive proxy
 }
 
-// runGateway measures every row of f and returns them with the table's notes.
-func runGateway(f gatewayFlags) ([]row, []string, error) {
+// runGateway measures every row f asks for and returns them with the table's notes.
+func runGateway(f gatewayFlags) ([]*row, []string, error) {
 	dir, err := os.MkdirTemp("", "reversi-bench-")
 	if err != nil {
 		return nil, nil, err
@@ -118,171 +141,139 @@ func runGateway(f gatewayFlags) ([]row, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	e.store = f.store
-	ctx := context.Background()
-	maxN := 0
-	for _, n := range f.sessions {
-		maxN = max(maxN, n)
+	if e.self, err = os.Executable(); err != nil {
+		return nil, nil, err
 	}
-
-	var rows []row
-	var notes []string
-	label := map[string]string{"sqlite": "SQLite", "memory": "memory store"}[f.store]
+	paths, err := selectPaths(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx := context.Background()
+	byKey := map[string]*row{}
+	var rows []*row
 	for _, n := range f.sessions {
 		per := max(f.calls/n, 1)
-		m := func(name, topology string, sess []*mcp.ClientSession, tool string) (row, error) {
-			fmt.Fprintf(os.Stderr, "bench: %s, %d session(s), %d calls each ...\n", name, n, per)
-			r, err := measure(ctx, sess, tool, f.warmup, per)
+		warm := max(f.warmup, (f.warmupRow+n-1)/n)
+		for _, p := range paths {
+			if p.multi && n == 1 {
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "bench: %s, %d session(s): %d × (%d warm-up + %d measured calls each) ...\n", p.name, n, f.reps, warm, per)
+			r, err := measureRow(ctx, e, p, n, f.reps, warm, per, filepath.Join(dir, fmt.Sprintf("%s-%d", p.key, n)))
 			if err != nil {
-				return row{}, fmt.Errorf("%s, %d sessions: %w", name, n, err)
+				return nil, nil, fmt.Errorf("%s, %d session(s): %w", p.name, n, err)
 			}
-			return row{name: name, topology: topology, sessions: n, res: r}, nil
-		}
-
-		// direct stdio: one server-memory process per session, as over stdio a process serves
-		// one session.
-		d, err := e.directStdio(ctx, n)
-		if err != nil {
-			return nil, nil, err
-		}
-		direct, err := m("direct stdio", fmt.Sprintf("%d server-memory process(es), one session each", n), d.sessions, directTool)
-		d.close()
-		if err != nil {
-			return nil, nil, err
-		}
-		rows = append(rows, direct)
-		httpBase := direct
-
-		if n > 1 {
-			// The HTTP gateway forwards every session's calls over its ONE upstream session:
-			// its baseline is one server-memory process with n concurrent callers.
-			d, err := e.directStdio(ctx, 1)
-			if err != nil {
-				return nil, nil, err
-			}
-			shared := make([]*mcp.ClientSession, n)
-			for i := range shared {
-				shared[i] = d.sessions[0]
-			}
-			sr, err := m("direct stdio, 1 upstream", fmt.Sprintf("1 server-memory process, %d callers on its one session", n), shared, directTool)
-			d.close()
-			if err != nil {
-				return nil, nil, err
-			}
-			rows = append(rows, sr)
-			httpBase = sr
-		}
-
-		// gateway stdio: n `reversi gateway` processes (what n agents each spawning the gateway
-		// get), each with its own server-memory, all journaling to one SQLite data folder.
-		data := filepath.Join(dir, fmt.Sprintf("stdio-%d", n))
-		g, err := e.gatewayStdio(ctx, n, data)
-		if err != nil {
-			return nil, nil, err
-		}
-		fmt.Fprintf(os.Stderr, "bench: gateway stdio (%s), %d session(s), %d calls each ...\n", label, n, per)
-		var cpu0 time.Duration
-		sres, err := measureWith(ctx, g.sessions, gatewayTool, f.warmup, per, func() (err error) { cpu0, err = cpuTime(g.pids); return err })
-		var cpu time.Duration
-		if err == nil {
-			var cpu1 time.Duration
-			if cpu1, err = cpuTime(g.pids); err == nil {
-				cpu = cpu1 - cpu0
-			}
-		}
-		g.close()
-		gr := row{name: "gateway stdio (" + label + ")", topology: fmt.Sprintf("%d reversi gateway process(es), each with its own server-memory; one SQLite file", n),
-			sessions: n, res: sres, gatewayCPU: cpu}
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := e.checkJournal(ctx, data, n*(f.warmup+per)); err != nil {
-			return nil, nil, fmt.Errorf("gateway stdio, %d sessions: %w", n, err)
-		}
-		gr.base = &direct
-		rows = append(rows, gr)
-
-		// gateway HTTP: one gateway (in this process, so that it can be profiled), one
-		// server-memory, n Streamable HTTP sessions over loopback.
-		data = filepath.Join(dir, fmt.Sprintf("http-%d", n))
-		h, err := e.gatewayHTTP(ctx, n, data, "")
-		if err != nil {
-			return nil, nil, err
-		}
-		var stopProfile func() error
-		if f.cpuprofile != "" && n == maxN {
-			h.beforeMeasure = func() error {
-				pf, err := os.Create(f.cpuprofile)
-				if err != nil {
-					return err
-				}
-				if err := pprof.StartCPUProfile(pf); err != nil {
-					pf.Close()
-					return err
-				}
-				stopProfile = func() error { pprof.StopCPUProfile(); return pf.Close() }
-				return nil
-			}
-		}
-		fmt.Fprintf(os.Stderr, "bench: gateway HTTP ("+label+"), %d session(s), %d calls each ...\n", n, per)
-		hres, err := measureWith(ctx, h.sessions, gatewayTool, f.warmup, per, h.beforeMeasure)
-		if stopProfile != nil {
-			if perr := stopProfile(); perr != nil && err == nil {
-				err = perr
-			}
-		}
-		h.close()
-		if err != nil {
-			return nil, nil, fmt.Errorf("gateway HTTP, %d sessions: %w", n, err)
-		}
-		if err := e.checkJournal(ctx, data, n*(f.warmup+per)); err != nil {
-			return nil, nil, fmt.Errorf("gateway HTTP, %d sessions: %w", n, err)
-		}
-		rows = append(rows, row{name: "gateway HTTP (" + label + ")", topology: fmt.Sprintf("1 gateway (in the bench process), 1 server-memory, %d HTTP session(s)", n),
-			sessions: n, res: hres, base: &httpBase})
-
-		if f.postgres != nil {
-			// The same HTTP gateway journaling to PostgreSQL (its own database per row).
-			pgURL, err := f.postgres(ctx)
-			if err != nil {
-				return nil, nil, err
-			}
-			h, err := e.gatewayHTTP(ctx, n, "", pgURL)
-			if err != nil {
-				return nil, nil, err
-			}
-			fmt.Fprintf(os.Stderr, "bench: gateway HTTP (PostgreSQL), %d session(s), %d calls each ...\n", n, per)
-			pres, err := measure(ctx, h.sessions, gatewayTool, f.warmup, per)
-			h.close()
-			if err != nil {
-				return nil, nil, fmt.Errorf("gateway HTTP (PostgreSQL), %d sessions: %w", n, err)
-			}
-			if err := e.checkJournalPostgres(ctx, pgURL, n*(f.warmup+per)); err != nil {
-				return nil, nil, fmt.Errorf("gateway HTTP (PostgreSQL), %d sessions: %w", n, err)
-			}
-			rows = append(rows, row{name: "gateway HTTP (PostgreSQL)", topology: fmt.Sprintf("as gateway HTTP (SQLite), journaling to PostgreSQL (test/pgtest on 127.0.0.1), %d HTTP session(s)", n),
-				sessions: n, res: pres, base: &httpBase})
+			byKey[fmt.Sprintf("%s/%d", p.key, n)] = r
+			rows = append(rows, r)
 		}
 	}
-	if f.store != "sqlite" {
-		notes = append(notes, "THE GATEWAY ROWS USED THE MEMORY STORE (-store "+f.store+"), NOT SQLITE: not the recorded configuration.")
+	for _, r := range rows {
+		if r.path.base == "" {
+			continue
+		}
+		base := r.path.base
+		if base == "direct1" && r.sessions == 1 {
+			base = "direct" // one caller on one session: the same thing
+		}
+		r.base = byKey[fmt.Sprintf("%s/%d", base, r.sessions)]
 	}
-	notes = append(notes,
+	notes := []string{
+		fmt.Sprintf("repetitions: the processes of a row are started for it and stopped after it (rows in the order of the table); in between, %d repetitions, each of max(%d per session, %d per row) unmeasured warm-up calls, then %d measured calls split over the sessions. min and median are over the repetitions (for calls/s the min is the slowest).", f.reps, f.warmup, f.warmupRow, f.calls),
+		"load avg: the 1-minute load average (/proc/loadavg) as each repetition began (the first: before the row's processes started).",
+		"proxy CPU µs per call: user + system CPU time of the proxy's processes while the measured calls ran, divided by those calls: the process the clients talk to (all of them in a stdio row of several sessions) and its descendants except the server-memory upstreams (so supergateway's `sh -c` is counted), each read from its kernel CPU clock (clock_gettime of the pid's CPU clock, ns; /proc/<pid>/stat's utime + stime, the same time in 10 ms ticks) with the processes listed from /proc. The bench's own clients are not in it.",
+		"added p50: the row's p50 minus the p50 of the direct row with the same upstreams (the row named in Topology): its min minus the direct row's min, its median minus the direct row's median.",
+		"journal read-back: every reversi gateway row's journal was read after the row: one allowed intent and one succeeded outcome per call (warm-up included) in SQLite or PostgreSQL, and for the memory store through the gateway's own reversi.list_runs and reversi.get_run on each session before it closed; the floor's journal file holds one line per tools/call.",
 		"direct HTTP: not measured: @modelcontextprotocol/server-memory speaks stdio only.",
-		fmt.Sprintf("journal: every gateway row's SQLite file was read back: one allowed intent and one succeeded outcome per call (%d warm-up calls per session included).", f.warmup),
-		"gateway CPU ms per call: user + system CPU of the gateway processes (not their upstreams) while the row was measured, from /proc, divided by its calls; the HTTP gateway shares the bench process with its clients, so it has none.",
-		"added p50: the row's p50 minus the p50 of the direct row with the same upstream topology (gateway stdio vs direct stdio; gateway HTTP vs direct stdio, 1 upstream).")
-	if f.postgres != nil {
-		notes = append(notes, "PostgreSQL rows: a throwaway server (test/pgtest, Debian's PostgreSQL, defaults: fsync=on, synchronous_commit=on) on 127.0.0.1, a new database per row, read back the same way.")
 	}
-	if f.cpuprofile != "" {
-		notes = append(notes, fmt.Sprintf("CPU profile of the %d-session gateway HTTP row: %s", maxN, f.cpuprofile))
+	if f.postgres != nil {
+		notes = append(notes, "PostgreSQL rows: a throwaway server (test/pgtest, Debian's PostgreSQL, defaults: fsync=on, synchronous_commit=on) on 127.0.0.1, a new database per row.")
+	}
+	if p := os.Getenv("REVERSI_CPUPROFILE"); p != "" {
+		notes = append(notes, "CPU profile of the 1-session gateway stdio (SQLite) row's gateway process (its whole life: warm-ups and repetitions): "+p)
 	}
 	return rows, notes, nil
 }
 
+// measureRow starts path p for n sessions, measures reps repetitions on the same processes
+// (each a warm-up of warm calls per session, then per measured calls per session), reads the
+// journal back and stops the processes; data is the row's own place for its journal (a folder
+// or a file).
+func measureRow(ctx context.Context, e *env, p *path, n, reps, warm, per int, data string) (*row, error) {
+	r := &row{path: p, sessions: n, topology: p.topology(n)}
+	load := loadAverage()
+	t0 := time.Now()
+	fl, err := p.start(ctx, e, n, data)
+	if err != nil {
+		return nil, err
+	}
+	started := time.Since(t0)
+	for i := range reps {
+		if i > 0 {
+			load = loadAverage()
+		}
+		s := repetition{load: load, cpu: -1}
+		var pids []int
+		var cpu0 time.Duration
+		before := func() (err error) {
+			if len(fl.proxies) == 0 {
+				return nil
+			}
+			// Listed now: supergateway spawns its servers (and their shells) as sessions open.
+			if pids, err = proxyProcesses(fl.proxies, e.isUpstream); err != nil {
+				return err
+			}
+			cpu0, err = cpuTime(pids)
+			return err
+		}
+		if s.res, err = measureWith(ctx, fl.sessions, p.tool, warm, per, before); err != nil {
+			err = fmt.Errorf("repetition %d: %w", i+1, err)
+			break
+		}
+		if pids != nil {
+			var cpu1 time.Duration
+			if cpu1, err = cpuTime(pids); err != nil {
+				break
+			}
+			s.cpu, s.procs = cpu1-cpu0, len(pids)
+		}
+		r.samples = append(r.samples, s)
+	}
+	want := reps * n * (warm + per)
+	if err == nil && fl.verifyLive != nil {
+		err = fl.verifyLive(ctx, want)
+	}
+	fl.close()
+	if err == nil && fl.verify != nil {
+		err = fl.verify(ctx, want)
+	}
+	if err != nil {
+		if fl.stderr != nil {
+			err = fmt.Errorf("%w\nstderr:\n%s", err, tail(fl.stderr(), 4000))
+		}
+		return nil, err
+	}
+	var rates []string
+	for _, s := range r.samples {
+		rates = append(rates, fmt.Sprintf("%.0f", s.res.perSecond()))
+	}
+	fmt.Fprintf(os.Stderr, "bench:   %s calls/s; %s in all, %s of it starting\n", strings.Join(rates, ", "), time.Since(t0).Round(time.Millisecond), started.Round(time.Millisecond))
+	return r, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// isUpstream reports whether argv is a server-memory process (node and its bin script).
+func (e *env) isUpstream(argv []string) bool {
+	return len(argv) >= 2 && argv[1] == e.memArgs[0]
+}
+
 // setup writes the seeded memory graph, the manifest and the gateway config, and builds the
-// reversi binary unless one is given.
+// reversi binary unless one is given ("-": none is needed).
 func setup(dir, reversi string) (*env, error) {
 	e := &env{dir: dir, reversi: reversi}
 	mem := filepath.Join(dir, "memory.jsonl")
@@ -302,16 +293,12 @@ func setup(dir, reversi string) (*env, error) {
 		k, v, _ := strings.Cut(kv, "=")
 		upEnv[k] = v
 	}
-	cfg := map[string]any{
+	e.cfg = map[string]any{
 		"mode": "enforce", "unclassified_reads": "block", "validate_schemas": true, "actor": actor,
 		"upstreams": []map[string]any{{"name": "memory", "command": e.memCmd, "args": e.memArgs, "env": upEnv}},
 	}
-	b, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return nil, err
-	}
 	e.cfgFile = filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(e.cfgFile, b, 0o600); err != nil {
+	if err := writeJSON(e.cfgFile, e.cfg); err != nil {
 		return nil, err
 	}
 	if e.reversi == "" { // "-": not needed
@@ -324,6 +311,14 @@ func setup(dir, reversi string) (*env, error) {
 		}
 	}
 	return e, nil
+}
+
+func writeJSON(file string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, b, 0o600)
 }
 
 // seedGraph is a knowledge graph of 20 entities (3 observations each) and 20 relations, so
@@ -342,19 +337,32 @@ func seedGraph() []byte {
 	return buf.Bytes()
 }
 
-// fleet is a set of connected client sessions and how to take them down.
+// fleet is a set of connected client sessions, the processes behind them, and how to check
+// and take them down.
 type fleet struct {
-	sessions      []*mcp.ClientSession
-	pids          []int // the processes the sessions talk to (stdio)
-	stderr        []*lockedBuffer
-	cleanup       []func()
-	beforeMeasure func() error
+	sessions []*mcp.ClientSession
+	pids     []int // the processes the sessions talk to (stdio)
+	// proxies are the processes whose CPU is measured (with their descendants but the
+	// upstreams); none for a direct row.
+	proxies []int
+	// verifyLive reads the journal back while the sessions are open, verify after close;
+	// want is the calls made (one intent and one outcome each).
+	verifyLive, verify func(ctx context.Context, want int) error
+	// stderr returns what the processes wrote, for errors.
+	stderr  func() string
+	cleanup []func()
 }
 
 func (f *fleet) close() {
+	var wg sync.WaitGroup
+	closed := map[*mcp.ClientSession]bool{}
 	for _, s := range f.sessions {
-		_ = s.Close()
+		if !closed[s] {
+			closed[s] = true
+			wg.Go(func() { _ = s.Close() }) // at once: a stdio session waits for its process to exit
+		}
 	}
+	wg.Wait()
 	for i := len(f.cleanup) - 1; i >= 0; i-- {
 		f.cleanup[i]()
 	}
@@ -370,19 +378,29 @@ func newClient() *mcp.Client {
 // connectCommands starts n copies of a stdio server and connects a client session to each,
 // all at once (startup dominates on two cores).
 func connectCommands(ctx context.Context, n int, mk func() *exec.Cmd) (*fleet, error) {
-	f := &fleet{sessions: make([]*mcp.ClientSession, n), stderr: make([]*lockedBuffer, n), pids: make([]int, n)}
+	f := &fleet{sessions: make([]*mcp.ClientSession, n), pids: make([]int, n)}
+	bufs := make([]*lockedBuffer, n)
+	f.stderr = func() string {
+		var b strings.Builder
+		for _, s := range bufs {
+			if s != nil {
+				b.WriteString(s.String())
+			}
+		}
+		return b.String()
+	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
 			cmd := mk()
-			f.stderr[i] = &lockedBuffer{}
-			cmd.Stderr = f.stderr[i]
+			bufs[i] = &lockedBuffer{}
+			cmd.Stderr = bufs[i]
 			cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 			defer cancel()
 			cs, err := newClient().Connect(cctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}, nil)
 			if err != nil {
-				errs[i] = fmt.Errorf("start %s: %w\nstderr:\n%s", cmd.Path, err, f.stderr[i])
+				errs[i] = fmt.Errorf("start %s: %w\nstderr:\n%s", cmd.Path, err, bufs[i])
 				return
 			}
 			f.sessions[i] = cs
@@ -391,113 +409,16 @@ func connectCommands(ctx context.Context, n int, mk func() *exec.Cmd) (*fleet, e
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		var ok []*mcp.ClientSession
-		for _, s := range f.sessions {
-			if s != nil {
-				ok = append(ok, s)
-			}
-		}
-		f.sessions = ok
+		f.sessions = slices.DeleteFunc(f.sessions, func(s *mcp.ClientSession) bool { return s == nil })
 		f.close()
 		return nil, err
 	}
 	return f, nil
-}
-
-func (e *env) directStdio(ctx context.Context, n int) (*fleet, error) {
-	return connectCommands(ctx, n, func() *exec.Cmd { return upstreams.Command(e.memCmd, e.memArgs, e.memEnv) })
-}
-
-func (e *env) gatewayStdio(ctx context.Context, n int, data string) (*fleet, error) {
-	if e.store == "sqlite" {
-		// Create the SQLite file once, so that n processes do not race to create the schema.
-		st, err := store.OpenSQLite(data, nil)
-		if err != nil {
-			return nil, err
-		}
-		if err := st.Close(); err != nil {
-			return nil, err
-		}
-	}
-	return connectCommands(ctx, n, func() *exec.Cmd {
-		cmd := exec.Command(e.reversi, "gateway", "--config", e.cfgFile, "--manifests", e.manifests,
-			"--store", e.store, "--data", data)
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-		if p := os.Getenv("REVERSI_CPUPROFILE"); p != "" && n == 1 {
-			cmd.Env = append(cmd.Env, "REVERSI_CPUPROFILE="+p) // the one stdio gateway's profile
-		}
-		return cmd
-	})
-}
-
-// gatewayHTTP starts one gateway in this process journaling to SQLite in data (or, with
-// pgURL, to that PostgreSQL database) and connects n Streamable HTTP sessions to it.
-func (e *env) gatewayHTTP(ctx context.Context, n int, data, pgURL string) (*fleet, error) {
-	cfg, errs := config.Load(e.cfgFile)
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	docs, errs := manifest.ReadPaths(e.manifests)
-	ms, verrs := manifest.ValidateDocuments(docs)
-	if errs = append(errs, verrs...); len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	var st store.Store = store.NewMemory(nil)
-	if pgURL != "" {
-		s, err := store.OpenPostgres(ctx, pgURL, nil)
-		if err != nil {
-			return nil, err
-		}
-		st = s
-	} else if e.store == "sqlite" {
-		s, err := store.OpenSQLite(data, nil)
-		if err != nil {
-			return nil, err
-		}
-		st = s
-	}
-	f := &fleet{}
-	f.cleanup = append(f.cleanup, func() { _ = st.Close() })
-	gwErr := &lockedBuffer{}
-	gw, err := proxy.New(ctx, proxy.Options{Config: cfg, Manifests: ms, Store: st, Stderr: gwErr})
-	if err != nil {
-		f.close()
-		return nil, fmt.Errorf("gateway: %w\nstderr:\n%s", err, gwErr)
-	}
-	f.cleanup = append(f.cleanup, func() { _ = gw.Close() })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		f.close()
-		return nil, err
-	}
-	sctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- gw.ServeListener(sctx, ln) }()
-	f.cleanup = append(f.cleanup, func() { stop(); <-done })
-	url := "http://" + ln.Addr().String() + "/mcp"
-	for range n {
-		// Each session is its own client with its own connections, as separate agents are
-		// (http.DefaultTransport would keep only 2 idle connections for 16 sessions).
-		hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		cs, err := newClient().Connect(cctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
-		cancel()
-		if err != nil {
-			f.close()
-			return nil, fmt.Errorf("connect %s: %w\ngateway stderr:\n%s", url, err, gwErr)
-		}
-		f.sessions = append(f.sessions, cs)
-	}
-	return f, nil
-}
-
-func measure(ctx context.Context, sessions []*mcp.ClientSession, tool string, warmup, per int) (result, error) {
-	return measureWith(ctx, sessions, tool, warmup, per, nil)
 }
 
 // measureWith runs warmup unmeasured calls on every session, then per measured calls on every
 // session at once (one goroutine each), timing each call from send to answer. before runs
-// between the two phases.
+// between the two phases. Every call is bounded by callTimeout.
 func measureWith(ctx context.Context, sessions []*mcp.ClientSession, tool string, warmup, per int, before func() error) (result, error) {
 	run := func(count int, record bool) ([][]time.Duration, error) {
 		samples := make([][]time.Duration, len(sessions))
@@ -507,9 +428,11 @@ func measureWith(ctx context.Context, sessions []*mcp.ClientSession, tool string
 			wg.Go(func() {
 				s := make([]time.Duration, 0, count)
 				for range count {
+					cctx, cancel := context.WithTimeout(ctx, callTimeout)
 					t0 := time.Now()
-					res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}})
+					res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}})
 					d := time.Since(t0)
+					cancel()
 					if err == nil && res.IsError {
 						err = fmt.Errorf("isError: %s", resultText(res))
 					}
@@ -545,6 +468,10 @@ func measureWith(ctx context.Context, sessions []*mcp.ClientSession, tool string
 	return newResult(samples, wall), nil
 }
 
+// callTimeout bounds one measured call (a stuck path fails its row instead of hanging the
+// bench).
+const callTimeout = 60 * time.Second
+
 func resultText(res *mcp.CallToolResult) string {
 	var parts []string
 	for _, c := range res.Content {
@@ -555,119 +482,112 @@ func resultText(res *mcp.CallToolResult) string {
 	return strings.Join(parts, " ")
 }
 
-// checkJournal reads the SQLite journal in data back and checks that it holds exactly want
-// calls of read_graph, each an allowed intent followed by a succeeded outcome.
-func (e *env) checkJournal(ctx context.Context, data string, want int) error {
-	if e.store != "sqlite" {
-		return nil // the memory store went with the gateway
-	}
-	st, err := store.OpenSQLite(data, nil)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	return countJournal(ctx, st, st.Path(), want)
+// repetition is one measurement of a row.
+type repetition struct {
+	load float64 // 1-minute load average when the repetition began
+	res  result
+	// cpu is the CPU time of the proxy's processes (procs of them) over the measured calls;
+	// -1 for a direct row.
+	cpu   time.Duration
+	procs int
 }
 
-// checkJournalPostgres is checkJournal for a PostgreSQL database.
-func (e *env) checkJournalPostgres(ctx context.Context, url string, want int) error {
-	st, err := store.OpenPostgres(ctx, url, nil)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	return countJournal(ctx, st, "PostgreSQL", want)
-}
-
-// countJournal checks that st holds exactly want calls of read_graph, each an allowed intent
-// followed by a succeeded outcome; where names the journal in errors.
-func countJournal(ctx context.Context, st store.Store, where string, want int) error {
-	runs, err := st.ListRuns(ctx, store.RunFilter{})
-	if err != nil {
-		return err
-	}
-	intents, outcomes := 0, 0
-	for _, r := range runs {
-		recs, err := st.Records(ctx, r.ID, 0, 0)
-		if err != nil {
-			return err
-		}
-		for _, rec := range recs {
-			if rec.Tool != gatewayTool {
-				continue
-			}
-			switch {
-			case rec.Kind == store.KindIntent && rec.Decision == "allow" && rec.ManifestChecksum != "":
-				intents++
-			case rec.Kind == store.KindOutcome && rec.Status == store.Succeeded:
-				outcomes++
-			default:
-				return fmt.Errorf("journal %s: unexpected record %+v", where, rec)
-			}
-		}
-	}
-	if intents != want || outcomes != want {
-		return fmt.Errorf("journal %s: %d allowed intents and %d succeeded outcomes of %s, want %d of each",
-			where, intents, outcomes, gatewayTool, want)
-	}
-	return nil
-}
-
-// row is one line of the table; base is the direct row its added p50 is measured against.
+// row is one line of the table: a path at a session count, its repetitions, and the direct row
+// its added p50 is measured against.
 type row struct {
-	name, topology string
-	sessions       int
-	res            result
-	base           *row
-	gatewayCPU     time.Duration // CPU time of the gateway processes while measuring (stdio rows)
+	path     *path
+	sessions int
+	topology string
+	samples  []repetition
+	base     *row
 }
 
-// cpuTime is the CPU time (user + system) used so far by the processes pids, from
-// /proc/<pid>/stat (clock ticks of 10 ms).
-func cpuTime(pids []int) (time.Duration, error) {
-	var total time.Duration
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return 0, err
-		}
-		// Fields after the command name (in parentheses, which may hold spaces): utime and
-		// stime are the 12th and 13th.
-		i := bytes.LastIndexByte(b, ')')
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 13 {
-			return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-		}
-		for _, s := range f[11:13] {
-			ticks, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-			}
-			total += time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-		}
+// stat is the min and median of one figure over a row's repetitions.
+type stat struct{ min, med float64 }
+
+func statOf(v []float64) stat {
+	if len(v) == 0 {
+		return stat{}
 	}
-	return total, nil
+	s := slices.Clone(v)
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return stat{min: s[0], med: m}
 }
 
-func printTable(w io.Writer, rows []row, notes []string) {
-	fmt.Fprintf(w, "read_graph of @modelcontextprotocol/server-memory (20 entities, 20 relations); %s/%s, %d CPUs, %s\n\n",
+func (r *row) stat(f func(repetition) float64) stat {
+	var v []float64
+	for _, s := range r.samples {
+		v = append(v, f(s))
+	}
+	return statOf(v)
+}
+
+// rate, p50 and p99 are calls/s and latencies in ms.
+func (r *row) rate() stat { return r.stat(func(s repetition) float64 { return s.res.perSecond() }) }
+func (r *row) p50() stat {
+	return r.stat(func(s repetition) float64 { return ms(s.res.percentile(50)) })
+}
+func (r *row) p99() stat {
+	return r.stat(func(s repetition) float64 { return ms(s.res.percentile(99)) })
+}
+
+// cpuPerCall is the proxy's CPU µs per measured call; ok is false for a direct row.
+func (r *row) cpuPerCall() (st stat, ok bool) {
+	if len(r.samples) == 0 || r.samples[0].cpu < 0 {
+		return stat{}, false
+	}
+	return r.stat(func(s repetition) float64 { return float64(s.cpu) / float64(time.Microsecond) / float64(s.res.calls) }), true
+}
+
+// addedP50 is the row's p50 minus its direct row's, in ms: the min minus the direct row's
+// min, and the median minus its median; ok is false without a direct row.
+func (r *row) addedP50() (st stat, ok bool) {
+	if r.base == nil || len(r.base.samples) == 0 {
+		return stat{}, false
+	}
+	p, b := r.p50(), r.base.p50()
+	return stat{min: p.min - b.min, med: p.med - b.med}, true
+}
+
+func (r *row) loads() string {
+	var l []string
+	for _, s := range r.samples {
+		l = append(l, fmt.Sprintf("%.2f", s.load))
+	}
+	return strings.Join(l, ", ")
+}
+
+func printTable(w io.Writer, rows []*row, notes []string) {
+	fmt.Fprintf(w, "read_graph of @modelcontextprotocol/server-memory (20 entities, 20 relations); %s/%s, %d CPUs, %s. Each cell: min / median.\n\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
-	fmt.Fprintln(w, "| path | sessions | calls | calls/s | p50 ms | p99 ms | added p50 vs direct | gateway CPU ms per call |")
-	fmt.Fprintln(w, "| - | -: | -: | -: | -: | -: | -: | -: |")
+	fmt.Fprintln(w, "| path | sessions | calls per repetition | load avg at start | calls/s | p50 ms | p99 ms | added p50 ms | proxy CPU µs per call |")
+	fmt.Fprintln(w, "| - | -: | -: | -: | -: | -: | -: | -: | -: |")
 	for _, r := range rows {
 		added, cpu := "—", "—"
-		if r.base != nil {
-			added = fmt.Sprintf("%+.3f ms", ms(r.res.percentile(50))-ms(r.base.res.percentile(50)))
+		if a, ok := r.addedP50(); ok {
+			added = fmt.Sprintf("%+.2f / %+.2f", a.min, a.med)
 		}
-		if r.gatewayCPU > 0 {
-			cpu = fmt.Sprintf("%.3f", ms(r.gatewayCPU)/float64(r.res.calls))
+		if c, ok := r.cpuPerCall(); ok {
+			cpu = fmt.Sprintf("%s / %s", thousands(c.min), thousands(c.med))
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %.0f | %.3f | %.3f | %s | %s |\n", r.name, r.sessions, r.res.calls,
-			r.res.perSecond(), ms(r.res.percentile(50)), ms(r.res.percentile(99)), added, cpu)
+		rate, p50, p99 := r.rate(), r.p50(), r.p99()
+		fmt.Fprintf(w, "| %s | %d | %d | %s | %.0f / %.0f | %.2f / %.2f | %.2f / %.2f | %s | %s |\n", r.path.name, r.sessions, r.samples[0].res.calls,
+			r.loads(), rate.min, rate.med, p50.min, p50.med, p99.min, p99.med, added, cpu)
 	}
-	fmt.Fprintln(w, "\nTopology:")
+	fmt.Fprintln(w, "\nTopology (and the direct row each is compared with):")
 	for _, r := range rows {
-		fmt.Fprintf(w, "- %s, %d: %s\n", r.name, r.sessions, r.topology)
+		extra := ""
+		if p := r.samples[0].procs; p > 0 {
+			extra = fmt.Sprintf("; CPU of %d process(es)", p)
+		}
+		if r.base != nil {
+			extra += fmt.Sprintf(" — vs %s, %d", r.base.path.name, r.base.sessions)
+		}
+		fmt.Fprintf(w, "- %s, %d: %s%s\n", r.path.name, r.sessions, r.topology, extra)
 	}
 	fmt.Fprintln(w)
 	for _, n := range notes {

@@ -21,3 +21,14 @@ func TestPercentileNearestRank(t *testing.T) {
 		t.Errorf("calls %d, %v/s; want 100, 50/s", r.calls, r.perSecond())
 	}
 }
+
+func TestStatOf(t *testing.T) {
+	for _, c := range []struct {
+		in       []float64
+		min, med float64
+	}{{[]float64{3, 1, 2}, 1, 2}, {[]float64{4, 1, 3, 2}, 1, 2.5}, {[]float64{7}, 7, 7}, {nil, 0, 0}} {
+		if s := statOf(c.in); s.min != c.min || s.med != c.med {
+			t.Errorf("statOf(%v) = %+v, want min %v median %v", c.in, s, c.min, c.med)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -17,10 +16,12 @@ import (
 	"github.com/reversi-gitops/reversi/test/pgtest"
 )
 
-// suite (issue 10, `make bench`): every figure of the issue in one run, side by side with its
-// baseline, printed as one table and written into BENCHMARKS.md between the markers below.
-// In-process: the gateway rows (read_graph direct vs through the gateway, stdio and HTTP,
-// SQLite and PostgreSQL, 1/16/64 sessions). As `go test -bench` runs (their figures parsed
+// suite (issues 10 and 20, `make bench`): every figure of the issues in one run, side by side
+// with its baseline, printed as tables and written into BENCHMARKS.md between the markers
+// below. The gateway rows (gateway.go, paths.go: read_graph direct, through the floor relay, a
+// naive go-sdk proxy, mcp-proxy, supergateway and the reversi gateway over stdio and HTTP with
+// SQLite, the memory store and PostgreSQL, at 1/16/64 sessions, 3 repetitions), then, as
+// `go test -bench` runs (their figures parsed
 // from the benchmark lines): BenchmarkReloadScale (gateway/proxy), BenchmarkReconcileScale
 // (controllers), BenchmarkPRToEnforcement (test/e2e/kubegateway), BenchmarkApprovalLatency
 // (test/e2e/approvals), BenchmarkVerifyThroughput (pkg/registry). Needs
@@ -33,8 +34,8 @@ const (
 )
 
 type suiteFlags struct {
-	out, sizes, sessions string
-	calls, warmup        int
+	out, sizes, sessions           string
+	calls, warmup, warmupRow, reps int
 }
 
 func suiteMain(argv []string) error {
@@ -43,8 +44,10 @@ func suiteMain(argv []string) error {
 	fs.StringVar(&f.out, "out", "BENCHMARKS.md", "file to write the generated section into (empty: print only)")
 	fs.StringVar(&f.sizes, "sizes", "100,1000,5000,20000", "registry sizes (tools) for reconcile and reload")
 	fs.StringVar(&f.sessions, "sessions", "1,16,64", "gateway session counts")
-	fs.IntVar(&f.calls, "calls", 1600, "measured gateway calls per row (split over the sessions)")
-	fs.IntVar(&f.warmup, "warmup", 20, "unmeasured gateway calls per session")
+	fs.IntVar(&f.calls, "calls", 600, "measured calls per row and repetition (split over the sessions)")
+	fs.IntVar(&f.warmup, "warmup", 5, "unmeasured calls per session and repetition, at least")
+	fs.IntVar(&f.warmupRow, "warmup-row", 100, "unmeasured calls per row and repetition, at least (split over its sessions)")
+	fs.IntVar(&f.reps, "reps", 3, "repetitions of every gateway row (min and median are printed)")
 	if err := fs.Parse(argv); err != nil {
 		return err
 	}
@@ -68,15 +71,10 @@ func suiteMain(argv []string) error {
 	if err != nil {
 		return err
 	}
-	gf := gatewayFlags{calls: f.calls, warmup: f.warmup, store: "sqlite",
-		postgres: func(ctx context.Context) (string, error) { return pg.NewDatabase(ctx) }}
-	for _, s := range strings.Split(f.sessions, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			pg.Stop()
-			return fmt.Errorf("-sessions %q: want positive integers", f.sessions)
-		}
-		gf.sessions = append(gf.sessions, n)
+	gf := gatewayFlags{calls: f.calls, warmup: f.warmup, warmupRow: f.warmupRow, reps: f.reps, postgres: pg.NewDatabase}
+	if gf.sessions, err = parseSessions(f.sessions); err != nil {
+		pg.Stop()
+		return err
 	}
 	t0 := time.Now()
 	rows, notes, err := runGateway(gf)

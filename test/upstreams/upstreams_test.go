@@ -313,7 +313,7 @@ func TestPinned(t *testing.T) {
 	if err := json.Unmarshal(raw, &pkg); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{upstreams.MemoryPackage, upstreams.FilesystemPackage, upstreams.EverythingPackage, upstreams.SDKPackage, upstreams.InspectorPackage} {
+	for _, name := range []string{upstreams.MemoryPackage, upstreams.FilesystemPackage, upstreams.EverythingPackage, upstreams.SDKPackage, upstreams.InspectorPackage, upstreams.MCPProxyPackage, upstreams.SupergatewayPackage} {
 		want, ok := pkg.Dependencies[name]
 		if !ok {
 			t.Errorf("package.json does not pin %s", name)
