@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -411,7 +412,8 @@ func BenchmarkPostgresCall(b *testing.B) {
 	}
 }
 
-// benchCalls runs b.N journaled calls (intent, then outcome) over sessions concurrent runs.
+// benchCalls runs b.N journaled calls (intent, then outcome) over sessions concurrent runs and
+// reports calls/s and cpu-µs/op, the CPU time (user + system) of the whole process per call.
 func benchCalls(b *testing.B, s Store, sessions int) {
 	ctx := context.Background()
 	runs := make([]string, sessions)
@@ -424,6 +426,7 @@ func benchCalls(b *testing.B, s Store, sessions int) {
 	}
 	handle := map[string]any{"id": "ch_123", "amount": 42}
 	b.ResetTimer()
+	cpu0 := processCPU(b)
 	var wg sync.WaitGroup
 	for i, run := range runs {
 		n := b.N / sessions
@@ -446,7 +449,18 @@ func benchCalls(b *testing.B, s Store, sessions int) {
 		})
 	}
 	wg.Wait()
+	cpu := processCPU(b) - cpu0
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+}
+
+// processCPU is the CPU time (user + system, every thread) the process has used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // TestPostgresConsumeAcrossReplicas: two replicas (two pools on one schema) send the retry of

@@ -156,8 +156,9 @@ func TestReopen(t *testing.T) {
 	}
 }
 
-// BenchmarkSQLiteCall measures journaled calls per second: one RecordIntent (durable) and one
-// RecordOutcome per call, with 1 and 16 concurrent sessions, each in its own run.
+// BenchmarkSQLiteCall measures journaled calls per second and the process's CPU per call:
+// one RecordIntent (durable) and one RecordOutcome per call, with 1 and 16 concurrent
+// sessions, each in its own run.
 func BenchmarkSQLiteCall(b *testing.B) {
 	for _, sessions := range []int{1, 16} {
 		b.Run(fmt.Sprintf("sessions=%d", sessions), func(b *testing.B) {
@@ -166,40 +167,7 @@ func BenchmarkSQLiteCall(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			ctx := context.Background()
-			runs := make([]string, sessions)
-			for i := range runs {
-				r, err := s.CreateRun(ctx, Run{Actor: "bench"})
-				if err != nil {
-					b.Fatal(err)
-				}
-				runs[i] = r.ID
-			}
-			handle := map[string]any{"id": "ch_123", "amount": 42}
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for i, run := range runs {
-				n := b.N / sessions
-				if i < b.N%sessions {
-					n++
-				}
-				wg.Go(func() {
-					for range n {
-						step, err := s.RecordIntent(ctx, Intent{Run: run, Tool: "crm.create", ArgsDigest: "sha256:abc",
-							Reason: "MCP tools/call crm.create", Mode: "enforce", Decision: "allow"})
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						if _, err := s.RecordOutcome(ctx, run, step, StepOutcome{Status: Succeeded, CompensationTool: "crm.delete", Handle: handle}); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+			benchCalls(b, s, sessions)
 		})
 	}
 }
