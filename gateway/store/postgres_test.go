@@ -311,24 +311,24 @@ func TestPostgresLostLockConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer peer.Close(ctx)
-	// a's watchdog waits (lockMu) until the lock is out of its reach.
-	a.lockMu.Lock()
-	pid := a.lockConn.PgConn().PID()
+	// a's watchdog waits (lock.mu) until the lock is out of its reach.
+	a.lock.mu.Lock()
+	pid := a.lock.conn.PgConn().PID()
 	if _, err := b.pool.Exec(ctx, `SELECT pg_terminate_backend($1::int, 5000)`, pid); err != nil {
-		a.lockMu.Unlock()
+		a.lock.mu.Unlock()
 		t.Fatal(err)
 	}
 	// The peer sees the instance as gone and completes its intent.
 	rec, err := b.Recover(ctx)
 	if err == nil {
-		_, err = peer.Exec(ctx, `SELECT pg_advisory_lock($1)`, a.lockKey(a.Instance()))
+		_, err = peer.Exec(ctx, `SELECT pg_advisory_lock($1)`, a.lock.key(a.Instance()))
 	}
-	a.lockMu.Unlock()
+	a.lock.mu.Unlock()
 	if err != nil || len(rec) != 1 || rec[0].Step != orphan || rec[0].Status != Uncertain {
 		t.Fatalf("peer recovery after the lock session ended: %+v %v", rec, err)
 	}
 	// Within a watchdog period or two the replica notices and refuses intents.
-	lostErr := func(err error) bool { return err != nil && strings.Contains(err.Error(), "lock was lost") }
+	lostErr := func(err error) bool { return errors.Is(err, errLockLost) }
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := a.RecordIntent(ctx, Intent{Run: "r", Tool: "t"})

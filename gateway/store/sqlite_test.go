@@ -264,7 +264,7 @@ func TestLazyWritesAreFlushed(t *testing.T) {
 	syncMode := func() int {
 		t.Helper()
 		var mode int
-		if err := s.w.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&mode); err != nil {
+		if err := s.w.(*sqliteWriter).db.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&mode); err != nil {
 			t.Fatal(err)
 		}
 		return mode
