@@ -70,7 +70,7 @@ func onceExists(rec *Record) error {
 // wins whatever the isolation. rollback: an already consumed approval is not an error
 // (RollbackEntry.Approval) and nothing is written. Errors: ErrNotFound, ErrMismatch,
 // ErrNotApproved, ErrConsumed.
-func (s *sqlStore) consumeTx(ctx context.Context, tx execer, id, run, tool, argsDigest string, rollback bool) (*Approval, error) {
+func (s *sqlStore) consumeTx(ctx context.Context, tx querier, id, run, tool, argsDigest string, rollback bool) (*Approval, error) {
 	now := s.stamp()
 	a, err := s.readApprovalTx(ctx, tx, id)
 	if err != nil {
@@ -82,11 +82,11 @@ func (s *sqlStore) consumeTx(ctx context.Context, tx execer, id, run, tool, args
 		}
 		return nil, err
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE approvals SET consumed = $1 WHERE id = $2 AND consumed = 0`, tn(a.Consumed), id)
+	n, err := tx.exec(ctx, `UPDATE approvals SET consumed = $1 WHERE id = $2 AND consumed = 0`, tn(a.Consumed), id)
 	if err != nil {
 		return nil, fmt.Errorf("store: consume approval %s: %w", id, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n == 0 {
 		if rollback {
 			return &a, nil
 		}
@@ -96,8 +96,8 @@ func (s *sqlStore) consumeTx(ctx context.Context, tx execer, id, run, tool, args
 }
 
 // readApprovalTx reads request id in tx (see consumeTx for the lock). Errors: ErrNotFound.
-func (s *sqlStore) readApprovalTx(ctx context.Context, tx execer, id string) (Approval, error) {
-	a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = $1`+s.d.forUpdate, id))
+func (s *sqlStore) readApprovalTx(ctx context.Context, tx querier, id string) (Approval, error) {
+	a, err := scanApproval(queryRow(ctx, tx, `SELECT `+approvalCols+` FROM approvals WHERE id = $1`+s.d.forUpdate, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Approval{}, fmt.Errorf("%w: approval %s", ErrNotFound, id)
 	}
@@ -113,7 +113,7 @@ func (s *sqlStore) AppendApproval(ctx context.Context, ar ApprovalRecord) (int64
 	if err != nil {
 		return 0, err
 	}
-	err = s.write(ctx, lazy, func(ctx context.Context, tx execer) error { return s.appendApprovalTx(ctx, tx, &rec) })
+	err = s.write(ctx, lazy, func(ctx context.Context, tx querier) error { return s.appendApprovalTx(ctx, tx, &rec) })
 	return rec.Seq, err
 }
 
@@ -121,10 +121,10 @@ func (s *sqlStore) AppendApproval(ctx context.Context, ar ApprovalRecord) (int64
 // run is read first (and held, with dialect.forUpdate), so two writers checking at once are
 // serialised and the second finds the first's record; the unique index records_approval_once
 // is the backstop. Errors: ErrNotFound (no run), ErrExists.
-func (s *sqlStore) appendApprovalTx(ctx context.Context, tx execer, rec *Record) error {
+func (s *sqlStore) appendApprovalTx(ctx context.Context, tx querier, rec *Record) error {
 	if rec.IdempotencyKey != "" {
 		var id string
-		err := tx.QueryRowContext(ctx, `SELECT id FROM runs WHERE id = $1`+s.d.forUpdate, rec.Run).Scan(&id)
+		err := queryRow(ctx, tx, `SELECT id FROM runs WHERE id = $1`+s.d.forUpdate, rec.Run).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w: run %q", ErrNotFound, rec.Run)
 		}
@@ -132,7 +132,7 @@ func (s *sqlStore) appendApprovalTx(ctx context.Context, tx execer, rec *Record)
 			return fmt.Errorf("store: decision record: %w", err)
 		}
 		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM records WHERE run = $1 AND approval = $2 AND idempotency_key = $3 AND kind = 'approval'`,
+		if err := queryRow(ctx, tx, `SELECT count(*) FROM records WHERE run = $1 AND approval = $2 AND idempotency_key = $3 AND kind = 'approval'`,
 			rec.Run, rec.Approval, s.d.key(rec.IdempotencyKey)).Scan(&n); err != nil {
 			return fmt.Errorf("store: decision record: %w", err)
 		}
@@ -162,7 +162,7 @@ func (s *sqlStore) GetApproval(ctx context.Context, id string) (Approval, error)
 	if err := s.check(); err != nil {
 		return Approval{}, err
 	}
-	a, err := scanApproval(s.r.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = $1`, id))
+	a, err := scanApproval(queryRow(ctx, s.r, `SELECT `+approvalCols+` FROM approvals WHERE id = $1`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Approval{}, fmt.Errorf("%w: approval %s", ErrNotFound, id)
 	}
@@ -181,7 +181,7 @@ func (s *sqlStore) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Appro
 		return nil, err
 	}
 	all, err := collect(ctx, s.r, "list approvals", `SELECT `+approvalCols+` FROM approvals WHERE ($1 = '' OR run = $1) ORDER BY created, `+s.d.rowOrder,
-		[]any{f.Run}, func(rows *sql.Rows) (Approval, error) { return scanApproval(rows) })
+		[]any{f.Run}, func(rows rows) (Approval, error) { return scanApproval(rows) })
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +209,7 @@ func (s *sqlStore) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Appro
 func (s *sqlStore) Decide(ctx context.Context, id string, d Decision) (Approval, error) {
 	var out Approval
 	var ruleErr error
-	err := s.write(ctx, durable, func(ctx context.Context, tx execer) error {
+	err := s.write(ctx, durable, func(ctx context.Context, tx querier) error {
 		a, err := s.readApprovalTx(ctx, tx, id)
 		if err != nil {
 			return err
@@ -221,7 +221,7 @@ func (s *sqlStore) Decide(ctx context.Context, id string, d Decision) (Approval,
 		}
 		if ruleErr == nil {
 			args := approvalArgs(&a)
-			if _, err := tx.ExecContext(ctx, `UPDATE approvals SET roles = $1, expires = $2, state = $3, decisions = $4,
+			if _, err := tx.exec(ctx, `UPDATE approvals SET roles = $1, expires = $2, state = $3, decisions = $4,
 				escalated = $5, decided = $6 WHERE id = $7`, args[5], args[8], args[12], args[13], args[14], args[15], id); err != nil {
 				return fmt.Errorf("store: approval %s: %w", id, err)
 			}

@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -129,18 +128,18 @@ func (s *sqlStore) AdvanceHighWater(ctx context.Context, marks []HighWater) erro
 	if len(marks) == 0 {
 		return nil
 	}
-	return s.write(ctx, durable, func(ctx context.Context, tx execer) error {
+	return s.write(ctx, durable, func(ctx context.Context, tx querier) error {
 		now := tn(s.stamp())
 		var refused []Downgrade
 		for _, h := range marks {
-			res, err := tx.ExecContext(ctx, sqlAdvanceHighWater, h.Source, h.Sequence, h.Revision, h.Digest, now)
+			n, err := tx.exec(ctx, sqlAdvanceHighWater, h.Source, h.Sequence, h.Revision, h.Digest, now)
 			if err != nil {
 				return fmt.Errorf("store: advance high-water mark of %s: %w", h.Source, err)
 			}
-			if n, _ := res.RowsAffected(); n == 1 {
+			if n == 1 {
 				continue
 			}
-			stored, err := scanHighWater(tx.QueryRowContext(ctx, `SELECT `+highWaterCols+` FROM high_water WHERE source = $1`, h.Source))
+			stored, err := scanHighWater(queryRow(ctx, tx, `SELECT `+highWaterCols+` FROM high_water WHERE source = $1`, h.Source))
 			if err != nil {
 				return fmt.Errorf("store: read high-water mark of %s: %w", h.Source, err)
 			}
@@ -173,5 +172,5 @@ func (s *sqlStore) HighWaters(ctx context.Context) ([]HighWater, error) {
 		return nil, err
 	}
 	return collect(ctx, s.r, "read high-water marks", `SELECT `+highWaterCols+` FROM high_water ORDER BY source`, nil,
-		func(rows *sql.Rows) (HighWater, error) { return scanHighWater(rows) })
+		func(rows rows) (HighWater, error) { return scanHighWater(rows) })
 }

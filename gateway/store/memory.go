@@ -42,12 +42,12 @@ func openMemory(clock Clock) (*Memory, error) {
 		db.Close()
 		return nil, err
 	}
-	w, err := startWriter(db, false)
+	w, err := newWriter(db, nil)
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	m := &Memory{sqlStore{d: sqliteDialect, r: db, w: w, now: clock, instance: newID("mem-"), inst: memInstances{}}}
+	m := &Memory{sqlStore{d: sqliteDialect, r: sqlQuerier{db}, w: w, now: clock, instance: newID("mem-"), inst: memInstances{}}}
 	m.release = db.Close
 	return m, nil
 }

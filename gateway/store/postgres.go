@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -14,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // PostgresSchema is the schema OpenPostgres keeps its tables in when the URL names none
@@ -26,7 +24,7 @@ const PostgresSchema = "reversi_gateway"
 // concurrent sessions without queueing for a connection.
 const postgresPoolConns = 16
 
-// Postgres is a Store in a PostgreSQL database (jackc/pgx/v5 through database/sql), for
+// Postgres is a Store in a PostgreSQL database (jackc/pgx/v5, pgxpool), for
 // gateways with several replicas: they share runs, ledger, duplicate-call keys and approvals.
 //
 // Durability: a write returns after its transaction commits; with the server's defaults
@@ -39,7 +37,8 @@ const postgresPoolConns = 16
 // run's row lock until the record is committed (so Seq is gapless per run whatever the number of
 // writers); approvals are read FOR UPDATE and written back in one transaction; a high-water
 // mark advances by one INSERT ... ON CONFLICT DO UPDATE ... WHERE the new sequence is higher.
-// Transactions lock a run's row before the run's pending rows, and high-water rows in Source
+// Transactions lock a run's row before the run's records (an outcome closes its intent after
+// it is numbered), an approval's row before its run's, and high-water rows in Source
 // order, so they cannot deadlock each other.
 //
 // Instances: each open store is an instance that holds a session advisory lock (on a hash of
@@ -52,7 +51,6 @@ const postgresPoolConns = 16
 type Postgres struct {
 	sqlStore
 	pool   *pgxpool.Pool
-	db     *sql.DB // over pool
 	schema string
 	lock   *pgLock
 }
@@ -69,7 +67,7 @@ const pgUniqueViolation = "23505"
 // locked; text columns use the "C" collation so that ordering and equality are byte-wise, as
 // in SQLite; duplicate-call keys are BYTEA (they contain NUL separators, which TEXT cannot
 // hold).
-var postgresDialect = &dialect{
+var postgresDialect = (&dialect{
 	types: strings.NewReplacer("{text}", `TEXT COLLATE "C"`, "{int}", "BIGINT", "{key}", "BYTEA", "{bool}", "BOOLEAN",
 		"{norowid}", ""),
 	forUpdate: " FOR UPDATE",
@@ -85,11 +83,13 @@ var postgresDialect = &dialect{
 		var e *pgconn.PgError
 		return errors.As(err, &e) && e.Code == pgUniqueViolation
 	},
+	// the run's row lock, held until the transaction ends, orders the writers of a run
+	seqWith: `WITH s AS (UPDATE runs SET next_seq = next_seq + 1 WHERE id = $1 RETURNING next_seq AS n) `,
+	seqFrom: `s`,
 	extraDDL: []string{
 		`CREATE INDEX IF NOT EXISTS records_time ON records (time DESC, run, seq DESC)`,
-		`CREATE INDEX IF NOT EXISTS pending_instance ON pending (instance)`,
 	},
-}
+}).withStatements()
 
 // postgresSchemaLock is the advisory lock key (pg_advisory_xact_lock) that serialises schema
 // creation: concurrent CREATE TABLE IF NOT EXISTS of one table can otherwise fail.
@@ -150,13 +150,11 @@ func OpenPostgres(ctx context.Context, databaseURL string, clock Clock) (*Postgr
 	if err != nil {
 		return nil, fmt.Errorf("store: postgres %s: %w", where, err)
 	}
-	db := stdlib.OpenDBFromPool(pool)
 	fail := func(err error) (*Postgres, error) {
-		db.Close()
 		pool.Close()
 		return nil, fmt.Errorf("store: postgres %s: %w", where, err)
 	}
-	if err := createPostgresSchema(ctx, db, schema); err != nil {
+	if err := createPostgresSchema(ctx, pool, schema); err != nil {
 		return fail(fmt.Errorf("create the tables: %w", err))
 	}
 	lock := &pgLock{schema: schema, id: newID("gw-"), cfg: cfg.ConnConfig.Copy(), stop: make(chan struct{}), dogEnd: make(chan struct{})}
@@ -164,33 +162,55 @@ func OpenPostgres(ctx context.Context, databaseURL string, clock Clock) (*Postgr
 		return fail(err)
 	}
 	go lock.watchdog()
-	s := &Postgres{pool: pool, db: db, schema: schema, lock: lock,
-		sqlStore: sqlStore{d: postgresDialect, r: db, w: pgRunner{db}, inst: lock, instance: lock.id, now: clock}}
+	s := &Postgres{pool: pool, schema: schema, lock: lock,
+		sqlStore: sqlStore{d: postgresDialect, r: pgxQuerier{pool}, w: pgRunner{pool}, inst: lock, instance: lock.id, now: clock}}
 	s.release = func() error {
-		err := db.Close()
 		pool.Close()
-		return err
+		return nil
 	}
 	return s, nil
 }
 
 // createPostgresSchema creates schema and the store's tables in it, under postgresSchemaLock.
-func createPostgresSchema(ctx context.Context, db *sql.DB, schema string) error {
-	tx, err := db.BeginTx(ctx, nil)
+func createPostgresSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(postgresSchemaLock)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
+			return err
+		}
+		return postgresDialect.migrate(ctx, pgxQuerier{tx})
+	})
+}
+
+// pgxQuerier is a querier of pgx: a pool or a transaction.
+type pgxQuerier struct {
+	q interface {
+		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	}
+}
+
+func (p pgxQuerier) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := p.q.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+func (p pgxQuerier) query(ctx context.Context, query string, args ...any) (rows, error) {
+	r, err := p.q.Query(ctx, query, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(postgresSchemaLock)); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return err
-	}
-	if err := postgresDialect.migrate(ctx, tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return pgxRows{r}, nil
+}
+
+// pgxRows are pgx.Rows as rows (pgx's Close returns nothing: its error is Err's).
+type pgxRows struct{ pgx.Rows }
+
+func (r pgxRows) Close() error {
+	r.Rows.Close()
+	return r.Rows.Err()
 }
 
 // Instance returns this store's instance id (recorded with every intent it writes).
@@ -208,30 +228,24 @@ const postgresWriteTimeout = 30 * time.Second
 // synchronous_commit off, so it returns without waiting for the server's WAL flush: it
 // survives a crash of the gateway; a crash of the server inside the WAL writer's delay can lose
 // it, and Recover then completes the step as uncertain (the safe reading). A later synchronous
-// commit (the next intent) flushes it too.
-type pgRunner struct{ db *sql.DB }
+// commit (the next intent) flushes it too. A durable single statement runs without BEGIN and
+// COMMIT of its own (one round trip).
+type pgRunner struct{ pool *pgxpool.Pool }
 
-func (p pgRunner) run(ctx context.Context, how durability, fn txFunc) error {
+func (p pgRunner) run(ctx context.Context, h how, fn txFunc) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postgresWriteTimeout)
 	defer cancel()
-	tx, err := p.db.BeginTx(wctx, nil)
-	if err != nil {
-		return fmt.Errorf("store: begin: %w", err)
+	if h.single() && !h.lazy() {
+		return fn(wctx, pgxQuerier{p.pool})
 	}
-	if how == lazy {
-		if _, err := tx.ExecContext(wctx, `SET LOCAL synchronous_commit = off`); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("store: begin: %w", err)
+	return pgx.BeginFunc(wctx, p.pool, func(tx pgx.Tx) error {
+		if h.lazy() {
+			if _, err := tx.Exec(wctx, `SET LOCAL synchronous_commit = off`); err != nil {
+				return err
+			}
 		}
-	}
-	if err := fn(wctx, tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: commit: %w", err)
-	}
-	return nil
+		return fn(wctx, pgxQuerier{tx})
+	})
 }
 
 func (pgRunner) close() error { return nil }
@@ -392,9 +406,9 @@ func PostgresExists(ctx context.Context, databaseURL string) (schema string, ok 
 	defer c.Close(ctx)
 	var n int
 	err = c.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1
-		AND table_name IN ('runs', 'records', 'pending', 'dup_keys', 'approvals')`, schema).Scan(&n)
+		AND table_name IN ('runs', 'records', 'dup_keys', 'approvals')`, schema).Scan(&n)
 	if err != nil {
 		return schema, false, fmt.Errorf("store: postgres: %w", err)
 	}
-	return schema, n == 5, nil
+	return schema, n == 4, nil
 }

@@ -99,9 +99,9 @@ func (s *sqlStore) AppendRollback(ctx context.Context, e RollbackEntry) (int64, 
 		return 0, err
 	}
 	rec := rollbackRecord(e)
-	err = s.write(ctx, durable, func(ctx context.Context, tx execer) error {
+	err = s.write(ctx, durable, func(ctx context.Context, tx querier) error {
 		var kind string
-		err := tx.QueryRowContext(ctx, `SELECT kind FROM records WHERE run = $1 AND seq = $2 AND run <> ''`, e.Run, e.Step).Scan(&kind)
+		err := queryRow(ctx, tx, `SELECT kind FROM records WHERE run = $1 AND seq = $2 AND run <> ''`, e.Run, e.Step).Scan(&kind)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && kind != string(KindIntent)) {
 			return fmt.Errorf("%w: step %d in run %q", ErrNotFound, e.Step, e.Run)
 		}

@@ -137,7 +137,7 @@ func (s *sqlStore) CountOutcomes(ctx context.Context, runs []string) (map[string
 
 // countInto reads rows of (run, status, count): a status "" says that the run exists.
 func (s *sqlStore) countInto(ctx context.Context, q *query, out map[string]OutcomeCounts) error {
-	rows, err := s.r.QueryContext(ctx, q.sql.String(), q.args...)
+	rows, err := s.r.query(ctx, q.sql.String(), q.args...)
 	if err != nil {
 		return err
 	}

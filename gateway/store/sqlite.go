@@ -8,7 +8,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -22,25 +25,36 @@ const SQLiteFile = "reversi-gateway.db"
 
 // SQLite is a Store in one SQLite file (modernc.org/sqlite, no cgo).
 //
-// Durability: the database is in WAL mode. Writes that must be on disk before the gateway goes
-// on (intents, rollback entries, runs, keys claimed, approvals, high-water marks) commit with
-// synchronous=FULL: the WAL is fsynced before the call returns, so they survive a crash of the
-// process and a power loss alike. Writes that only record what already happened (outcomes,
-// events, run status, keys released) commit with synchronous=NORMAL: they are in the WAL when
-// the call returns, so they survive a crash of the process, and they reach the disk with the
-// next fsync: the next FULL commit (an fsync of the WAL covers every frame before it) or, when
-// none comes, a flush by the writer within lazyFlushInterval. A power loss inside that window
-// can lose an outcome; Recover then completes its step as uncertain, which is the safe
-// reading. Writes go through a single connection, so they are serialised in the process and
-// never meet SQLITE_BUSY from each other; reads use a separate pool of read-only connections
-// and do not wait for writers (WAL readers see the last committed state).
+// Durability: the database is in WAL mode and its connections run with synchronous=NORMAL: a
+// commit appends its frames to the WAL file without syncing it, so it survives a crash of the
+// process as soon as it returns. A write that must be on disk before the gateway goes on
+// (intents, rollback entries, runs, keys claimed, approvals, high-water marks) returns only
+// after the writer has synced the WAL file itself (fdatasync) after its commit (walSync). That
+// is as durable as synchronous=FULL, which syncs the same file at the same point (after the
+// commit's frames, before the call returns); the one difference, that other connections may
+// read the commit before the sync, matters only to a power loss during the sync, when the call
+// has not returned and nothing outside the store (no upstream) relied on it. The sync covers
+// every frame written before it, of this process or another: the WAL is one file, appended to
+// until SQLite restarts it from its start, and a restart comes only after a checkpoint has
+// copied every frame into the database file and synced the WAL and then the database file (a
+// checkpoint syncs at synchronous=NORMAL). Frames a restart overwrites before our sync are thus
+// already durable in the database file. This holds as long as every connection that checkpoints
+// the file syncs at checkpoints, i.e. runs with synchronous NORMAL or FULL (every store of this
+// package does; sqlite3's shell defaults to FULL). The file synced is the one SQLite writes: a
+// WAL is deleted only when its last connection closes, the writer holds its connection, and
+// walSync reopens the WAL by name should it find its descriptor's file deleted.
 //
-// Group commit: every write is a request to one writer goroutine, which owns the write
-// connection. It takes the request and every other request already waiting (up to
-// maxWriteBatch), runs each in its own SAVEPOINT inside ONE transaction (a request that fails
-// rolls back only itself and gets its own error), commits once (one fsync for the batch) and
-// only then answers each caller. No call returns success before its write is committed, so the
-// durability above is unchanged; concurrent sessions share the fsync instead of queueing for it.
+// Writes that only record what already happened (outcomes, events, run status, keys
+// released) are not synced: they reach the disk with the next sync, a durable write's or the
+// writer's own within lazyFlushInterval. A power loss inside that window can lose an outcome;
+// Recover then completes its step as uncertain, which is the safe reading.
+//
+// Group commit (sqliteWriter): writes go through a single connection, so they are serialised
+// in the process and never meet SQLITE_BUSY from each other; the writes waiting while one
+// batch commits form the next batch, committed in one transaction with one sync. No call
+// returns success before its write is committed (and synced, when durable). Reads use a
+// separate pool of read-only connections and do not wait for writers (WAL readers see the last
+// committed state).
 //
 // Several processes may share one data folder (stdio gateways of one project, the approvals
 // CLI). Each open store is an instance holding an advisory lock on instances/<id>.lock for its
@@ -53,9 +67,10 @@ type SQLite struct {
 
 var _ Store = (*SQLite)(nil)
 
-// sqliteDialect is SQLite's: one writer at a time holds the whole file, so nothing is locked
-// row by row; text compares byte-wise by default.
-var sqliteDialect = &dialect{
+// sqliteDialect is SQLite's: one writer at a time holds the whole file (the writer's IMMEDIATE
+// transactions), so nothing is locked row by row and the next Seq of a run is max(seq) + 1
+// (an index seek); text compares byte-wise by default.
+var sqliteDialect = (&dialect{
 	types: strings.NewReplacer("{text}", "TEXT", "{int}", "INTEGER", "{key}", "TEXT", "{bool}", "INTEGER",
 		"{norowid}", " WITHOUT ROWID"),
 	rowOrder:  "rowid",
@@ -63,14 +78,15 @@ var sqliteDialect = &dialect{
 	textMatch: func(c, p string) string { return "instr(lower(" + c + "), " + p + ") > 0" },
 	columns:   `SELECT name FROM pragma_table_info($1)`,
 	unique:    sqliteUnique,
+	seqFrom:   `(SELECT coalesce((SELECT max(seq) FROM records WHERE run = $1), 0) + 1 AS n FROM runs WHERE id = $1) s`,
 	extraDDL: []string{
-		// the lazy flush's durable write (flushLazy)
-		`CREATE TABLE IF NOT EXISTS flush_mark (id INTEGER PRIMARY KEY CHECK (id = 1), at INTEGER NOT NULL)`,
+		`DROP TABLE IF EXISTS flush_mark`, // version 3's lazy flush wrote a row there
 		// 2: high_water; 3: decision records (records.approval, event, approver, groups),
-		// approvals.actor_uid, actor_email, uid, spec_digest
-		`PRAGMA user_version = 3`,
+		// approvals.actor_uid, actor_email, uid, spec_digest; 4: open intents on the records
+		// (records.instance, open; no pending table), Seq from max(seq)
+		`PRAGMA user_version = 4`,
 	},
-}
+}).withStatements()
 
 // sqliteUnique reports a UNIQUE or PRIMARY KEY constraint violation (extended result codes).
 func sqliteUnique(err error) bool {
@@ -93,7 +109,7 @@ func OpenSQLite(dir string, clock Clock) (*SQLite, error) {
 	}
 	path := filepath.Join(dir, SQLiteFile)
 	base := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)"
-	w, err := sql.Open("sqlite", base+"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
+	w, err := sql.Open("sqlite", base+"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
@@ -121,14 +137,14 @@ func OpenSQLite(dir string, clock Clock) (*SQLite, error) {
 	}
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
-	wr, err := startWriter(w, true)
+	wr, err := newWriter(w, newWALSync(path+"-wal"))
 	if err != nil {
 		r.Close()
 		w.Close()
 		releaseInstance(lock)
-		return nil, fmt.Errorf("store: %s: prepare: %w", path, err)
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	s := &SQLite{path: path, sqlStore: sqlStore{d: sqliteDialect, r: r, w: wr, now: clock, instance: instance,
+	s := &SQLite{path: path, sqlStore: sqlStore{d: sqliteDialect, r: sqlQuerier{r}, w: wr, now: clock, instance: instance,
 		inst: &fileInstances{dir: filepath.Join(dir, instancesDir), id: instance, own: lock}}}
 	s.release = func() error { return errors.Join(r.Close(), w.Close()) }
 	return s, nil
@@ -149,7 +165,7 @@ func createSchema(db *sql.DB, d *dialect) error {
 	if err != nil {
 		return err
 	}
-	if err := d.migrate(ctx, tx); err != nil {
+	if err := d.migrate(ctx, sqlQuerier{tx}); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -243,14 +259,6 @@ func (f *fileInstances) close() error {
 	return nil
 }
 
-// writeReq is one write waiting for the writer goroutine.
-type writeReq struct {
-	ctx  context.Context
-	fn   txFunc
-	lazy bool       // may commit without an fsync (see SQLite's durability)
-	done chan error // buffered (1): the writer never blocks on an answer
-}
-
 // lazyFlushInterval bounds how long a lazy commit may wait for an fsync when no durable write
 // follows it.
 const lazyFlushInterval = 500 * time.Millisecond
@@ -258,259 +266,489 @@ const lazyFlushInterval = 500 * time.Millisecond
 // maxWriteBatch bounds how many requests share one transaction.
 const maxWriteBatch = 256
 
-// sqliteWriter is SQLite's runner: one goroutine owns the write connection and commits the
-// waiting writes in batches (see SQLite).
-type sqliteWriter struct {
-	db        *sql.DB
-	fsync     bool                 // a file: durable batches commit with synchronous=FULL, lazy ones are flushed
-	sync      string               // the connection's synchronous setting (writer goroutine only)
-	stmts     map[string]*sql.Stmt // the hot statements, prepared on the write connection
-	queue     chan *writeReq       // unbuffered: a request is handed over only when the writer takes it
-	stop      chan struct{}        // closed by close
-	writerEnd chan struct{}        // closed when the writer goroutine has returned
+// writeReq is one write waiting for a batch.
+type writeReq struct {
+	ctx context.Context
+	fn  txFunc
+	how how
+	// err is the answer, set before signal receives false.
+	err error
+	// lead (guarded by sqliteWriter.mu) marks the request whose goroutine leads the next
+	// batch: signal receives true.
+	lead   bool
+	signal chan bool // buffered (1): nobody ever blocks on sending
 }
 
-// hotStatements are prepared once on the write connection instead of at every call (parsing
-// SQL was a fifth of the writer's CPU).
-var hotStatements = []string{`SAVEPOINT req`, `RELEASE req`, sqlNextSeq, sqlInsertRecord,
-	`INSERT INTO pending (run, step, tool, instance) VALUES ($1, $2, $3, $4)`,
-	`DELETE FROM pending WHERE run = $1 AND step = $2 RETURNING tool`}
+// sqliteWriter is SQLite's runner: group commit without a goroutine of its own. A write joins
+// the queue; if no batch is running its caller's goroutine leads one: it takes every waiting
+// request (up to maxWriteBatch), commits them together (one transaction, one fsync), answers
+// each, and hands the lead to the oldest request that arrived meanwhile. A lone caller thus
+// runs its write itself, with no hand-over between goroutines; concurrent callers share the
+// transaction and the fsync.
+type sqliteWriter struct {
+	// A file's writer holds its connection (conn) and runs its own BEGIN and COMMIT on it,
+	// every statement prepared once; in memory the one connection of db serves the reads too,
+	// so a batch holds it for its transaction only (database/sql's Tx) and conn is nil.
+	db   *sql.DB
+	conn *sql.Conn
+	wal  *walSync // nil in memory: nothing to sync
 
-// startWriter prepares the hot statements on db's one connection and starts the writer.
-// fsync: db is a file (not memory), whose durable commits are fsynced.
-func startWriter(db *sql.DB, fsync bool) (*sqliteWriter, error) {
-	w := &sqliteWriter{db: db, fsync: fsync, sync: "FULL", stmts: map[string]*sql.Stmt{},
-		queue: make(chan *writeReq), stop: make(chan struct{}), writerEnd: make(chan struct{})}
-	for _, q := range hotStatements {
-		st, err := db.Prepare(q)
+	mu      sync.Mutex
+	idle    *sync.Cond // broadcast when leading becomes false
+	queue   []*writeReq
+	leading bool
+	closed  bool
+
+	// The leader's alone (one leader at a time).
+	batch   []*writeReq
+	stmts   map[string]*sql.Stmt // prepared on conn, or on db so that a Tx can use them
+	missing map[string]bool      // in memory: statements a Tx ran unprepared, prepared after it
+}
+
+// newWriter returns the runner of db's one connection. wal is nil for a database without a
+// file (memory), whose connection the reads share.
+func newWriter(db *sql.DB, wal *walSync) (*sqliteWriter, error) {
+	w := &sqliteWriter{db: db, wal: wal, stmts: map[string]*sql.Stmt{}, missing: map[string]bool{}}
+	w.idle = sync.NewCond(&w.mu)
+	if wal != nil {
+		c, err := db.Conn(context.Background())
 		if err != nil {
-			w.closeStmts()
 			return nil, err
 		}
-		w.stmts[q] = st
+		w.conn = c
 	}
-	go w.writer()
 	return w, nil
 }
 
-func (w *sqliteWriter) closeStmts() error {
+// run implements runner. fn runs in its own SAVEPOINT inside the batch's transaction (alone and
+// single: as one statement in autocommit); run returns nil only after that transaction is
+// committed, and for a durable write after the WAL is synced. A request whose ctx is done
+// before a batch takes it is not run and returns ctx's error. Once taken, run waits for the
+// commit whatever ctx does, so its answer always matches what is on disk.
+func (w *sqliteWriter) run(ctx context.Context, h how, fn txFunc) error {
+	req := &writeReq{ctx: ctx, fn: fn, how: h, signal: make(chan bool, 1)}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	w.queue = append(w.queue, req)
+	if !w.leading {
+		w.leading = true
+		w.mu.Unlock()
+		w.lead()
+	} else {
+		w.mu.Unlock()
+		if lead := w.wait(req); lead {
+			w.lead()
+		} else {
+			return req.err
+		}
+	}
+	<-req.signal // the led batch held req (it was first in the queue) and answered it
+	return req.err
+}
+
+// wait waits for req's signal: true when its goroutine is to lead the next batch, false when
+// req was answered (or withdrawn: its ctx ended before a batch took it).
+func (w *sqliteWriter) wait(req *writeReq) bool {
+	done := req.ctx.Done()
+	for {
+		select {
+		case lead := <-req.signal:
+			return lead
+		case <-done:
+			done = nil // taken or leading: wait for the signal
+			w.mu.Lock()
+			if i := slices.Index(w.queue, req); i >= 0 && !req.lead {
+				w.queue = slices.Delete(w.queue, i, i+1)
+				w.mu.Unlock()
+				req.err = req.ctx.Err()
+				return false
+			}
+			w.mu.Unlock()
+		}
+	}
+}
+
+// lead runs one batch, then passes the lead on to the oldest waiting request, if any.
+func (w *sqliteWriter) lead() {
+	w.mu.Lock()
+	n := min(len(w.queue), maxWriteBatch)
+	w.batch = append(w.batch[:0], w.queue[:n]...)
+	rest := copy(w.queue, w.queue[n:])
+	clear(w.queue[rest:])
+	w.queue = w.queue[:rest]
+	w.mu.Unlock()
+
+	w.commitBatch(w.batch)
+	clear(w.batch)
+	w.prepareMissing()
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.queue) > 0 {
+		next := w.queue[0]
+		next.lead = true
+		next.signal <- true
+		return
+	}
+	w.leading = false
+	w.idle.Broadcast()
+}
+
+// close waits for the running batches, syncs the lazy commits and stops: later runs return
+// ErrClosed.
+func (w *sqliteWriter) close() error {
+	w.mu.Lock()
+	w.closed = true
+	for w.leading {
+		w.idle.Wait()
+	}
+	w.mu.Unlock()
 	var errs []error
+	if w.wal != nil {
+		errs = append(errs, w.wal.close())
+	}
 	for _, st := range w.stmts {
 		errs = append(errs, st.Close())
+	}
+	if w.conn != nil {
+		errs = append(errs, w.conn.Close())
 	}
 	return errors.Join(errs...)
 }
 
-// run implements runner. fn runs in its own SAVEPOINT inside the writer's current transaction;
-// run returns nil only after that transaction is committed. A request whose ctx is done before
-// the writer reaches it is not run and returns ctx's error. Once the writer has taken a
-// request, run waits for the commit whatever ctx does, so its answer always matches what is on
-// disk.
-func (w *sqliteWriter) run(ctx context.Context, how durability, fn txFunc) error {
-	req := &writeReq{ctx: ctx, fn: fn, lazy: how == lazy, done: make(chan error, 1)}
-	select {
-	case w.queue <- req:
-	case <-w.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return <-req.done
-}
-
-// close stops the writer: the batch in hand is committed (or rolled back) and answered, lazy
-// commits flushed.
-func (w *sqliteWriter) close() error {
-	close(w.stop)
-	<-w.writerEnd
-	return w.closeStmts()
-}
-
-// writer owns the write connection: it runs waiting requests in batches until close. After a
-// lazy commit it flushes (one durable commit) if no durable write comes within lazyFlushInterval.
-func (w *sqliteWriter) writer() {
-	defer close(w.writerEnd)
-	batch := make([]*writeReq, 0, maxWriteBatch)
-	flush := time.NewTimer(lazyFlushInterval)
-	flush.Stop()
-	unsynced := false
-	defer func() {
-		if unsynced {
-			w.flushLazy()
+// prepareMissing prepares the statements the last batch's transaction ran unprepared (the
+// connection is free again; parsing SQL was a fifth of the writer's CPU).
+func (w *sqliteWriter) prepareMissing() {
+	for q := range w.missing {
+		if st, err := w.db.Prepare(q); err == nil {
+			w.stmts[q] = st
 		}
-	}()
-	for {
-		select {
-		case <-w.stop:
-			return
-		case <-flush.C:
-			if unsynced && w.flushLazy() == nil {
-				unsynced = false
-			}
-			continue
-		case req := <-w.queue:
-			batch = append(batch[:0], req)
-		}
-	gather:
-		for len(batch) < maxWriteBatch {
-			select {
-			case req := <-w.queue:
-				batch = append(batch, req)
-			default:
-				break gather
-			}
-		}
-		lazy := true
-		for _, req := range batch {
-			lazy = lazy && req.lazy
-		}
-		if w.commitBatch(batch, lazy) && w.fsync {
-			if lazy && !unsynced {
-				unsynced = true
-				flush.Reset(lazyFlushInterval)
-			} else if !lazy {
-				unsynced = false
-			}
-		}
-		clear(batch)
+		delete(w.missing, q)
 	}
 }
 
-// setSync sets the write connection's synchronous mode (FULL or NORMAL) if it differs.
-func (w *sqliteWriter) setSync(mode string) error {
-	if !w.fsync || w.sync == mode {
+// stmt returns the prepared statement of query, preparing it on the writer's connection, or
+// on db when it is free (memory, outside a Tx: tx false).
+func (w *sqliteWriter) stmt(query string, tx bool) *sql.Stmt {
+	if st, ok := w.stmts[query]; ok {
+		return st
+	}
+	if w.conn != nil {
+		st, err := w.conn.PrepareContext(context.Background(), query)
+		if err != nil {
+			return nil // run unprepared: the same error comes back from the statement
+		}
+		w.stmts[query] = st
+		return st
+	}
+	if tx {
+		w.missing[query] = true
 		return nil
 	}
-	// Not a prepared statement: SQLite applies PRAGMA synchronous when it compiles it.
-	if _, err := w.db.ExecContext(context.Background(), "PRAGMA synchronous = "+mode); err != nil {
-		w.sync = "" // unknown: set it again next time
-		return fmt.Errorf("store: synchronous=%s: %w", mode, err)
+	st, err := w.db.Prepare(query)
+	if err != nil {
+		return nil // run unprepared: the same error comes back from the statement
 	}
-	w.sync = mode
-	return nil
+	w.stmts[query] = st
+	return st
 }
 
-// flushLazy makes every lazy commit durable: a durable commit fsyncs the WAL, which holds them.
-func (w *sqliteWriter) flushLazy() error {
-	if err := w.setSync("FULL"); err != nil {
-		return err
-	}
-	_, err := w.db.ExecContext(context.Background(), `INSERT INTO flush_mark (id, at) VALUES (1, $1)
-		ON CONFLICT (id) DO UPDATE SET at = excluded.at`, time.Now().UnixNano())
-	return err
-}
-
-// writerTx is an execer over the writer's transaction that uses the prepared hot statements.
+// writerTx is the execer of a batch, through the writer's prepared statements: on the
+// writer's connection, or in memory in the batch's Tx (nil: a lone single statement in
+// autocommit).
 type writerTx struct {
-	*sql.Tx
-	stmts map[string]*sql.Stmt
+	w  *sqliteWriter
+	tx *sql.Tx
 }
 
-func (t writerTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if st, ok := t.stmts[query]; ok {
-		return t.StmtContext(ctx, st).ExecContext(ctx, args...)
+func (t writerTx) prep(ctx context.Context, query string) *sql.Stmt {
+	st := t.w.stmt(query, t.tx != nil)
+	if st != nil && t.tx != nil {
+		return t.tx.StmtContext(ctx, st)
 	}
-	return t.Tx.ExecContext(ctx, query, args...)
+	return st
 }
 
-func (t writerTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st, ok := t.stmts[query]; ok {
-		return t.StmtContext(ctx, st).QueryContext(ctx, args...)
+func (t writerTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	return sqlQuerier{t.target(ctx, query)}.exec(ctx, query, args...)
+}
+
+func (t writerTx) query(ctx context.Context, query string, args ...any) (rows, error) {
+	return sqlQuerier{t.target(ctx, query)}.query(ctx, query, args...)
+}
+
+// target is what runs query: its prepared statement (bound to the Tx), else the Tx, the
+// writer's connection or db, unprepared.
+func (t writerTx) target(ctx context.Context, query string) stmtOrConn {
+	if st := t.prep(ctx, query); st != nil {
+		return boundStmt{st}
 	}
-	return t.Tx.QueryContext(ctx, query, args...)
-}
-
-func (t writerTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st, ok := t.stmts[query]; ok {
-		return t.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	switch {
+	case t.tx != nil:
+		return t.tx
+	case t.w.conn != nil:
+		return t.w.conn
 	}
-	return t.Tx.QueryRowContext(ctx, query, args...)
+	return t.w.db
 }
 
-// commitBatch runs batch in one IMMEDIATE transaction, each request in a SAVEPOINT, commits
-// (with an fsync unless lazy) and answers every request. If the transaction itself fails
-// (begin, savepoint bookkeeping or commit), nothing in it is committed and every request that
-// had succeeded gets that error. It reports whether it committed.
-func (w *sqliteWriter) commitBatch(batch []*writeReq, lazy bool) (committed bool) {
-	bg := context.Background()
+// stmtOrConn runs statements (sqlQuerier's q).
+type stmtOrConn = interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// boundStmt runs its prepared statement whatever the query text (the same).
+type boundStmt struct{ st *sql.Stmt }
+
+func (b boundStmt) ExecContext(ctx context.Context, _ string, args ...any) (sql.Result, error) {
+	return b.st.ExecContext(ctx, args...)
+}
+
+func (b boundStmt) QueryContext(ctx context.Context, _ string, args ...any) (*sql.Rows, error) {
+	return b.st.QueryContext(ctx, args...)
+}
+
+// commitBatch runs batch and answers every request. A lone single statement runs as it is
+// (autocommit); otherwise one IMMEDIATE transaction holds every request in a SAVEPOINT of its
+// own (a request that fails rolls back only itself and gets its own error). If the
+// transaction itself fails (begin, savepoint bookkeeping or commit), nothing in it is
+// committed and every request that had succeeded gets that error. After a commit holding a
+// durable request the WAL is synced before anyone is answered; a lazy commit is synced by the
+// next durable one or within lazyFlushInterval.
+func (w *sqliteWriter) commitBatch(batch []*writeReq) {
 	errs := make([]error, len(batch))
-	answer := func() {
-		for i, req := range batch {
-			req.done <- errs[i]
+	committed := w.transact(batch, errs)
+	if committed && w.wal != nil {
+		if slices.ContainsFunc(batch, func(r *writeReq) bool { return !r.how.lazy() }) {
+			if err := w.wal.sync(); err != nil {
+				for i := range errs {
+					if errs[i] == nil {
+						errs[i] = err
+					}
+				}
+			}
+		} else {
+			w.wal.committedLazy()
 		}
 	}
-	fail := func(err error) {
+	for i, req := range batch {
+		req.err = errs[i]
+		req.signal <- false
+	}
+}
+
+// transact runs batch (see commitBatch), setting each request's error in errs, and reports
+// whether anything was committed. A batch of several requests runs first without savepoints
+// (two statements less per request): when every request succeeds, as nearly always, that is
+// the commit; when one fails, the transaction is rolled back and the batch runs again with a
+// SAVEPOINT per request.
+func (w *sqliteWriter) transact(batch []*writeReq, errs []error) bool {
+	if len(batch) == 1 && batch[0].how.single() {
+		req := batch[0]
+		if errs[0] = req.ctx.Err(); errs[0] == nil {
+			errs[0] = req.fn(context.WithoutCancel(req.ctx), writerTx{w: w})
+		}
+		return errs[0] == nil
+	}
+	committed, retry := w.pass(batch, errs, false)
+	if retry {
+		clear(errs)
+		committed, _ = w.pass(batch, errs, true)
+	}
+	return committed
+}
+
+// pass runs batch in one IMMEDIATE transaction and commits it. With savepoints each request
+// runs in its own, and a request that fails rolls back only itself; without, the first failure
+// rolls the transaction back and pass returns retry (if other requests were in it). If the
+// transaction itself fails (begin, savepoint bookkeeping or commit), nothing in it is
+// committed and every request that had succeeded gets that error.
+func (w *sqliteWriter) pass(batch []*writeReq, errs []error, savepoints bool) (committed, retry bool) {
+	bg := context.Background()
+	fail := func(err error) (bool, bool) {
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = err
 			}
 		}
-		answer()
+		return false, false
 	}
-	mode := "FULL"
-	if lazy {
-		mode = "NORMAL"
-	}
-	if err := w.setSync(mode); err != nil {
-		fail(err)
-		return
-	}
-	sqlTx, err := w.db.BeginTx(bg, nil)
+	t, err := w.begin()
 	if err != nil {
-		fail(fmt.Errorf("store: begin: %w", err))
-		return
+		return fail(fmt.Errorf("store: begin: %w", err))
 	}
-	tx := writerTx{Tx: sqlTx, stmts: w.stmts}
-	if len(batch) == 1 {
-		// alone in its transaction: no savepoint needed, a failure rolls back the transaction
-		req := batch[0]
-		if errs[0] = req.ctx.Err(); errs[0] == nil {
-			errs[0] = req.fn(context.WithoutCancel(req.ctx), tx)
-		}
-		if errs[0] != nil {
-			sqlTx.Rollback()
-			answer()
-			return
-		}
-		if err := sqlTx.Commit(); err != nil {
-			errs[0] = fmt.Errorf("store: commit: %w", err)
-		} else {
-			committed = true
-		}
-		answer()
-		return
-	}
+	ran := false
 	for i, req := range batch {
-		if err := req.ctx.Err(); err != nil {
-			errs[i] = err // not run: nothing of it is written
-			continue
+		if errs[i] = req.ctx.Err(); errs[i] != nil {
+			continue // not run: nothing of it is written
 		}
-		if _, err := tx.ExecContext(bg, `SAVEPOINT req`); err != nil {
-			sqlTx.Rollback()
-			fail(fmt.Errorf("store: savepoint: %w", err))
-			return
-		}
-		if errs[i] = req.fn(context.WithoutCancel(req.ctx), tx); errs[i] != nil {
-			if _, err := tx.ExecContext(bg, `ROLLBACK TO req`); err != nil {
-				// SQLite may have rolled the whole transaction back (e.g. disk full):
-				// nothing of the batch stands.
-				sqlTx.Rollback()
-				fail(fmt.Errorf("store: rollback to savepoint: %w", err))
-				return
+		if savepoints {
+			if _, err := t.exec(bg, `SAVEPOINT req`); err != nil {
+				t.rollback()
+				return fail(fmt.Errorf("store: savepoint: %w", err))
 			}
 		}
-		if _, err := tx.ExecContext(bg, `RELEASE req`); err != nil {
-			sqlTx.Rollback()
-			fail(fmt.Errorf("store: release savepoint: %w", err))
-			return
+		errs[i] = req.fn(context.WithoutCancel(req.ctx), t)
+		switch {
+		case errs[i] == nil:
+			ran = true
+		case !savepoints:
+			t.rollback()
+			return false, len(batch) > 1
+		default:
+			if _, err := t.exec(bg, `ROLLBACK TO req`); err != nil {
+				// SQLite may have rolled the whole transaction back (e.g. disk full):
+				// nothing of the batch stands.
+				t.rollback()
+				return fail(fmt.Errorf("store: rollback to savepoint: %w", err))
+			}
+		}
+		if savepoints {
+			if _, err := t.exec(bg, `RELEASE req`); err != nil {
+				t.rollback()
+				return fail(fmt.Errorf("store: release savepoint: %w", err))
+			}
 		}
 	}
-	if err := sqlTx.Commit(); err != nil {
-		fail(fmt.Errorf("store: commit: %w", err))
+	if !ran {
+		t.rollback()
+		return false, false
+	}
+	if err := t.commit(); err != nil {
+		return fail(fmt.Errorf("store: commit: %w", err))
+	}
+	return true, false
+}
+
+// begin starts a batch's IMMEDIATE transaction (the file's write lock, waiting for another
+// process's up to busy_timeout).
+func (w *sqliteWriter) begin() (writerTx, error) {
+	if w.conn == nil {
+		tx, err := w.db.BeginTx(context.Background(), nil) // _txlock=immediate
+		return writerTx{w: w, tx: tx}, err
+	}
+	t := writerTx{w: w}
+	_, err := t.exec(context.Background(), `BEGIN IMMEDIATE`)
+	return t, err
+}
+
+// commit commits the batch's transaction; if that fails, the transaction is rolled back.
+func (t writerTx) commit() error {
+	if t.tx != nil {
+		return t.tx.Commit()
+	}
+	if _, err := t.exec(context.Background(), `COMMIT`); err != nil {
+		t.rollback()
+		return err
+	}
+	return nil
+}
+
+// rollback ends the batch's transaction without committing anything of it.
+func (t writerTx) rollback() {
+	if t.tx != nil {
+		t.tx.Rollback()
 		return
 	}
-	answer()
-	return true
+	_, _ = t.exec(context.Background(), `ROLLBACK`) // an error: SQLite rolled it back already
+}
+
+// walSync makes a database's commits durable by syncing its WAL file (see SQLite): the
+// connections run with synchronous=NORMAL (a commit writes the WAL without syncing it) and
+// the writer syncs after a commit that holds a durable write. One sync covers every commit
+// before it, of this process or another one: the WAL is one file, written front to back
+// until a restart, and a restart comes only after a checkpoint has synced everything.
+type walSync struct {
+	path string // the -wal file
+
+	mu     sync.Mutex // one sync at a time; f, closed
+	f      *os.File   // opened on the first sync, reopened if the file was deleted
+	closed bool
+
+	lazyGen   atomic.Uint64 // lazy commits so far
+	syncedGen atomic.Uint64 // lazy commits covered by the last sync
+	armed     atomic.Bool   // a flush of the lazy commits is due (timer)
+	timer     *time.Timer
+	syncs     atomic.Int64 // syncs done (tests)
+}
+
+func newWALSync(path string) *walSync {
+	s := &walSync{path: path}
+	s.timer = time.AfterFunc(time.Hour, s.flush)
+	s.timer.Stop()
+	return s
+}
+
+// sync makes every commit made so far durable. Errors: the WAL cannot be opened or synced
+// (the commits may then be lost by a power loss).
+func (s *walSync) sync() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil // close synced
+	}
+	gen := s.lazyGen.Load() // lazy commits before this point are in the file the sync covers
+	if s.f != nil && unlinked(s.f) {
+		s.f.Close() // deleted (the last connection closed it): sync the file SQLite writes now
+		s.f = nil
+	}
+	if s.f == nil {
+		f, err := os.OpenFile(s.path, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("store: sync the WAL: %w", err)
+		}
+		s.f = f
+	}
+	if err := fdatasync(s.f); err != nil {
+		return fmt.Errorf("store: sync the WAL %s: %w", s.path, err)
+	}
+	s.syncs.Add(1)
+	for {
+		old := s.syncedGen.Load()
+		if old >= gen || s.syncedGen.CompareAndSwap(old, gen) {
+			return nil
+		}
+	}
+}
+
+// unsynced reports whether a lazy commit waits for a sync.
+func (s *walSync) unsynced() bool { return s.syncedGen.Load() < s.lazyGen.Load() }
+
+// committedLazy notes a lazy commit: it is synced within lazyFlushInterval.
+func (s *walSync) committedLazy() {
+	s.lazyGen.Add(1)
+	if s.armed.CompareAndSwap(false, true) {
+		s.timer.Reset(lazyFlushInterval)
+	}
+}
+
+// flush syncs the lazy commits that no durable write has synced yet.
+func (s *walSync) flush() {
+	s.armed.Store(false)
+	if s.unsynced() && s.sync() != nil && s.armed.CompareAndSwap(false, true) {
+		s.timer.Reset(lazyFlushInterval) // try again
+	}
+}
+
+// close syncs what is unsynced and closes the file.
+func (s *walSync) close() error {
+	s.timer.Stop()
+	var err error
+	if s.unsynced() {
+		err = s.sync()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.f != nil {
+		err = errors.Join(err, s.f.Close())
+		s.f = nil
+	}
+	return err
 }
 
 // CheckSQLiteIntegrity runs `PRAGMA integrity_check` on the SQLite store in dir, read-only.

@@ -22,7 +22,7 @@ import (
 //     files; Postgres: advisory locks; Memory: there are none).
 type sqlStore struct {
 	d        *dialect
-	r        *sql.DB // reads
+	r        querier // reads
 	w        runner  // writes
 	inst     instances
 	instance string // this store's instance id, recorded with every intent it writes
@@ -33,35 +33,33 @@ type sqlStore struct {
 	release func() error
 }
 
-// execer runs the statements of one write transaction (*sql.Tx and the SQLite writer's
-// connection both are one).
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // txFunc is the body of a write transaction. ctx is not cancelled by the caller (a write that
 // has started runs to its end, so its answer matches what is committed).
-type txFunc func(ctx context.Context, tx execer) error
+type txFunc func(ctx context.Context, tx querier) error
 
-// durability says when a write is on disk.
-type durability bool
+// how says how a write is committed: durable or lazy, and whether it is one statement.
+type how uint8
 
 const (
 	// durable: on disk (fsynced, or flushed to the server's WAL) when the write returns.
-	durable durability = false
+	durable how = 0
 	// lazy: committed when the write returns (it survives a crash of the process), on disk
 	// with the next durable write or within a bound (see Store).
-	lazy durability = true
+	lazy how = 1 << 0
+	// single: fn runs exactly one statement, which is atomic by itself: the runner may run it
+	// outside a transaction of its own (one statement to the database instead of three).
+	single how = 1 << 1
 )
+
+func (h how) lazy() bool   { return h&lazy != 0 }
+func (h how) single() bool { return h&single != 0 }
 
 // runner runs write transactions.
 type runner interface {
 	// run runs fn in a transaction and commits it. A caller whose ctx is done before fn starts
 	// writes nothing and gets ctx's error; fn's error rolls back fn's writes only and is
 	// returned as it is.
-	run(ctx context.Context, how durability, fn txFunc) error
+	run(ctx context.Context, h how, fn txFunc) error
 	// close stops the runner; later runs fail. Lazy commits are made durable first.
 	close() error
 }
@@ -106,14 +104,14 @@ func nt(n int64) time.Time {
 }
 
 // write runs fn as one write transaction (see runner.run).
-func (s *sqlStore) write(ctx context.Context, how durability, fn txFunc) error {
+func (s *sqlStore) write(ctx context.Context, h how, fn txFunc) error {
 	if err := s.check(); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.w.run(ctx, how, fn)
+	return s.w.run(ctx, h, fn)
 }
 
 // Close implements Store: the runner stops (lazy commits made durable), the instance is
@@ -165,40 +163,22 @@ func (q *query) placeholders(vs []string) string {
 	return strings.Join(ps, ", ")
 }
 
-// collect runs a query on q (the read pool or a write transaction) and scans each row with
-// scan. Errors are wrapped as "store: <what>: ...".
-func collect[T any](ctx context.Context, q execer, what, query string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("store: %s: %w", what, err)
-	}
-	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, fmt.Errorf("store: %s: %w", what, err)
-		}
-		out = append(out, v)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: %s: %w", what, err)
-	}
-	return out, nil
-}
-
 // Runs.
 
-const runCols = `id, actor, gateway, started, last_activity, status`
+// runCols are the columns scanRun reads: the last one is the time of the run's last record,
+// which is its last activity unless ContinueRun came later (appending a record does not write
+// the run's row: one page less in every commit).
+const runCols = `id, actor, gateway, started, last_activity, status,
+	coalesce((SELECT r.time FROM records r WHERE r.run = runs.id ORDER BY r.seq DESC LIMIT 1), 0)`
 
 func scanRun(sc interface{ Scan(...any) error }) (Run, error) {
 	var r Run
-	var started, last int64
+	var started, last, record int64
 	var status string
-	if err := sc.Scan(&r.ID, &r.Actor, &r.Gateway, &started, &last, &status); err != nil {
+	if err := sc.Scan(&r.ID, &r.Actor, &r.Gateway, &started, &last, &status, &record); err != nil {
 		return Run{}, err
 	}
-	r.Started, r.LastActivity, r.Status = nt(started), nt(last), RunStatus(status)
+	r.Started, r.LastActivity, r.Status = nt(started), nt(max(last, record)), RunStatus(status)
 	return r, nil
 }
 
@@ -206,7 +186,7 @@ func (s *sqlStore) queryRuns(ctx context.Context, what string, q *query) ([]Run,
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return collect(ctx, s.r, what, q.sql.String(), q.args, func(rows *sql.Rows) (Run, error) { return scanRun(rows) })
+	return collect(ctx, s.r, what, q.sql.String(), q.args, func(rows rows) (Run, error) { return scanRun(rows) })
 }
 
 func validRunStatus(s RunStatus) bool {
@@ -223,7 +203,8 @@ func (s *sqlStore) CreateRun(ctx context.Context, r Run) (Run, error) {
 	}
 	now := s.stamp()
 	r.Started, r.LastActivity, r.Status = now, now, RunActive
-	err := s.insertNew(ctx, "run "+r.ID, `INSERT INTO runs (`+runCols+`) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
+	err := s.insertNew(ctx, "run "+r.ID, `INSERT INTO runs (id, actor, gateway, started, last_activity, status)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
 		r.ID, r.Actor, r.Gateway, tn(now), tn(now), string(r.Status))
 	if err != nil {
 		return Run{}, err
@@ -234,12 +215,12 @@ func (s *sqlStore) CreateRun(ctx context.Context, r Run) (Run, error) {
 // insertNew runs one durable INSERT ... ON CONFLICT DO NOTHING of what: no row inserted means
 // it exists (ErrExists).
 func (s *sqlStore) insertNew(ctx context.Context, what, insert string, args ...any) error {
-	return s.write(ctx, durable, func(ctx context.Context, tx execer) error {
-		res, err := tx.ExecContext(ctx, insert, args...)
+	return s.write(ctx, durable|single, func(ctx context.Context, tx querier) error {
+		n, err := tx.exec(ctx, insert, args...)
 		if err != nil {
 			return fmt.Errorf("store: create %s: %w", what, err)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
+		if n == 0 {
 			return fmt.Errorf("%w: %s", ErrExists, what)
 		}
 		return nil
@@ -254,7 +235,7 @@ func (s *sqlStore) GetRun(ctx context.Context, id string) (Run, error) {
 	if id == GatewayJournal {
 		return Run{}, fmt.Errorf("%w: run %q", ErrNotFound, id)
 	}
-	r, err := scanRun(s.r.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`, id))
+	r, err := scanRun(queryRow(ctx, s.r, `SELECT `+runCols+` FROM runs WHERE id = $1`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Run{}, fmt.Errorf("%w: run %q", ErrNotFound, id)
 	}
@@ -276,9 +257,9 @@ func (s *sqlStore) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 // ContinueRun implements Store.
 func (s *sqlStore) ContinueRun(ctx context.Context, id, actor string) (Run, error) {
 	var r Run
-	err := s.write(ctx, durable, func(ctx context.Context, tx execer) error {
+	err := s.write(ctx, durable, func(ctx context.Context, tx querier) error {
 		var err error
-		r, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 AND id <> ''`+s.d.forUpdate, id))
+		r, err = scanRun(queryRow(ctx, tx, `SELECT `+runCols+` FROM runs WHERE id = $1 AND id <> ''`+s.d.forUpdate, id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w: run %q", ErrNotFound, id)
 		}
@@ -289,7 +270,7 @@ func (s *sqlStore) ContinueRun(ctx context.Context, id, actor string) (Run, erro
 			return fmt.Errorf("%w: run %q; continue a run you opened, or start a new one (no run id)", ErrNotOwner, id)
 		}
 		r.LastActivity, r.Status = s.stamp(), RunActive
-		if _, err := tx.ExecContext(ctx, `UPDATE runs SET last_activity = $1, status = $2 WHERE id = $3`, tn(r.LastActivity), string(r.Status), id); err != nil {
+		if _, err := tx.exec(ctx, `UPDATE runs SET last_activity = $1, status = $2 WHERE id = $3`, tn(r.LastActivity), string(r.Status), id); err != nil {
 			return fmt.Errorf("store: continue run: %w", err)
 		}
 		return nil
@@ -305,12 +286,12 @@ func (s *sqlStore) SetRunStatus(ctx context.Context, id string, status RunStatus
 	if !validRunStatus(status) {
 		return fmt.Errorf("%w: run status %q", ErrInvalid, status)
 	}
-	return s.write(ctx, lazy, func(ctx context.Context, tx execer) error {
-		res, err := tx.ExecContext(ctx, `UPDATE runs SET status = $1 WHERE id = $2 AND id <> ''`, string(status), id)
+	return s.write(ctx, lazy|single, func(ctx context.Context, tx querier) error {
+		n, err := tx.exec(ctx, `UPDATE runs SET status = $1 WHERE id = $2 AND id <> ''`, string(status), id)
 		if err != nil {
 			return fmt.Errorf("store: set run status: %w", err)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
+		if n == 0 {
 			return fmt.Errorf("%w: run %q", ErrNotFound, id)
 		}
 		return nil
@@ -319,59 +300,33 @@ func (s *sqlStore) SetRunStatus(ctx context.Context, id string, status RunStatus
 
 // The ledger.
 
-// sqlNextSeq numbers a record of run $2 at time $1: it increments the run's counter (in
-// Postgres taking the run's row lock until the transaction ends, so that Seq is gapless
-// whatever the number of writers) and touches the run's last activity.
-const sqlNextSeq = `UPDATE runs SET next_seq = next_seq + 1,
-	last_activity = CASE WHEN id = '' THEN last_activity ELSE $1 END WHERE id = $2 RETURNING next_seq`
-
 const recordCols = `run, seq, kind, time, step, tool, args_digest, reason, idempotency_key, manifest_version,
 	manifest_checksum, mode, decision, status, compensation_tool, handle, note, approval, event, approver, groups`
 
-const sqlInsertRecord = `INSERT INTO records (` + recordCols + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
-
-// number gives rec its Time and Seq (and an intent its Step). Errors: ErrNotFound (no run).
-func (s *sqlStore) number(ctx context.Context, tx execer, rec *Record) error {
-	rec.Time = s.stamp()
-	err := tx.QueryRowContext(ctx, sqlNextSeq, tn(rec.Time), rec.Run).Scan(&rec.Seq)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: run %q", ErrNotFound, rec.Run)
-	}
-	if err != nil {
-		return fmt.Errorf("store: append: %w", err)
-	}
-	if rec.Kind == KindIntent {
-		rec.Step = rec.Seq
-	}
-	return nil
-}
-
-// insert writes a numbered record; handle is its Handle as JSON. A unique violation is the
-// backstop of a rule checked before: a second outcome of a step (ErrCompleted), a decision
-// record whose Once key is in the run (ErrExists).
-func (s *sqlStore) insert(ctx context.Context, tx execer, rec *Record, handle string) error {
-	_, err := tx.ExecContext(ctx, sqlInsertRecord, rec.Run, rec.Seq, string(rec.Kind), tn(rec.Time), rec.Step, rec.Tool,
-		rec.ArgsDigest, rec.Reason, s.d.key(rec.IdempotencyKey), rec.ManifestVersion, rec.ManifestChecksum, rec.Mode,
-		rec.Decision, string(rec.Status), rec.CompensationTool, handle, rec.Note, rec.Approval, string(rec.Event),
-		rec.Approver, encodeGroups(rec.Groups))
+// scanSeq reads the Seq a numbered insert returns: no row means no run (ErrNotFound). A
+// unique violation is the backstop of a decision record whose Once key is in the run
+// (ErrExists, see appendApprovalTx).
+func (s *sqlStore) scanSeq(row *oneRow, rec *Record, dest ...any) error {
+	err := row.Scan(append([]any{&rec.Seq}, dest...)...)
 	switch {
 	case err == nil:
 		return nil
-	case s.d.unique(err) && rec.Kind == KindOutcome:
-		return fmt.Errorf("%w: step %d in run %s", ErrCompleted, rec.Step, rec.Run)
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%w: run %q", ErrNotFound, rec.Run)
 	case s.d.unique(err) && rec.Kind == KindApproval:
 		return onceExists(rec)
 	}
 	return fmt.Errorf("store: append: %w", err)
 }
 
-// appendTx numbers rec in its run and inserts it.
-func (s *sqlStore) appendTx(ctx context.Context, tx execer, rec *Record, handle string) error {
-	if err := s.number(ctx, tx, rec); err != nil {
-		return err
-	}
-	return s.insert(ctx, tx, rec, handle)
+// appendTx numbers rec in its run and inserts it (not an intent or an outcome: those have
+// statements of their own); handle is its Handle as JSON. Errors: ErrNotFound (no run).
+func (s *sqlStore) appendTx(ctx context.Context, tx querier, rec *Record, handle string) error {
+	rec.Time = s.stamp()
+	return s.scanSeq(queryRow(ctx, tx, s.d.insertRecord, rec.Run, string(rec.Kind), tn(rec.Time), rec.Step, rec.Tool,
+		rec.ArgsDigest, rec.Reason, s.d.key(rec.IdempotencyKey), rec.ManifestVersion, rec.ManifestChecksum, rec.Mode,
+		rec.Decision, string(rec.Status), rec.CompensationTool, handle, rec.Note, rec.Approval, string(rec.Event),
+		rec.Approver, encodeGroups(rec.Groups)), rec)
 }
 
 // intentRecord is the record of in (Seq and Time are set when appended).
@@ -388,9 +343,11 @@ func validIntent(in Intent) error {
 	return nil
 }
 
-// RecordIntent implements Store. With in.Approval, the approval is consumed in the intent's
-// transaction (consumeTx) before the run is numbered (every writer of both locks the request
-// before the run). It fails while this instance may not write intents (instances.usable).
+// RecordIntent implements Store: one statement (numbered insert of the open intent) unless
+// the intent consumes an approval or binds a key. With in.Approval, the approval is consumed
+// in the intent's transaction (consumeTx) before the run is numbered (every writer of both
+// locks the request before the run). It fails while this instance may not write intents
+// (instances.usable).
 func (s *sqlStore) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 	if err := validIntent(in); err != nil {
 		return 0, err
@@ -401,8 +358,13 @@ func (s *sqlStore) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 	if err := s.inst.usable(); err != nil {
 		return 0, err
 	}
+	holds := in.HoldsKey && in.IdempotencyKey != ""
+	h := durable
+	if in.Approval == "" && !holds {
+		h |= single
+	}
 	var step int64
-	err := s.write(ctx, durable, func(ctx context.Context, tx execer) error {
+	err := s.write(ctx, h, func(ctx context.Context, tx querier) error {
 		rec := intentRecord(in)
 		var a *Approval
 		if in.Approval != "" {
@@ -411,22 +373,20 @@ func (s *sqlStore) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 				return err
 			}
 		}
-		if err := s.appendTx(ctx, tx, &rec, ""); err != nil {
+		rec.Time = s.stamp()
+		if err := s.scanSeq(queryRow(ctx, tx, s.d.insertIntent, in.Run, tn(rec.Time), in.Tool, in.ArgsDigest, in.Reason,
+			s.d.key(in.IdempotencyKey), in.ManifestVersion, in.ManifestChecksum, in.Mode, in.Decision, in.Approval, s.instance), &rec); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO pending (run, step, tool, instance) VALUES ($1, $2, $3, $4)`,
-			rec.Run, rec.Step, rec.Tool, s.instance); err != nil {
-			return fmt.Errorf("store: record intent: %w", err)
-		}
-		if in.HoldsKey && in.IdempotencyKey != "" {
-			if _, err := tx.ExecContext(ctx, `UPDATE dup_keys SET step = $1 WHERE key = $2 AND run = $3 AND step = 0`,
-				rec.Step, s.d.key(in.IdempotencyKey), in.Run); err != nil {
+		step = rec.Seq
+		if holds {
+			if _, err := tx.exec(ctx, `UPDATE dup_keys SET step = $1 WHERE key = $2 AND run = $3 AND step = 0`,
+				step, s.d.key(in.IdempotencyKey), in.Run); err != nil {
 				return fmt.Errorf("store: record intent: %w", err)
 			}
 		}
-		step = rec.Step
 		if a != nil {
-			c, _, _ := approvalRecord(consumedRecord(a, rec.Step))
+			c, _, _ := approvalRecord(consumedRecord(a, step))
 			return s.appendTx(ctx, tx, &c, "")
 		}
 		return nil
@@ -437,21 +397,20 @@ func (s *sqlStore) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 	return step, nil
 }
 
-// outcomeTx completes step: it numbers the outcome (taking the run first, as every writer
-// does), removes the pending row, whose absence means the step is completed or unknown, and
-// appends the outcome record.
-func (s *sqlStore) outcomeTx(ctx context.Context, tx execer, run string, step int64, o StepOutcome, handle string) (Record, error) {
-	rec := Record{Run: run, Kind: KindOutcome, Step: step, Status: o.Status, CompensationTool: o.CompensationTool, Note: o.Note}
-	if err := s.number(ctx, tx, &rec); errors.Is(err, ErrNotFound) {
-		return Record{}, fmt.Errorf("%w: step %d in run %q", ErrNotFound, step, run)
-	} else if err != nil {
-		return Record{}, err
-	}
-	err := tx.QueryRowContext(ctx, `DELETE FROM pending WHERE run = $1 AND step = $2 RETURNING tool`, run, step).Scan(&rec.Tool)
+// outcomeTx completes step: the outcome is numbered (taking the run first, as every writer
+// does) and inserted only if the step is an open intent, then the intent is closed by a
+// conditional UPDATE (open = 1) whose rows affected decide: of concurrent outcomes of a step
+// (Postgres replicas: the second waits for the first's row lock, then finds it closed)
+// exactly one commits. Errors: ErrNotFound (no run or no such intent), ErrCompleted.
+func (s *sqlStore) outcomeTx(ctx context.Context, tx querier, run string, step int64, o StepOutcome, handle string) (Record, error) {
+	rec := Record{Run: run, Kind: KindOutcome, Step: step, Status: o.Status, CompensationTool: o.CompensationTool, Note: o.Note,
+		Time: s.stamp()}
+	err := queryRow(ctx, tx, s.d.insertOutcome, run, tn(rec.Time), step, string(o.Status), o.CompensationTool, handle, o.Note).
+		Scan(&rec.Seq, &rec.Tool)
 	if errors.Is(err, sql.ErrNoRows) {
-		var kind string
-		err := tx.QueryRowContext(ctx, `SELECT kind FROM records WHERE run = $1 AND seq = $2`, run, step).Scan(&kind)
-		if err == nil && kind == string(KindIntent) {
+		var open int
+		err := queryRow(ctx, tx, `SELECT open FROM records WHERE run = $1 AND seq = $2 AND kind = 'intent'`, run, step).Scan(&open)
+		if err == nil {
 			return Record{}, fmt.Errorf("%w: step %d in run %s", ErrCompleted, step, run)
 		}
 		return Record{}, fmt.Errorf("%w: step %d in run %q", ErrNotFound, step, run)
@@ -459,11 +418,14 @@ func (s *sqlStore) outcomeTx(ctx context.Context, tx execer, run string, step in
 	if err != nil {
 		return Record{}, fmt.Errorf("store: outcome: %w", err)
 	}
-	if err := s.insert(ctx, tx, &rec, handle); err != nil {
-		return Record{}, err
+	n, err := tx.exec(ctx, `UPDATE records SET open = 0 WHERE run = $1 AND seq = $2 AND open = 1`, run, step)
+	if err != nil {
+		return Record{}, fmt.Errorf("store: outcome: %w", err)
 	}
-	rec.Handle, _ = decodeHandle(handle)
-	return rec, nil
+	if n != 1 {
+		return Record{}, fmt.Errorf("%w: step %d in run %s", ErrCompleted, step, run)
+	}
+	return rec, nil // Handle unset: only Recover reads the record back, whose outcomes have none
 }
 
 // RecordOutcome implements Store.
@@ -473,7 +435,7 @@ func (s *sqlStore) RecordOutcome(ctx context.Context, run string, step int64, o 
 		return 0, err
 	}
 	var rec Record
-	err = s.write(ctx, lazy, func(ctx context.Context, tx execer) error {
+	err = s.write(ctx, lazy, func(ctx context.Context, tx querier) error {
 		var err error
 		rec, err = s.outcomeTx(ctx, tx, run, step, o, enc)
 		return err
@@ -487,7 +449,7 @@ func (s *sqlStore) AppendEvent(ctx context.Context, e Event) (int64, error) {
 		return 0, err
 	}
 	var seq int64
-	err := s.write(ctx, lazy, func(ctx context.Context, tx execer) error {
+	err := s.write(ctx, lazy|single, func(ctx context.Context, tx querier) error {
 		rec := e.record()
 		err := s.appendTx(ctx, tx, &rec, "")
 		seq = rec.Seq
@@ -536,7 +498,7 @@ func (s *sqlStore) queryRecords(ctx context.Context, what string, q *query) ([]R
 }
 
 // scanRecord reads a row of recordCols.
-func scanRecord(rows *sql.Rows) (Record, error) {
+func scanRecord(rows rows) (Record, error) {
 	var r Record
 	var kind, status, handle, event, groups string
 	var key []byte
@@ -567,8 +529,7 @@ func (s *sqlStore) Records(ctx context.Context, run string, after int64, limit i
 // PendingSteps implements Store.
 func (s *sqlStore) PendingSteps(ctx context.Context, run string) ([]Record, error) {
 	q := &query{}
-	p := q.arg(run)
-	q.add(`SELECT `+recordCols+` FROM records WHERE run = `, p, ` AND seq IN (SELECT step FROM pending WHERE run = `, p, `) ORDER BY seq`)
+	q.add(`SELECT `+recordCols+` FROM records WHERE run = `, q.arg(run), ` AND kind = 'intent' AND open = 1 ORDER BY seq`)
 	return s.queryRecords(ctx, "pending steps", q)
 }
 
@@ -579,7 +540,7 @@ func (s *sqlStore) Recover(ctx context.Context) ([]Record, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	ids, err := collect(ctx, s.r, "recover", `SELECT DISTINCT instance FROM pending`, nil, func(rows *sql.Rows) (id string, err error) {
+	ids, err := collect(ctx, s.r, "recover", `SELECT DISTINCT instance FROM records WHERE open = 1`, nil, func(rows rows) (id string, err error) {
 		err = rows.Scan(&id)
 		return id, err
 	})
@@ -595,14 +556,14 @@ func (s *sqlStore) Recover(ctx context.Context) ([]Record, error) {
 		return nil, nil
 	}
 	var out []Record
-	err = s.write(ctx, durable, func(ctx context.Context, tx execer) error {
+	err = s.write(ctx, durable, func(ctx context.Context, tx querier) error {
 		out = nil
 		type step struct {
 			run, instance string
 			step          int64
 		}
-		pending, err := collect(ctx, tx, "recover", `SELECT run, step, instance FROM pending ORDER BY run, step`, nil,
-			func(rows *sql.Rows) (p step, err error) {
+		pending, err := collect(ctx, tx, "recover", `SELECT run, seq, instance FROM records WHERE open = 1 ORDER BY run, seq`, nil,
+			func(rows rows) (p step, err error) {
 				err = rows.Scan(&p.run, &p.step, &p.instance)
 				return p, err
 			})
@@ -631,60 +592,43 @@ func (s *sqlStore) Recover(ctx context.Context) ([]Record, error) {
 const claimAttempts = 10
 
 // ClaimKey implements Store. The claim is one INSERT ... ON CONFLICT DO NOTHING against the
-// key's primary key, so of concurrent claims (of any number of replicas) exactly one wins.
+// key's primary key, so of concurrent claims (of any number of replicas) exactly one wins; a
+// loser reads the holder, and claims again if the key was released in between.
 func (s *sqlStore) ClaimKey(ctx context.Context, key, run string, step int64) (bool, KeyHolder, error) {
 	if key == "" {
 		return false, KeyHolder{}, fmt.Errorf("%w: empty duplicate-call key", ErrInvalid)
 	}
-	var ok bool
-	var h KeyHolder
-	err := s.write(ctx, durable, func(ctx context.Context, tx execer) error {
-		for range claimAttempts {
-			now := s.stamp()
-			res, err := tx.ExecContext(ctx, `INSERT INTO dup_keys (key, run, step, claimed) VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING`,
+	for range claimAttempts {
+		now := s.stamp()
+		var won bool
+		err := s.write(ctx, durable|single, func(ctx context.Context, tx querier) error {
+			n, err := tx.exec(ctx, `INSERT INTO dup_keys (key, run, step, claimed) VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING`,
 				s.d.key(key), run, step, tn(now))
 			if err != nil {
 				return fmt.Errorf("store: claim key: %w", err)
 			}
-			if n, _ := res.RowsAffected(); n == 1 {
-				ok, h = true, KeyHolder{Key: key, Run: run, Step: step, Claimed: now}
-				return nil
-			}
-			var found bool
-			if h, found, err = s.holder(ctx, tx, key); err != nil || found {
-				return err
-			}
-			// released between the INSERT and the read: claim again
+			won = n == 1
+			return nil
+		})
+		if err != nil {
+			return false, KeyHolder{}, err
 		}
-		return fmt.Errorf("store: claim key %q: claimed and released %d times while claiming; try again", key, claimAttempts)
-	})
-	if err != nil {
-		return false, KeyHolder{}, err
+		if won {
+			return true, KeyHolder{Key: key, Run: run, Step: step, Claimed: now}, nil
+		}
+		h, found, err := s.HeldKey(ctx, key)
+		if err != nil || found {
+			return false, h, err
+		}
+		// released between the INSERT and the read: claim again
 	}
-	return ok, h, nil
-}
-
-// holder reads who holds key (found false: nobody).
-func (s *sqlStore) holder(ctx context.Context, q interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}, key string) (KeyHolder, bool, error) {
-	h := KeyHolder{Key: key}
-	var claimed int64
-	err := q.QueryRowContext(ctx, `SELECT run, step, claimed FROM dup_keys WHERE key = $1`, s.d.key(key)).Scan(&h.Run, &h.Step, &claimed)
-	if errors.Is(err, sql.ErrNoRows) {
-		return KeyHolder{}, false, nil
-	}
-	if err != nil {
-		return KeyHolder{}, false, fmt.Errorf("store: read key: %w", err)
-	}
-	h.Claimed = nt(claimed)
-	return h, true, nil
+	return false, KeyHolder{}, fmt.Errorf("store: claim key %q: claimed and released %d times while claiming; try again", key, claimAttempts)
 }
 
 // ReleaseKey implements Store.
 func (s *sqlStore) ReleaseKey(ctx context.Context, key string) error {
-	return s.write(ctx, lazy, func(ctx context.Context, tx execer) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM dup_keys WHERE key = $1`, s.d.key(key)); err != nil {
+	return s.write(ctx, lazy|single, func(ctx context.Context, tx querier) error {
+		if _, err := tx.exec(ctx, `DELETE FROM dup_keys WHERE key = $1`, s.d.key(key)); err != nil {
 			return fmt.Errorf("store: release key: %w", err)
 		}
 		return nil
@@ -696,5 +640,15 @@ func (s *sqlStore) HeldKey(ctx context.Context, key string) (KeyHolder, bool, er
 	if err := s.check(); err != nil {
 		return KeyHolder{}, false, err
 	}
-	return s.holder(ctx, s.r, key)
+	h := KeyHolder{Key: key}
+	var claimed int64
+	err := queryRow(ctx, s.r, `SELECT run, step, claimed FROM dup_keys WHERE key = $1`, s.d.key(key)).Scan(&h.Run, &h.Step, &claimed)
+	if errors.Is(err, sql.ErrNoRows) {
+		return KeyHolder{}, false, nil
+	}
+	if err != nil {
+		return KeyHolder{}, false, fmt.Errorf("store: read key: %w", err)
+	}
+	h.Claimed = nt(claimed)
+	return h, true, nil
 }
