@@ -1,15 +1,15 @@
 package store
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 )
 
-// The approval logic both SQL stores (SQLite, Postgres) share: the statements differ, the
-// rules and the order of the steps do not. Source: issue 16 (consumption in the intent's
-// transaction, decision records).
+// The approval queue and its decision records in SQL (sqlStore). Source: issue 16
+// (consumption in the intent's transaction, decision records).
 
 const approvalCols = `id, run, tool, args_digest, actor, roles, quorum, created, expires, on_timeout, escalate_to,
 	reason, state, decisions, escalated, decided, consumed, actor_uid, actor_email, uid, spec_digest`
@@ -62,16 +62,17 @@ func onceExists(rec *Record) error {
 	return fmt.Errorf("%w: the record %s of %s is already in run %q", ErrExists, rec.IdempotencyKey, rec.Approval, rec.Run)
 }
 
-// consumeRow consumes approval id for a write of (run, tool, argsDigest) inside the caller's
-// transaction: read returns the row (ErrNotFound when there is none), Approval.consume checks
-// it, and mark writes the consumption time with `... WHERE id = ? AND consumed = 0`, returning
-// the rows affected. Zero rows means another transaction consumed it between the read and the
-// write (Postgres replicas at READ COMMITTED): ErrConsumed, so of concurrent consumers exactly
-// one wins whatever the isolation. rollback: an already consumed approval is not an error
-// (RollbackEntry.Approval) and nothing is written.
-func consumeRow(id, run, tool, argsDigest string, now time.Time, rollback bool,
-	read func() (Approval, error), mark func(at int64) (int64, error)) (*Approval, error) {
-	a, err := read()
+// consumeTx consumes approval id for a write of (run, tool, argsDigest) inside tx: the row is
+// read (held until tx ends where replicas write concurrently: dialect.forUpdate),
+// Approval.consume checks it, and a conditional UPDATE (consumed = 0) writes the mark. Zero
+// rows affected means another transaction consumed it between the read and the write
+// (Postgres replicas at READ COMMITTED): ErrConsumed, so of concurrent consumers exactly one
+// wins whatever the isolation. rollback: an already consumed approval is not an error
+// (RollbackEntry.Approval) and nothing is written. Errors: ErrNotFound, ErrMismatch,
+// ErrNotApproved, ErrConsumed.
+func (s *sqlStore) consumeTx(ctx context.Context, tx querier, id, run, tool, argsDigest string, rollback bool) (*Approval, error) {
+	now := s.stamp()
+	a, err := s.readApprovalTx(ctx, tx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +82,7 @@ func consumeRow(id, run, tool, argsDigest string, now time.Time, rollback bool,
 		}
 		return nil, err
 	}
-	n, err := mark(tn(a.Consumed))
+	n, err := tx.exec(ctx, `UPDATE approvals SET consumed = $1 WHERE id = $2 AND consumed = 0`, tn(a.Consumed), id)
 	if err != nil {
 		return nil, fmt.Errorf("store: consume approval %s: %w", id, err)
 	}
@@ -94,35 +95,151 @@ func consumeRow(id, run, tool, argsDigest string, now time.Time, rollback bool,
 	return &a, nil
 }
 
-// decideRow is Decide inside the caller's transaction: read the request (ErrNotFound), apply
-// the decision, save it when the rules accept it, and journal the decision records (counted
-// or rejected, and the phase reached) with journal, which skips a record already in the run
-// or a run this store does not have. ruleErr is the rules' refusal (ErrNotAllowed,
-// ErrNotPending): the transaction still commits, so the rejected record stays. err fails the
-// transaction.
-func decideRow(id string, d Decision, now time.Time, read func() (Approval, error), save func(*Approval) error,
-	journal func(*Record) error) (out Approval, ruleErr, err error) {
-	a, err := read()
+// readApprovalTx reads request id in tx (see consumeTx for the lock). Errors: ErrNotFound.
+func (s *sqlStore) readApprovalTx(ctx context.Context, tx querier, id string) (Approval, error) {
+	a, err := scanApproval(queryRow(ctx, tx, `SELECT `+approvalCols+` FROM approvals WHERE id = $1`+s.d.forUpdate, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Approval{}, fmt.Errorf("%w: approval %s", ErrNotFound, id)
+	}
 	if err != nil {
-		return Approval{}, nil, err
+		return Approval{}, fmt.Errorf("store: approval %s: %w", id, err)
 	}
-	recs, ruleErr := a.decide(d, now)
-	if ruleErr != nil && !errors.Is(ruleErr, ErrNotAllowed) && !errors.Is(ruleErr, ErrNotPending) {
-		return Approval{}, nil, ruleErr // invalid: nothing is written
+	return a, nil
+}
+
+// AppendApproval implements Store.
+func (s *sqlStore) AppendApproval(ctx context.Context, ar ApprovalRecord) (int64, error) {
+	rec, _, err := approvalRecord(ar)
+	if err != nil {
+		return 0, err
 	}
-	if ruleErr == nil {
-		if err := save(&a); err != nil {
-			return Approval{}, nil, fmt.Errorf("store: approval %s: %w", id, err)
+	err = s.write(ctx, lazy, func(ctx context.Context, tx querier) error { return s.appendApprovalTx(ctx, tx, &rec) })
+	return rec.Seq, err
+}
+
+// appendApprovalTx appends a decision record unless its Once key is already in the run. The
+// run is read first (and held, with dialect.forUpdate), so two writers checking at once are
+// serialised and the second finds the first's record; the unique index records_approval_once
+// is the backstop. Errors: ErrNotFound (no run), ErrExists.
+func (s *sqlStore) appendApprovalTx(ctx context.Context, tx querier, rec *Record) error {
+	if rec.IdempotencyKey != "" {
+		var id string
+		err := queryRow(ctx, tx, `SELECT id FROM runs WHERE id = $1`+s.d.forUpdate, rec.Run).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: run %q", ErrNotFound, rec.Run)
 		}
-	}
-	for _, r := range recs {
-		rec, _, err := approvalRecord(r)
 		if err != nil {
-			return Approval{}, nil, err
+			return fmt.Errorf("store: decision record: %w", err)
 		}
-		if err := journal(&rec); err != nil && !errors.Is(err, ErrExists) && !errors.Is(err, ErrNotFound) {
-			return Approval{}, nil, err
+		var n int
+		if err := queryRow(ctx, tx, `SELECT count(*) FROM records WHERE run = $1 AND approval = $2 AND idempotency_key = $3 AND kind = 'approval'`,
+			rec.Run, rec.Approval, s.d.key(rec.IdempotencyKey)).Scan(&n); err != nil {
+			return fmt.Errorf("store: decision record: %w", err)
+		}
+		if n > 0 {
+			return onceExists(rec)
 		}
 	}
-	return a, ruleErr, nil
+	return s.appendTx(ctx, tx, rec, "")
+}
+
+// CreateApproval implements Store.
+func (s *sqlStore) CreateApproval(ctx context.Context, req ApprovalRequest) (Approval, error) {
+	a, err := prepareApproval(req, s.stamp())
+	if err != nil {
+		return Approval{}, err
+	}
+	err = s.insertNew(ctx, "approval "+a.ID, `INSERT INTO approvals (`+approvalCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7,
+		$8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) ON CONFLICT DO NOTHING`, approvalArgs(&a)...)
+	if err != nil {
+		return Approval{}, err
+	}
+	return a, nil
+}
+
+// GetApproval implements Store.
+func (s *sqlStore) GetApproval(ctx context.Context, id string) (Approval, error) {
+	if err := s.check(); err != nil {
+		return Approval{}, err
+	}
+	a, err := scanApproval(queryRow(ctx, s.r, `SELECT `+approvalCols+` FROM approvals WHERE id = $1`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Approval{}, fmt.Errorf("%w: approval %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Approval{}, fmt.Errorf("store: get approval: %w", err)
+	}
+	a.settle(s.now())
+	return a, nil
+}
+
+// ListApprovals implements Store. The state filter applies after expiry, so it is evaluated
+// in Go over the run's (or all) requests. Requests created at the same instant (a test's
+// clock) come in the order they were created where the database keeps it (SQLite).
+func (s *sqlStore) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	all, err := collect(ctx, s.r, "list approvals", `SELECT `+approvalCols+` FROM approvals WHERE ($1 = '' OR run = $1) ORDER BY created, `+s.d.rowOrder,
+		[]any{f.Run}, func(rows rows) (Approval, error) { return scanApproval(rows) })
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	var out []Approval
+	for _, a := range all {
+		a.settle(now)
+		if !f.match(&a) {
+			continue
+		}
+		out = append(out, a)
+		if f.Limit > 0 && len(out) == f.Limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Decide implements Store: in one transaction the request is read (and held: see
+// consumeTx), decided, written back when the rules accept the decision, and the decision
+// records (counted or rejected, and the phase reached) appended; a record already in the run,
+// or of a run this store does not have, is skipped. The rules' refusal (ErrNotAllowed,
+// ErrNotPending) still commits, so the rejected record stays; it is returned after the
+// commit.
+func (s *sqlStore) Decide(ctx context.Context, id string, d Decision) (Approval, error) {
+	var out Approval
+	var ruleErr error
+	err := s.write(ctx, durable, func(ctx context.Context, tx querier) error {
+		a, err := s.readApprovalTx(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		var recs []ApprovalRecord
+		recs, ruleErr = a.decide(d, s.stamp())
+		if ruleErr != nil && !errors.Is(ruleErr, ErrNotAllowed) && !errors.Is(ruleErr, ErrNotPending) {
+			return ruleErr // invalid: nothing is written
+		}
+		if ruleErr == nil {
+			args := approvalArgs(&a)
+			if _, err := tx.exec(ctx, `UPDATE approvals SET roles = $1, expires = $2, state = $3, decisions = $4,
+				escalated = $5, decided = $6 WHERE id = $7`, args[5], args[8], args[12], args[13], args[14], args[15], id); err != nil {
+				return fmt.Errorf("store: approval %s: %w", id, err)
+			}
+		}
+		for _, r := range recs {
+			rec, _, err := approvalRecord(r)
+			if err != nil {
+				return err
+			}
+			if err := s.appendApprovalTx(ctx, tx, &rec); err != nil && !errors.Is(err, ErrExists) && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+		}
+		out = a
+		return nil
+	})
+	if err != nil {
+		return Approval{}, err
+	}
+	return out, ruleErr
 }

@@ -2,9 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -218,26 +215,11 @@ func TestRollbackApprovalConsumed(t *testing.T) {
 // TestSQLiteMigratesVersion2: a data folder written before issue 16 (schema version 2) opens:
 // the new columns are added, its records and requests read back, and the new writes work.
 func TestSQLiteMigratesVersion2(t *testing.T) {
-	dir := t.TempDir()
-	old, err := os.ReadFile("testdata/schema-v2.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, SQLiteFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{string(old),
+	dir := sqliteFixture(t, "testdata/schema-v2.sql",
 		`INSERT INTO runs (id, actor, gateway, started, last_activity, status, next_seq) VALUES ('r1', 'agent-alice', 'gw', 1, 1, 'idle', 1)`,
 		`INSERT INTO records (run, seq, kind, time, step, tool, decision) VALUES ('r1', 1, 'intent', 1, 1, 'stripe.charge', 'allow')`,
 		`INSERT INTO approvals (id, run, tool, args_digest, actor, roles, quorum, created, expires, on_timeout, escalate_to, reason, state, decisions, escalated, decided, consumed)
-		 VALUES ('apr-1', 'r1', 'stripe.charge', 'sha256:d', 'agent-alice', '[]', 1, 1, 4102444800000000000, 'deny', '[]', 'r', 'approved', '[]', 0, 2, 0)`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	db.Close()
+		 VALUES ('apr-1', 'r1', 'stripe.charge', 'sha256:d', 'agent-alice', '[]', 1, 1, 4102444800000000000, 'deny', '[]', 'r', 'approved', '[]', 0, 2, 0)`)
 	s, err := OpenSQLite(dir, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +240,7 @@ func TestSQLiteMigratesVersion2(t *testing.T) {
 		t.Fatalf("records after migration: %v", ev)
 	}
 	var v int
-	if err := s.r.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil || v != 3 {
+	if err := queryRow(context.Background(), s.r, `PRAGMA user_version`).Scan(&v); err != nil || v != 4 {
 		t.Fatalf("user_version %d, %v", v, err)
 	}
 }

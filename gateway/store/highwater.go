@@ -2,6 +2,7 @@ package store
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -100,4 +101,76 @@ func prepareMarks(marks []HighWater) ([]HighWater, error) {
 		}
 	}
 	return out, nil
+}
+
+// sqlAdvanceHighWater stores a mark only if it is newer than the stored one: the check and the
+// write are one statement. When it changes no row, the stored mark is equal or newer; in
+// Postgres the conflicting row is then locked all the same, so the read that follows in the
+// same transaction sees a row no replica can change before the transaction ends.
+const sqlAdvanceHighWater = `INSERT INTO high_water (source, sequence, revision, digest, updated) VALUES ($1, $2, $3, $4, $5)
+	ON CONFLICT (source) DO UPDATE SET sequence = excluded.sequence, revision = excluded.revision,
+		digest = excluded.digest, updated = excluded.updated
+	WHERE excluded.sequence > high_water.sequence`
+
+// AdvanceHighWater implements Store. The batch is one durable write: in SQLite the writer
+// holds the file's write lock from the first statement, in Postgres the rows are locked in
+// Source order (prepareMarks), so concurrent batches cannot deadlock. Each mark is upserted
+// conditionally; when that changes no row, the stored mark tells an equal mark from an older
+// one. A refusal rolls the write back: nothing of the batch is stored.
+func (s *sqlStore) AdvanceHighWater(ctx context.Context, marks []HighWater) error {
+	marks, err := prepareMarks(marks)
+	if err != nil {
+		return err
+	}
+	if err := s.check(); err != nil {
+		return err
+	}
+	if len(marks) == 0 {
+		return nil
+	}
+	return s.write(ctx, durable, func(ctx context.Context, tx querier) error {
+		now := tn(s.stamp())
+		var refused []Downgrade
+		for _, h := range marks {
+			n, err := tx.exec(ctx, sqlAdvanceHighWater, h.Source, h.Sequence, h.Revision, h.Digest, now)
+			if err != nil {
+				return fmt.Errorf("store: advance high-water mark of %s: %w", h.Source, err)
+			}
+			if n == 1 {
+				continue
+			}
+			stored, err := scanHighWater(queryRow(ctx, tx, `SELECT `+highWaterCols+` FROM high_water WHERE source = $1`, h.Source))
+			if err != nil {
+				return fmt.Errorf("store: read high-water mark of %s: %w", h.Source, err)
+			}
+			if h.olderThan(stored) {
+				refused = append(refused, Downgrade{Offered: h, Stored: stored})
+			}
+		}
+		if refused != nil {
+			return &DowngradeError{Refused: refused}
+		}
+		return nil
+	})
+}
+
+const highWaterCols = `source, sequence, revision, digest, updated`
+
+func scanHighWater(sc interface{ Scan(...any) error }) (HighWater, error) {
+	var h HighWater
+	var updated int64
+	if err := sc.Scan(&h.Source, &h.Sequence, &h.Revision, &h.Digest, &updated); err != nil {
+		return HighWater{}, err
+	}
+	h.Updated = nt(updated)
+	return h, nil
+}
+
+// HighWaters implements Store.
+func (s *sqlStore) HighWaters(ctx context.Context) ([]HighWater, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return collect(ctx, s.r, "read high-water marks", `SELECT `+highWaterCols+` FROM high_water ORDER BY source`, nil,
+		func(rows rows) (HighWater, error) { return scanHighWater(rows) })
 }

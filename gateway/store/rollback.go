@@ -1,7 +1,9 @@
 package store
 
 import (
-	"encoding/json"
+	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -80,18 +82,38 @@ func encodeRollback(e RollbackEntry) (string, error) {
 	if !slices.Contains(RollbackStatuses, e.Status) {
 		return "", fmt.Errorf("%w: rollback status %q", ErrInvalid, e.Status)
 	}
-	if e.Arguments == nil {
-		return "", nil
-	}
-	b, err := json.Marshal(e.Arguments)
-	if err != nil {
-		return "", fmt.Errorf("%w: the compensation arguments are not JSON: %v", ErrInvalid, err)
-	}
-	return string(b), nil
+	return jsonColumn(e.Arguments, "the compensation arguments")
 }
 
 // rollbackRecord is the record of e (Seq and Time are set when appended).
 func rollbackRecord(e RollbackEntry) Record {
 	return Record{Run: e.Run, Kind: KindRollback, Step: e.Step, Tool: e.Tool, CompensationTool: e.Tool,
 		IdempotencyKey: e.IdempotencyKey, Status: e.Status, Note: e.Note, Approval: e.Approval}
+}
+
+// AppendRollback implements Store. With e.Approval, the approval is consumed in the same
+// transaction (consumeTx, rollback: a resumed rollback may name it again).
+func (s *sqlStore) AppendRollback(ctx context.Context, e RollbackEntry) (int64, error) {
+	enc, err := encodeRollback(e)
+	if err != nil {
+		return 0, err
+	}
+	rec := rollbackRecord(e)
+	err = s.write(ctx, durable, func(ctx context.Context, tx querier) error {
+		var kind string
+		err := queryRow(ctx, tx, `SELECT kind FROM records WHERE run = $1 AND seq = $2 AND run <> ''`, e.Run, e.Step).Scan(&kind)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && kind != string(KindIntent)) {
+			return fmt.Errorf("%w: step %d in run %q", ErrNotFound, e.Step, e.Run)
+		}
+		if err != nil {
+			return fmt.Errorf("store: rollback record: %w", err)
+		}
+		if e.Approval != "" {
+			if _, err := s.consumeTx(ctx, tx, e.Approval, e.Run, e.Tool, e.ArgsDigest, true); err != nil {
+				return err
+			}
+		}
+		return s.appendTx(ctx, tx, &rec, enc)
+	})
+	return rec.Seq, err
 }

@@ -1,6 +1,10 @@
 package store
 
-import "strings"
+import (
+	"context"
+	"fmt"
+	"strings"
+)
 
 // Queries for the read tools of the agent and operator endpoints (seed "MCP gateway",
 // `reversi.*` tools: list_runs with counts per outcome, search by tool, status and text,
@@ -68,4 +72,88 @@ func asciiLower(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// textClause matches a record (columns of records, prefixed by p) against the lowered needle
+// in parameter n: "" matches everything, otherwise the needle is in the run id, tool, reason,
+// note or compensation tool, lowered as asciiLower does.
+func (s *sqlStore) textClause(p, n string) string {
+	var cols []string
+	for _, c := range []string{"run", "tool", "reason", "note", "compensation_tool"} {
+		cols = append(cols, s.d.textMatch(p+c, n))
+	}
+	return "(" + n + " = '' OR " + strings.Join(cols, " OR ") + ")"
+}
+
+// SearchRuns implements Store.
+func (s *sqlStore) SearchRuns(ctx context.Context, f RunSearch) ([]Run, error) {
+	q := &query{}
+	actor, status := q.arg(f.Actor), q.arg(string(f.Status))
+	q.add(`SELECT `+runCols+` FROM runs WHERE id <> '' AND (`, actor, ` = '' OR actor = `, actor, `) AND (`,
+		status, ` = '' OR status = `, status, `)`)
+	if f.recordFilter() {
+		tool, outcome := q.arg(f.Tool), q.arg(string(f.Outcome))
+		q.add(` AND EXISTS (SELECT 1 FROM records r WHERE r.run = runs.id AND (`, tool, ` = '' OR r.tool = `, tool, `) AND (`,
+			outcome, ` = '' OR r.status = `, outcome, `) AND `, s.textClause("r.", q.arg(asciiLower(f.Text))), `)`)
+	}
+	q.add(` ORDER BY started DESC, id`)
+	return s.queryRuns(ctx, "search runs", q.limit(f.Limit))
+}
+
+// SearchRecords implements Store.
+func (s *sqlStore) SearchRecords(ctx context.Context, f RecordSearch) ([]Record, error) {
+	q := &query{}
+	actor, run, tool, status := q.arg(f.Actor), q.arg(f.Run), q.arg(f.Tool), q.arg(string(f.Status))
+	q.add(`SELECT `+recordCols+` FROM records WHERE (`, actor, ` = '' OR run IN (SELECT id FROM runs WHERE actor = `, actor,
+		` AND id <> '')) AND (`, run, ` = '' OR run = `, run, `) AND (`, tool, ` = '' OR tool = `, tool, `) AND (`,
+		status, ` = '' OR status = `, status, `) AND `, s.textClause("", q.arg(asciiLower(f.Text))),
+		` ORDER BY time DESC, run, seq DESC`)
+	return s.queryRecords(ctx, "search records", q.limit(f.Limit))
+}
+
+// countChunk bounds the run ids of one CountOutcomes statement (well under every database's
+// limit on parameters).
+const countChunk = 500
+
+// CountOutcomes implements Store.
+func (s *sqlStore) CountOutcomes(ctx context.Context, runs []string) (map[string]OutcomeCounts, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := make(map[string]OutcomeCounts, len(runs))
+	for start := 0; start < len(runs); start += countChunk {
+		ids := runs[start:min(start+countChunk, len(runs))]
+		q := &query{}
+		in := q.placeholders(ids)
+		q.add(`SELECT id, '', 0 FROM runs WHERE id <> '' AND id IN (`, in, `)
+			UNION ALL SELECT run, status, count(*) FROM records WHERE kind = 'outcome' AND run <> '' AND run IN (`, in, `)
+			GROUP BY run, status`)
+		if err := s.countInto(ctx, q, out); err != nil {
+			return nil, fmt.Errorf("store: count outcomes: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// countInto reads rows of (run, status, count): a status "" says that the run exists.
+func (s *sqlStore) countInto(ctx context.Context, q *query, out map[string]OutcomeCounts) error {
+	rows, err := s.r.query(ctx, q.sql.String(), q.args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var run, status string
+		var n int
+		if err := rows.Scan(&run, &status, &n); err != nil {
+			return err
+		}
+		if out[run] == nil {
+			out[run] = OutcomeCounts{}
+		}
+		if status != "" {
+			out[run][Status(status)] = n
+		}
+	}
+	return rows.Err()
 }

@@ -1,8 +1,9 @@
 // Package store is the gateway's durable state: runs, the ledger (intent and outcome of every
 // forwarded call, plus reload and note records), duplicate-call keys, the standalone approval
-// queue and the high-water marks of the manifest snapshots served. Two implementations share
-// one interface: NewMemory (for tests and throwaway gateways) and OpenSQLite (the default: one
-// SQLite file under the data folder, WAL, synchronous=FULL).
+// queue and the high-water marks of the manifest snapshots served. One SQL implementation
+// (sqlStore, with a small dialect layer) serves three stores: OpenSQLite (the default: one
+// SQLite file under the data folder, WAL), OpenPostgres (gateways with several replicas) and
+// NewMemory (SQLite in memory, for tests and throwaway gateways).
 //
 // Source: DESIGN.md "The call path", seed "MCP gateway" (What happens to a call, Storage,
 // Hot reload), issue 5 (ledger and approval queue in a store, crash safety, duplicate keys).

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package store
+
+import "os"
+
+// fdatasync is fsync where the system has no fdatasync.
+func fdatasync(f *os.File) error { return f.Sync() }
+
+// unlinked reports whether f's file is gone from its name; without link counts, whether its
+// name now names another file (or none).
+func unlinked(f *os.File) bool {
+	a, err := f.Stat()
+	if err != nil {
+		return true
+	}
+	b, err := os.Stat(f.Name())
+	return err != nil || !os.SameFile(a, b)
+}
