@@ -42,7 +42,7 @@ func openMemory(clock Clock) (*Memory, error) {
 		db.Close()
 		return nil, err
 	}
-	w, err := newWriter(db, nil)
+	w, err := newWriter(db, nil, nil)
 	if err != nil {
 		db.Close()
 		return nil, err
