@@ -357,7 +357,7 @@ func newWriter(db *sql.DB, wal *walSync, wlock *os.File) (*sqliteWriter, error) 
 	return w, nil
 }
 
-// run implements runner. fn runs in its own SAVEPOINT inside the batch's transaction (alone and
+// run implements runner. fn runs inside the batch's transaction (see transact; alone and
 // single: as one statement in autocommit); run returns nil only after that transaction is
 // committed, and for a durable write after the WAL is synced. A request whose ctx is done
 // before a batch takes it is not run and returns ctx's error. Once taken, run waits for the
@@ -496,7 +496,7 @@ func (w *sqliteWriter) stmt(query string, tx bool) *sql.Stmt {
 	return st
 }
 
-// writerTx is the execer of a batch, through the writer's prepared statements: on the
+// writerTx is the querier of a batch, through the writer's prepared statements: on the
 // writer's connection, or in memory in the batch's Tx (nil: a lone single statement in
 // autocommit).
 type writerTx struct {
@@ -552,13 +552,10 @@ func (b boundStmt) QueryContext(ctx context.Context, _ string, args ...any) (*sq
 	return b.st.QueryContext(ctx, args...)
 }
 
-// commitBatch runs batch and answers every request. A lone single statement runs as it is
-// (autocommit); otherwise one IMMEDIATE transaction holds every request in a SAVEPOINT of its
-// own (a request that fails rolls back only itself and gets its own error). If the
-// transaction itself fails (begin, savepoint bookkeeping or commit), nothing in it is
-// committed and every request that had succeeded gets that error. After a commit holding a
-// durable request the WAL is synced before anyone is answered; a lazy commit is synced by the
-// next durable one or within lazyFlushInterval.
+// commitBatch runs batch under the folder's writer lock (transact) and answers every request.
+// After a commit holding a durable request the WAL is synced, out of the lock, before anyone
+// is answered; a lazy commit is synced by the next durable one (of any process) or within
+// lazyFlushInterval.
 func (w *sqliteWriter) commitBatch(batch []*writeReq) {
 	errs := make([]error, len(batch))
 	committed := false
@@ -573,7 +570,7 @@ func (w *sqliteWriter) commitBatch(batch []*writeReq) {
 			c = w.wal.committed()
 		}
 		w.unlockWriters()
-		if c > 0 && slices.ContainsFunc(batch, func(r *writeReq) bool { return !r.how.lazy() }) {
+		if c > 0 && slices.ContainsFunc(batch, func(r *writeReq) bool { return !r.how.isLazy() }) {
 			if err := w.wal.syncThrough(c); err != nil {
 				for i := range errs {
 					if errs[i] == nil {
@@ -615,7 +612,7 @@ func (w *sqliteWriter) unlockWriters() {
 // the commit; when one fails, the transaction is rolled back and the batch runs again with a
 // SAVEPOINT per request.
 func (w *sqliteWriter) transact(batch []*writeReq, errs []error) bool {
-	if len(batch) == 1 && batch[0].how.single() {
+	if len(batch) == 1 && batch[0].how.isSingle() {
 		req := batch[0]
 		if errs[0] = req.ctx.Err(); errs[0] == nil {
 			errs[0] = req.fn(context.WithoutCancel(req.ctx), writerTx{w: w})
