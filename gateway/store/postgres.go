@@ -235,11 +235,11 @@ type pgRunner struct{ pool *pgxpool.Pool }
 func (p pgRunner) run(ctx context.Context, h how, fn txFunc) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postgresWriteTimeout)
 	defer cancel()
-	if h.single() && !h.lazy() {
+	if h.isSingle() && !h.isLazy() {
 		return fn(wctx, pgxQuerier{p.pool})
 	}
 	return pgx.BeginFunc(wctx, p.pool, func(tx pgx.Tx) error {
-		if h.lazy() {
+		if h.isLazy() {
 			if _, err := tx.Exec(wctx, `SET LOCAL synchronous_commit = off`); err != nil {
 				return err
 			}

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -22,6 +21,10 @@ import (
 // SQLiteFile is the name of the database file OpenSQLite uses inside the data folder. SQLite
 // keeps SQLiteFile+"-wal" and SQLiteFile+"-shm" beside it while the store is open.
 const SQLiteFile = "reversi-gateway.db"
+
+// writerLockFile, in the data folder, is where the writers of every process on the folder
+// queue for the database (see SQLite).
+const writerLockFile = "writer.lock"
 
 // SQLite is a Store in one SQLite file (modernc.org/sqlite, no cgo).
 //
@@ -55,6 +58,15 @@ const SQLiteFile = "reversi-gateway.db"
 // returns success before its write is committed (and synced, when durable). Reads use a
 // separate pool of read-only connections and do not wait for writers (WAL readers see the last
 // committed state).
+//
+// Several processes: a batch's transaction runs under an exclusive flock(2) of writerLockFile,
+// taken blocking, so the writers of every process on the folder wait in the kernel's queue and
+// go on as soon as the lock is free, instead of polling SQLite's write lock with the sleeps of
+// its busy handler (1, 2, 5, ... 100 ms: the unlucky waited longest). The lock is released
+// before the WAL sync, so one process's sync overlaps the next one's commit, and the processes
+// share syncs as they share commit numbers (walSync, syncLockFile): a writer whose commit
+// another process's sync has covered does not sync again. busy_timeout stays as the backstop
+// for writers that do not take the lock (the sqlite3 shell, older gateways).
 //
 // Several processes may share one data folder (stdio gateways of one project, the approvals
 // CLI). Each open store is an instance holding an advisory lock on instances/<id>.lock for its
@@ -100,54 +112,78 @@ func sqliteUnique(err error) bool {
 // OpenSQLite opens (creating if needed) the store in dir/SQLiteFile. dir is created with mode
 // 0700 if missing. A nil clock means time.Now. Call Recover after opening to complete the steps
 // a previous process left without an outcome.
-func OpenSQLite(dir string, clock Clock) (*SQLite, error) {
+func OpenSQLite(dir string, clock Clock) (_ *SQLite, err error) {
 	if clock == nil {
 		clock = time.Now
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: data folder: %w", err)
 	}
+	var undo []func() error // on failure, in reverse
+	defer func() {
+		for i := len(undo) - 1; err != nil && i >= 0; i-- {
+			_ = undo[i]()
+		}
+	}()
 	path := filepath.Join(dir, SQLiteFile)
+	wlock, err := os.OpenFile(filepath.Join(dir, writerLockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("store: data folder: %w", err)
+	}
+	undo = append(undo, wlock.Close)
 	base := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)"
 	w, err := sql.Open("sqlite", base+"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
+	undo = append(undo, w.Close)
 	oneConnection(w)
-	var mode string
-	if err := w.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || !strings.EqualFold(mode, "wal") {
-		w.Close()
-		return nil, fmt.Errorf("store: %s: cannot use WAL (journal_mode %q): %v", path, mode, err)
+	wal, err := openLocked(wlock, w, dir, path)
+	if err != nil {
+		return nil, err
 	}
-	if err := createSchema(w, sqliteDialect); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("store: %s: schema: %w", path, err)
-	}
+	undo = append(undo, wal.close)
 	instance := newID("gw-")
 	lock, err := lockInstance(filepath.Join(dir, instancesDir), instance)
 	if err != nil {
-		w.Close()
 		return nil, err
 	}
+	undo = append(undo, func() error { releaseInstance(lock); return nil })
 	r, err := sql.Open("sqlite", base+"&_pragma=query_only(1)")
 	if err != nil {
-		w.Close()
-		releaseInstance(lock)
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
+	undo = append(undo, r.Close)
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
-	wr, err := newWriter(w, newWALSync(path+"-wal"))
+	wr, err := newWriter(w, wal, wlock)
 	if err != nil {
-		r.Close()
-		w.Close()
-		releaseInstance(lock)
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	s := &SQLite{path: path, sqlStore: sqlStore{d: sqliteDialect, r: sqlQuerier{r}, w: wr, now: clock, instance: instance,
 		inst: &fileInstances{dir: filepath.Join(dir, instancesDir), id: instance, own: lock}}}
 	s.release = func() error { return errors.Join(r.Close(), w.Close()) }
 	return s, nil
+}
+
+// openLocked opens the write connection w, its schema and the WAL's syncer, holding the
+// folder's writer lock: the first opener of a new folder turns WAL on, which needs the file
+// alone (openers racing there can meet in SQLite's locks and get SQLITE_BUSY at once,
+// without the busy handler), and a reset of the shared counters must not interleave with
+// another opener.
+func openLocked(wlock *os.File, w *sql.DB, dir, path string) (*walSync, error) {
+	if err := lockFile(wlock); err != nil {
+		return nil, fmt.Errorf("store: %s: writer lock: %w", path, err)
+	}
+	defer unlockFile(wlock)
+	var mode string
+	if err := w.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || !strings.EqualFold(mode, "wal") {
+		return nil, fmt.Errorf("store: %s: cannot use WAL (journal_mode %q): %v", path, mode, err)
+	}
+	if err := createSchema(w, sqliteDialect); err != nil {
+		return nil, fmt.Errorf("store: %s: schema: %w", path, err)
+	}
+	return newWALSync(dir, path+"-wal")
 }
 
 // oneConnection keeps db to a single connection that is never closed (the writer's).
@@ -289,9 +325,10 @@ type sqliteWriter struct {
 	// A file's writer holds its connection (conn) and runs its own BEGIN and COMMIT on it,
 	// every statement prepared once; in memory the one connection of db serves the reads too,
 	// so a batch holds it for its transaction only (database/sql's Tx) and conn is nil.
-	db   *sql.DB
-	conn *sql.Conn
-	wal  *walSync // nil in memory: nothing to sync
+	db    *sql.DB
+	conn  *sql.Conn
+	wal   *walSync // nil in memory: nothing to sync
+	wlock *os.File // writerLockFile; nil in memory (no other process)
 
 	mu      sync.Mutex
 	idle    *sync.Cond // broadcast when leading becomes false
@@ -305,10 +342,10 @@ type sqliteWriter struct {
 	missing map[string]bool      // in memory: statements a Tx ran unprepared, prepared after it
 }
 
-// newWriter returns the runner of db's one connection. wal is nil for a database without a
-// file (memory), whose connection the reads share.
-func newWriter(db *sql.DB, wal *walSync) (*sqliteWriter, error) {
-	w := &sqliteWriter{db: db, wal: wal, stmts: map[string]*sql.Stmt{}, missing: map[string]bool{}}
+// newWriter returns the runner of db's one connection, which owns wlock from then on. wal and
+// wlock are nil for a database without a file (memory), whose connection the reads share.
+func newWriter(db *sql.DB, wal *walSync, wlock *os.File) (*sqliteWriter, error) {
+	w := &sqliteWriter{db: db, wal: wal, wlock: wlock, stmts: map[string]*sql.Stmt{}, missing: map[string]bool{}}
 	w.idle = sync.NewCond(&w.mu)
 	if wal != nil {
 		c, err := db.Conn(context.Background())
@@ -320,7 +357,7 @@ func newWriter(db *sql.DB, wal *walSync) (*sqliteWriter, error) {
 	return w, nil
 }
 
-// run implements runner. fn runs in its own SAVEPOINT inside the batch's transaction (alone and
+// run implements runner. fn runs inside the batch's transaction (see transact; alone and
 // single: as one statement in autocommit); run returns nil only after that transaction is
 // committed, and for a durable write after the WAL is synced. A request whose ctx is done
 // before a batch takes it is not run and returns ctx's error. Once taken, run waits for the
@@ -416,6 +453,9 @@ func (w *sqliteWriter) close() error {
 	if w.conn != nil {
 		errs = append(errs, w.conn.Close())
 	}
+	if w.wlock != nil {
+		errs = append(errs, w.wlock.Close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -456,7 +496,7 @@ func (w *sqliteWriter) stmt(query string, tx bool) *sql.Stmt {
 	return st
 }
 
-// writerTx is the execer of a batch, through the writer's prepared statements: on the
+// writerTx is the querier of a batch, through the writer's prepared statements: on the
 // writer's connection, or in memory in the batch's Tx (nil: a lone single statement in
 // autocommit).
 type writerTx struct {
@@ -512,32 +552,57 @@ func (b boundStmt) QueryContext(ctx context.Context, _ string, args ...any) (*sq
 	return b.st.QueryContext(ctx, args...)
 }
 
-// commitBatch runs batch and answers every request. A lone single statement runs as it is
-// (autocommit); otherwise one IMMEDIATE transaction holds every request in a SAVEPOINT of its
-// own (a request that fails rolls back only itself and gets its own error). If the
-// transaction itself fails (begin, savepoint bookkeeping or commit), nothing in it is
-// committed and every request that had succeeded gets that error. After a commit holding a
-// durable request the WAL is synced before anyone is answered; a lazy commit is synced by the
-// next durable one or within lazyFlushInterval.
+// commitBatch runs batch under the folder's writer lock (transact) and answers every request.
+// After a commit holding a durable request the WAL is synced, out of the lock, before anyone
+// is answered; a lazy commit is synced by the next durable one (of any process) or within
+// lazyFlushInterval.
 func (w *sqliteWriter) commitBatch(batch []*writeReq) {
 	errs := make([]error, len(batch))
-	committed := w.transact(batch, errs)
-	if committed && w.wal != nil {
-		if slices.ContainsFunc(batch, func(r *writeReq) bool { return !r.how.lazy() }) {
-			if err := w.wal.sync(); err != nil {
+	committed := false
+	if err := w.lockWriters(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+	} else {
+		committed = w.transact(batch, errs)
+		var c uint64
+		if committed && w.wal != nil {
+			c = w.wal.committed()
+		}
+		w.unlockWriters()
+		if c > 0 && slices.ContainsFunc(batch, func(r *writeReq) bool { return !r.how.isLazy() }) {
+			if err := w.wal.syncThrough(c); err != nil {
 				for i := range errs {
 					if errs[i] == nil {
 						errs[i] = err
 					}
 				}
 			}
-		} else {
-			w.wal.committedLazy()
+		} else if c > 0 {
+			w.wal.committedLazy(c)
 		}
 	}
 	for i, req := range batch {
 		req.err = errs[i]
 		req.signal <- false
+	}
+}
+
+// lockWriters takes the writer lock of the data folder (see SQLite), waiting for the writers
+// of other processes.
+func (w *sqliteWriter) lockWriters() error {
+	if w.wlock == nil {
+		return nil
+	}
+	if err := lockFile(w.wlock); err != nil {
+		return fmt.Errorf("store: writer lock: %w", err)
+	}
+	return nil
+}
+
+func (w *sqliteWriter) unlockWriters() {
+	if w.wlock != nil {
+		_ = unlockFile(w.wlock) // only fails for a bad descriptor; closing it releases the lock
 	}
 }
 
@@ -547,7 +612,7 @@ func (w *sqliteWriter) commitBatch(batch []*writeReq) {
 // the commit; when one fails, the transaction is rolled back and the batch runs again with a
 // SAVEPOINT per request.
 func (w *sqliteWriter) transact(batch []*writeReq, errs []error) bool {
-	if len(batch) == 1 && batch[0].how.single() {
+	if len(batch) == 1 && batch[0].how.isSingle() {
 		req := batch[0]
 		if errs[0] = req.ctx.Err(); errs[0] == nil {
 			errs[0] = req.fn(context.WithoutCancel(req.ctx), writerTx{w: w})
@@ -655,100 +720,6 @@ func (t writerTx) rollback() {
 		return
 	}
 	_, _ = t.exec(context.Background(), `ROLLBACK`) // an error: SQLite rolled it back already
-}
-
-// walSync makes a database's commits durable by syncing its WAL file (see SQLite): the
-// connections run with synchronous=NORMAL (a commit writes the WAL without syncing it) and
-// the writer syncs after a commit that holds a durable write. One sync covers every commit
-// before it, of this process or another one: the WAL is one file, written front to back
-// until a restart, and a restart comes only after a checkpoint has synced everything.
-type walSync struct {
-	path string // the -wal file
-
-	mu     sync.Mutex // one sync at a time; f, closed
-	f      *os.File   // opened on the first sync, reopened if the file was deleted
-	closed bool
-
-	lazyGen   atomic.Uint64 // lazy commits so far
-	syncedGen atomic.Uint64 // lazy commits covered by the last sync
-	armed     atomic.Bool   // a flush of the lazy commits is due (timer)
-	timer     *time.Timer
-	syncs     atomic.Int64 // syncs done (tests)
-}
-
-func newWALSync(path string) *walSync {
-	s := &walSync{path: path}
-	s.timer = time.AfterFunc(time.Hour, s.flush)
-	s.timer.Stop()
-	return s
-}
-
-// sync makes every commit made so far durable. Errors: the WAL cannot be opened or synced
-// (the commits may then be lost by a power loss).
-func (s *walSync) sync() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil // close synced
-	}
-	gen := s.lazyGen.Load() // lazy commits before this point are in the file the sync covers
-	if s.f != nil && unlinked(s.f) {
-		s.f.Close() // deleted (the last connection closed it): sync the file SQLite writes now
-		s.f = nil
-	}
-	if s.f == nil {
-		f, err := os.OpenFile(s.path, os.O_RDWR, 0)
-		if err != nil {
-			return fmt.Errorf("store: sync the WAL: %w", err)
-		}
-		s.f = f
-	}
-	if err := fdatasync(s.f); err != nil {
-		return fmt.Errorf("store: sync the WAL %s: %w", s.path, err)
-	}
-	s.syncs.Add(1)
-	for {
-		old := s.syncedGen.Load()
-		if old >= gen || s.syncedGen.CompareAndSwap(old, gen) {
-			return nil
-		}
-	}
-}
-
-// unsynced reports whether a lazy commit waits for a sync.
-func (s *walSync) unsynced() bool { return s.syncedGen.Load() < s.lazyGen.Load() }
-
-// committedLazy notes a lazy commit: it is synced within lazyFlushInterval.
-func (s *walSync) committedLazy() {
-	s.lazyGen.Add(1)
-	if s.armed.CompareAndSwap(false, true) {
-		s.timer.Reset(lazyFlushInterval)
-	}
-}
-
-// flush syncs the lazy commits that no durable write has synced yet.
-func (s *walSync) flush() {
-	s.armed.Store(false)
-	if s.unsynced() && s.sync() != nil && s.armed.CompareAndSwap(false, true) {
-		s.timer.Reset(lazyFlushInterval) // try again
-	}
-}
-
-// close syncs what is unsynced and closes the file.
-func (s *walSync) close() error {
-	s.timer.Stop()
-	var err error
-	if s.unsynced() {
-		err = s.sync()
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	if s.f != nil {
-		err = errors.Join(err, s.f.Close())
-		s.f = nil
-	}
-	return err
 }
 
 // CheckSQLiteIntegrity runs `PRAGMA integrity_check` on the SQLite store in dir, read-only.

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(killEnv); dir != "" {
 		killChild(dir)
 	}
+	if spec := os.Getenv(writerEnv); spec != "" {
+		writerChild(spec)
+	}
 	postgresCrashChild() // when the process is TestPostgresCrashRecovery's child
 	os.Exit(pgtest.Main(m, &pgServer))
 }

@@ -51,8 +51,8 @@ const (
 	single how = 1 << 1
 )
 
-func (h how) lazy() bool   { return h&lazy != 0 }
-func (h how) single() bool { return h&single != 0 }
+func (h how) isLazy() bool   { return h&lazy != 0 }
+func (h how) isSingle() bool { return h&single != 0 }
 
 // runner runs write transactions.
 type runner interface {
