@@ -572,11 +572,12 @@ func (w *sqliteWriter) commitBatch(batch []*writeReq) {
 		w.unlockWriters()
 		if c > 0 && slices.ContainsFunc(batch, func(r *writeReq) bool { return !r.how.isLazy() }) {
 			if err := w.wal.syncThrough(c); err != nil {
-				for i := range errs {
-					if errs[i] == nil {
+				for i, req := range batch { // a lazy write stands: it is committed
+					if errs[i] == nil && !req.how.isLazy() {
 						errs[i] = err
 					}
 				}
+				w.wal.committedLazy(c) // the timer tries the sync again
 			}
 		} else if c > 0 {
 			w.wal.committedLazy(c)
