@@ -240,7 +240,7 @@ func TestSyncCoversOtherProcess(t *testing.T) {
 	b := must[*SQLite](t)(OpenSQLite(dir, nil))
 	defer b.Close()
 	aw, bw := a.w.(*sqliteWriter).wal, b.w.(*sqliteWriter).wal
-	if aw.syncLock == nil {
+	if !aw.shared {
 		t.Skip("no shared counters on this system")
 	}
 	ctx := context.Background()
@@ -268,13 +268,13 @@ func TestSyncCountersOfAnotherBoot(t *testing.T) {
 	for _, off := range []int{48, 56} { // commits, synced
 		binary.LittleEndian.PutUint64(page[off:], 1<<40)
 	}
-	if err := os.WriteFile(filepath.Join(dir, syncLockFile), page, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, syncCountersFile), page, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s := must[*SQLite](t)(OpenSQLite(dir, nil))
 	defer s.Close()
 	wal := s.w.(*sqliteWriter).wal
-	if wal.syncLock == nil {
+	if !wal.shared {
 		t.Skip("no shared counters on this system")
 	}
 	if wal.ctr.commits.Load() >= 1<<40 || wal.ctr.synced.Load() >= 1<<40 {

@@ -64,7 +64,7 @@ const writerLockFile = "writer.lock"
 // go on as soon as the lock is free, instead of polling SQLite's write lock with the sleeps of
 // its busy handler (1, 2, 5, ... 100 ms: the unlucky waited longest). The lock is released
 // before the WAL sync, so one process's sync overlaps the next one's commit, and the processes
-// share syncs as they share commit numbers (walSync, syncLockFile): a writer whose commit
+// share syncs as they share commit numbers (walSync, syncCountersFile): a writer whose commit
 // another process's sync has covered does not sync again. busy_timeout stays as the backstop
 // for writers that do not take the lock (the sqlite3 shell, older gateways).
 //

@@ -19,47 +19,45 @@ func unlinked(f *os.File) bool {
 	return syscall.Fstat(int(f.Fd()), &st) != nil || st.Nlink == 0
 }
 
-// syncCountersSize is the mapped size of syncLockFile: a header (magic, boot id) and the
+// syncCountersSize is the mapped size of syncCountersFile: a header (magic, boot id) and the
 // counters, padded to a page.
 const syncCountersSize = 4096
 
-// syncMagic opens syncLockFile's header; the counters of another format or boot are reset.
+// syncMagic opens syncCountersFile's header; the counters of another format or boot are
+// reset.
 const syncMagic = "rvsync01"
 
-// sharedCounters maps the counters of dir's syncLockFile, creating the file if needed. The
-// counters hold only within one boot (the page cache they speak of does not survive a
+// sharedCounters maps the counters of dir's syncCountersFile, creating the file if needed.
+// The counters hold only within one boot (the page cache they speak of does not survive a
 // reboot, and the file is not synced), so a file written under another boot id is reset. The
-// caller holds the folder's writer lock. It returns the file (for its flock) and the
-// counters; nil counters (and no error) when the boot id cannot be read.
-func sharedCounters(dir string) (*os.File, *syncCounters, error) {
+// caller holds the folder's writer lock. nil counters (and no error): the boot id cannot be
+// read, so the counters stay the process's own.
+func sharedCounters(dir string) (*syncCounters, error) {
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil || len(boot) < 32 {
-		return nil, nil, nil // no boot id: no counters that survive a reboot safely
+		return nil, nil
 	}
-	f, err := os.OpenFile(filepath.Join(dir, syncLockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, syncCountersFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, nil, fmt.Errorf("store: data folder: %w", err)
+		return nil, fmt.Errorf("store: data folder: %w", err)
 	}
-	fail := func(err error) (*os.File, *syncCounters, error) {
-		f.Close()
-		return nil, nil, fmt.Errorf("store: %s: %w", f.Name(), err)
-	}
+	defer f.Close() // the mapping outlives the descriptor
 	if fi, err := f.Stat(); err != nil {
-		return fail(err)
+		return nil, fmt.Errorf("store: %s: %w", f.Name(), err)
 	} else if fi.Size() < syncCountersSize {
 		if err := f.Truncate(syncCountersSize); err != nil {
-			return fail(err)
+			return nil, fmt.Errorf("store: %s: %w", f.Name(), err)
 		}
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, syncCountersSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
-		return fail(err)
+		return nil, fmt.Errorf("store: %s: %w", f.Name(), err)
 	}
-	// layout: magic [0:8], boot id [8:48], commits [48:56], synced [56:64]
+	// layout: magic [0:8], boot id [8:48], commits [48:56], synced [56:64]. The page stays
+	// mapped until the process exits (never unmapped: a late reader, the flush timer of a
+	// closed store, must not fault).
 	header := append([]byte(syncMagic), make([]byte, 40)...)
 	copy(header[8:], bytes.TrimSpace(boot))
-	// The page stays mapped until the process exits (never unmapped: a late reader, the
-	// flush timer of a closed store, must not fault).
 	c := &syncCounters{
 		commits: (*atomic.Uint64)(unsafe.Pointer(&mem[48])),
 		synced:  (*atomic.Uint64)(unsafe.Pointer(&mem[56])),
@@ -69,5 +67,5 @@ func sharedCounters(dir string) (*os.File, *syncCounters, error) {
 		c.synced.Store(0)
 		copy(mem, header)
 	}
-	return f, c, nil
+	return c, nil
 }

@@ -20,4 +20,4 @@ func unlinked(f *os.File) bool {
 
 // sharedCounters: elsewhere the commit counters are each process's own (no boot id to tell
 // counters of an earlier boot).
-func sharedCounters(string) (*os.File, *syncCounters, error) { return nil, nil, nil }
+func sharedCounters(string) (*syncCounters, error) { return nil, nil }

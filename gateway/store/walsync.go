@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// syncLockFile, in the data folder, holds the commit counters the processes on the folder
-// share (syncCounters) and is locked by the process syncing the WAL.
-const syncLockFile = "sync.lock"
+// syncCountersFile, in the data folder, holds the commit counters the processes on the
+// folder share (syncCounters).
+const syncCountersFile = "sync.counters"
 
 // walSync makes a database's commits durable by syncing its WAL file (see SQLite): the
 // connections run with synchronous=NORMAL (a commit writes the WAL without syncing it) and a
@@ -21,14 +21,14 @@ const syncLockFile = "sync.lock"
 //
 // Commits are numbered (syncCounters.commits, counted after each commit) and a sync records
 // the highest number it covers (synced): the number read before its fdatasync started, whose
-// commits had all written their frames by then. A writer whose commit is number c returns
-// as soon as synced >= c, so concurrent writers of every process share a sync as the writers
-// of one process share a transaction: one syncs (holding syncLock), the others find their
-// commit covered when they get the lock.
+// commits had all written their frames by then. A writer whose commit is number c skips its
+// own sync when synced >= c: another process's sync covered it. Syncs of several processes
+// are not queued behind one another (the kernel merges concurrent flushes of a file, and a
+// queue of waiters woken one by one cost more than it saved).
 type walSync struct {
-	path     string // the -wal file
-	ctr      *syncCounters
-	syncLock *os.File // flock'ed while syncing; nil when ctr is this process's own
+	path   string // the -wal file
+	ctr    *syncCounters
+	shared bool // ctr is shared with the folder's other processes
 
 	mu     sync.Mutex // one sync at a time in the process; f, closed
 	f      *os.File   // opened on the first sync, reopened if the file was deleted
@@ -41,7 +41,7 @@ type walSync struct {
 }
 
 // syncCounters are the commit numbers: commits made, and the highest one a completed sync
-// covers. Shared by the processes on a data folder (memory-mapped from syncLockFile) where
+// covers. Shared by the processes on a data folder (memory-mapped from syncCountersFile) where
 // the system allows, else this process's own.
 type syncCounters struct {
 	commits, synced *atomic.Uint64
@@ -53,15 +53,15 @@ func localCounters() *syncCounters {
 }
 
 // newWALSync returns the syncer of the WAL at path, sharing counters through dir's
-// syncLockFile when it can (the caller holds the folder's writer lock, so that a reset of the
+// syncCountersFile when it can (the caller holds the folder's writer lock, so that a reset of the
 // counters cannot interleave with another process's open).
 func newWALSync(dir, path string) (*walSync, error) {
 	s := &walSync{path: path}
-	f, ctr, err := sharedCounters(dir)
+	ctr, err := sharedCounters(dir)
 	if err != nil {
 		return nil, err
 	}
-	s.syncLock, s.ctr = f, ctr
+	s.ctr, s.shared = ctr, ctr != nil
 	if ctr == nil {
 		s.ctr = localCounters()
 	}
@@ -75,7 +75,7 @@ func (s *walSync) committed() uint64 { return s.ctr.commits.Add(1) }
 
 // syncThrough returns once commit number c is durable, syncing the WAL unless a sync of this
 // or another process has covered it. Errors: the WAL cannot be opened or synced (the commit
-// may then be lost by a power loss).
+// may then be lost by a power loss); ErrClosed.
 func (s *walSync) syncThrough(c uint64) error {
 	if s.ctr.synced.Load() >= c {
 		return nil
@@ -85,14 +85,8 @@ func (s *walSync) syncThrough(c uint64) error {
 	if s.closed {
 		return ErrClosed
 	}
-	if s.syncLock != nil {
-		if err := lockFile(s.syncLock); err != nil {
-			return fmt.Errorf("store: sync lock: %w", err)
-		}
-		defer unlockFile(s.syncLock)
-	}
 	if s.ctr.synced.Load() >= c {
-		return nil // another process synced it while this one waited
+		return nil // a sync covered it while this one waited for mu
 	}
 	through := s.ctr.commits.Load() // these commits have written their frames: the sync covers them
 	if s.f != nil && unlinked(s.f) {
@@ -151,9 +145,6 @@ func (s *walSync) close() error {
 	if s.f != nil {
 		err = errors.Join(err, s.f.Close())
 		s.f = nil
-	}
-	if s.syncLock != nil {
-		err = errors.Join(err, s.syncLock.Close())
 	}
 	return err
 }
