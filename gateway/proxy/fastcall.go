@@ -146,19 +146,15 @@ func (f *fastCalls) take(req *jsonrpc.Request) bool {
 // sawCancel cancels the fast-path call a notifications/cancelled names.
 func (f *fastCalls) sawCancel(m jsonrpc.Message) {
 	req, ok := m.(*jsonrpc.Request)
-	if !ok || req.IsCall() || req.Method != "notifications/cancelled" {
+	if !ok {
 		return
 	}
-	var p struct {
-		RequestID any `json:"requestId"`
-	}
-	d := json.NewDecoder(bytes.NewReader(req.Params))
-	d.UseNumber()
-	if d.Decode(&p) != nil || p.RequestID == nil {
+	k, ok := cancelledID(req)
+	if !ok {
 		return
 	}
 	f.mu.Lock()
-	c := f.live[idKey(p.RequestID)]
+	c := f.live[k]
 	if c != nil {
 		c.cancelled = true
 	}

@@ -78,8 +78,16 @@ func (c *stdioCancels) saw(m jsonrpc.Message) {
 		}
 		return
 	}
-	if req.Method != "notifications/cancelled" {
-		return
+	if k, ok := cancelledID(req); ok && c.calls[k] {
+		c.cancelled[k] = true
+	}
+}
+
+// cancelledID is the idKey of the request a notifications/cancelled names; false for any
+// other message, or a cancel without a usable requestId.
+func cancelledID(req *jsonrpc.Request) (string, bool) {
+	if req.IsCall() || req.Method != "notifications/cancelled" {
+		return "", false
 	}
 	var p struct {
 		RequestID any `json:"requestId"`
@@ -87,11 +95,9 @@ func (c *stdioCancels) saw(m jsonrpc.Message) {
 	d := json.NewDecoder(bytes.NewReader(req.Params))
 	d.UseNumber()
 	if d.Decode(&p) != nil || p.RequestID == nil {
-		return
+		return "", false
 	}
-	if k := idKey(p.RequestID); c.calls[k] {
-		c.cancelled[k] = true
-	}
+	return idKey(p.RequestID), true
 }
 
 // drop reports whether line, written by the SDK, is the response to a cancelled call (and
