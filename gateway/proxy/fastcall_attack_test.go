@@ -313,14 +313,7 @@ func TestAttackFastPathCancelIDForms(t *testing.T) {
 // request), and a POST with Last-Event-ID. Neither is decided, journaled or forwarded.
 func TestAttackFastPathHTTPRefusals(t *testing.T) {
 	f, url := httpMemory(t)
-	res := post(t, url, initBody)
-	sid := res.Header.Get("Mcp-Session-Id")
-	if res.StatusCode != 200 || sid == "" {
-		t.Fatalf("initialize: %d %s", res.StatusCode, readBody(t, res))
-	}
-	if res := post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-06-18"); res.StatusCode != 202 {
-		t.Fatalf("initialized: %d", res.StatusCode)
-	}
+	sid := httpSession(t, url)
 	hdr := []string{"Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-06-18"}
 	for _, tc := range []struct {
 		name, meta string

@@ -267,6 +267,20 @@ func httpMemory(t *testing.T) (*fixture, string) {
 	return f, serveOn(t, f.gw, ln) + PathAgent
 }
 
+// httpSession initializes a session at url (2025-06-18) and returns its id.
+func httpSession(t *testing.T, url string) string {
+	t.Helper()
+	res := post(t, url, initBody)
+	sid := res.Header.Get("Mcp-Session-Id")
+	if res.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %d %s", res.StatusCode, readBody(t, res))
+	}
+	if res := post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-06-18"); res.StatusCode != 202 {
+		t.Fatalf("initialized: %d", res.StatusCode)
+	}
+	return sid
+}
+
 // rpcResult is the result of the JSON-RPC response in body, a JSON body or an event stream.
 func rpcResult(t *testing.T, body string) map[string]any {
 	t.Helper()
@@ -287,14 +301,7 @@ func rpcResult(t *testing.T, body string) map[string]any {
 // refuses are still refused by it, whatever they carry.
 func TestFastPathHTTP(t *testing.T) {
 	f, url := httpMemory(t)
-	res := post(t, url, initBody)
-	sid := res.Header.Get("Mcp-Session-Id")
-	if res.StatusCode != 200 || sid == "" {
-		t.Fatalf("initialize: %d %s", res.StatusCode, readBody(t, res))
-	}
-	if res := post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-06-18"); res.StatusCode != 202 {
-		t.Fatalf("initialized: %d", res.StatusCode)
-	}
+	sid := httpSession(t, url)
 	callBody := func(id, meta string) string {
 		return `{"jsonrpc":"2.0","id":"` + id + `","method":"tools/call","params":{"name":"memory.search_nodes","arguments":{"query":"svc-a"}` + meta + `}}`
 	}
