@@ -22,6 +22,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	fastjson "github.com/segmentio/encoding/json"
+
+	"github.com/reversi-gitops/reversi/gateway/config"
 )
 
 // The tools/call fast path (issue 20). go-sdk stays the library for the protocol: sessions,
@@ -433,15 +435,12 @@ func acceptsJSONAndStream(values []string) bool {
 	return jsonOK && streamOK
 }
 
-// isLoopbackAddr reports whether addr (host or host:port) is a loopback address or localhost.
+// isLoopbackAddr reports whether addr (host or host:port) is loopback (config.IsLoopbackHost).
+// A name with a trailing dot is not taken: the SDK's check may refuse it, and the SDK decides.
 func isLoopbackAddr(addr string) bool {
 	host := addr
 	if h, _, err := net.SplitHostPort(addr); err == nil {
 		host = h
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
+	return !strings.HasSuffix(host, ".") && config.IsLoopbackHost(host)
 }
