@@ -181,9 +181,7 @@ func (g *Gateway) fastRequestVersion(ss *mcp.ServerSession, params json.RawMessa
 		return nil, false, "", false
 	}
 	var p fastParams
-	dec := fastjson.NewDecoder(bytes.NewReader(params))
-	dec.DontMatchCaseInsensitiveStructFields()
-	if dec.Decode(&p) != nil || len(p.InputResponses) > 0 || len(p.RequestState) > 0 || g.route(p.Name) == nil {
+	if _, err := fastjson.Parse(params, &p, fastjson.DontMatchCaseInsensitiveStructFields); err != nil || len(p.InputResponses) > 0 || len(p.RequestState) > 0 || g.route(p.Name) == nil {
 		return nil, false, "", false
 	}
 	meta := mcp.Meta{}

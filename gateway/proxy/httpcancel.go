@@ -56,7 +56,7 @@ func (gs *cancelGates) open(w *deadlineWriter, r *http.Request, body []byte) (ou
 	if t := bytes.TrimSpace(body); session == "" || len(t) == 0 || t[0] != '{' { // blank: the SDK refuses it
 		return w, nil, nil, func() {}
 	}
-	msg, err := jsonrpc.DecodeMessage(body)
+	msg, err := decodeMessage(body)
 	req, ok := msg.(*jsonrpc.Request)
 	if err != nil || !ok {
 		return w, nil, nil, func() {}

@@ -171,8 +171,8 @@ func exactUnmarshal(b []byte, v any) error {
 
 // passedResult is what the gateway reads of a passed-through result.
 type passedResult struct {
-	IsError           bool            `json:"isError"`
-	StructuredContent json.RawMessage `json:"structuredContent"`
+	IsError           bool `json:"isError"`
+	StructuredContent any  `json:"structuredContent"` // null and absent: nil
 }
 
 // lightResult decodes what the call path reads of raw: isError and structuredContent (as any,
@@ -181,17 +181,11 @@ type passedResult struct {
 // It decodes with segmentio/encoding (as the SDK does), which skips the members it does not
 // keep several times faster than encoding/json.
 func lightResult(raw json.RawMessage) (*mcp.CallToolResult, error) {
-	var p passedResult
+	var p passedResult // one pass: structuredContent is decoded where it stands
 	if err := exactUnmarshal(raw, &p); err != nil {
 		return nil, err
 	}
-	res := &mcp.CallToolResult{IsError: p.IsError, Content: []mcp.Content{}}
-	if len(p.StructuredContent) > 0 && string(p.StructuredContent) != "null" {
-		if err := fastjson.Unmarshal(p.StructuredContent, &res.StructuredContent); err != nil {
-			return nil, err
-		}
-	}
-	return res, nil
+	return &mcp.CallToolResult{IsError: p.IsError, Content: []mcp.Content{}, StructuredContent: p.StructuredContent}, nil
 }
 
 // envelope reports whether raw, a result object, has a resultType and a _meta member.

@@ -130,13 +130,13 @@ func (g *Gateway) checkLine(out io.Writer, msg []byte, protocol *string, cancels
 			return nil, false, answer(out, nil, codeInvalidRequest, "Invalid Request: JSON-RPC batches are not part of MCP from protocol version 2025-06-18 on")
 		}
 		for _, e := range elems {
-			if _, err := jsonrpc.DecodeMessage(e); err != nil {
+			if _, err := decodeMessage(e); err != nil {
 				return nil, false, answer(out, idOf(e), codeInvalidRequest, "Invalid Request: "+err.Error())
 			}
 		}
 		return msg, true, nil
 	}
-	m, err := jsonrpc.DecodeMessage(msg)
+	m, err := decodeMessage(msg)
 	if err != nil {
 		return nil, false, answer(out, idOf(msg), codeInvalidRequest, "Invalid Request: "+err.Error())
 	}

@@ -331,7 +331,7 @@ func (c *stdioConn) oversized(o *overLine) {
 func decodeLine(line []byte) ([]jsonrpc.Message, error) {
 	line = bytes.TrimSpace(line)
 	if line[0] != '[' {
-		m, err := jsonrpc.DecodeMessage(line)
+		m, err := decodeMessage(line)
 		if err != nil {
 			return nil, err
 		}
@@ -346,7 +346,7 @@ func decodeLine(line []byte) ([]jsonrpc.Message, error) {
 	}
 	msgs := make([]jsonrpc.Message, 0, len(raws))
 	for _, r := range raws {
-		m, err := jsonrpc.DecodeMessage(r)
+		m, err := decodeMessage(r)
 		if err != nil {
 			return nil, err
 		}

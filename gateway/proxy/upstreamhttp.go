@@ -94,7 +94,7 @@ func (t *bodyLimitTransport) errorStatus(r *http.Request, resp *http.Response) {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	if m, err := jsonrpc.DecodeMessage(body); err == nil {
+	if m, err := decodeMessage(body); err == nil {
 		if a, ok := m.(*jsonrpc.Response); ok && a.Error != nil {
 			return // a JSON-RPC error: the SDK fails that call only
 		}
@@ -185,7 +185,7 @@ func (b *jsonBody) Read(p []byte) (int, error) {
 			data = held.Bytes()
 			// The SDK fails the whole connection (every session's calls) on an answer it
 			// cannot decode: fail only this call.
-			m, err := jsonrpc.DecodeMessage(data)
+			m, err := decodeMessage(data)
 			if err != nil {
 				fail = fmt.Errorf("upstream %s answered with a body that is not a JSON-RPC message: %v", b.t.name, clipErr(err))
 				data = nil
@@ -383,7 +383,7 @@ func badEvent(event []byte) (jsonrpc.Message, error) {
 	if len(data) == 0 || name != "" && name != "message" {
 		return nil, nil
 	}
-	m, err := jsonrpc.DecodeMessage(data)
+	m, err := decodeMessage(data)
 	if err != nil {
 		return nil, fmt.Errorf("its data: %v", clipErr(err))
 	}
