@@ -65,6 +65,7 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		var body []byte
+		admitted := func() {}
 		if r.Method == http.MethodPost {
 			var ok bool
 			body, ok = g.readMessage(w, r)
@@ -80,6 +81,7 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 			if !ok {
 				return
 			}
+			admitted = done
 			defer done()
 			id := strconv.FormatUint(g.posts.seq.Add(1), 10)
 			r.Header.Set(postHeader, id)
@@ -97,10 +99,23 @@ func (g *Gateway) mcpEndpoint(s *mcp.Server, next http.Handler) http.Handler {
 		if s == g.server && g.serveFastHTTP(gate, r, call) { // fastcall.go
 			return
 		}
-		next.ServeHTTP(out, r)
-		if id := r.Header.Get("Mcp-Session-Id"); id != "" && r.Method == http.MethodPost && (dw.status == http.StatusOK || dw.status == http.StatusAccepted) {
-			g.fastHTTP.sdkServed(id) // the SDK took the POST: its idle timer started again
+		if r.Method == http.MethodPost {
+			// Noted as the status goes out, before the client can send its next POST.
+			dw.onStatus = func(code int) {
+				admitted() // a new session's owner is known before its id reaches the client
+				if code != http.StatusOK && code != http.StatusAccepted {
+					return
+				}
+				id := r.Header.Get("Mcp-Session-Id")
+				if id == "" {
+					id = w.Header().Get("Mcp-Session-Id") // initialize: the id the SDK gave the session
+				}
+				if id != "" {
+					g.fastHTTP.sdkServed(id) // the SDK took the POST: its idle timer started again
+				}
+			}
 		}
+		next.ServeHTTP(out, r)
 		if r.Method == http.MethodDelete && dw.status == http.StatusNoContent {
 			g.sessions.closed(r.Header.Get("Mcp-Session-Id")) // its place is free at once
 		}
@@ -262,18 +277,23 @@ type deadlineWriter struct {
 	m       *metrics
 	hit     atomic.Bool
 	status  int // the status written, 0 before
+	// onStatus (nil: none) sees the status before it is written.
+	onStatus func(code int)
 }
 
 func (w *deadlineWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+		if w.onStatus != nil {
+			w.onStatus(code)
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *deadlineWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK // written without WriteHeader
+		w.WriteHeader(http.StatusOK) // written without WriteHeader
 	}
 	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
 	n, err := w.ResponseWriter.Write(p)
