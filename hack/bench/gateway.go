@@ -191,6 +191,9 @@ func runGateway(f gatewayFlags) ([]*row, []string, error) {
 	if p := os.Getenv("REVERSI_CPUPROFILE"); p != "" {
 		notes = append(notes, "CPU profile of the 1-session gateway stdio (SQLite) row's gateway process (its whole life: warm-ups and repetitions): "+p)
 	}
+	if p := os.Getenv("REVERSI_HTTP_CPUPROFILE"); p != "" {
+		notes = append(notes, "CPU profiles of the gateway HTTP (SQLite) rows' gateway process (its whole life): "+p+".<sessions>")
+	}
 	return rows, notes, nil
 }
 
