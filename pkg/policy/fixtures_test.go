@@ -21,7 +21,7 @@ func loadFixtureManifests(t testing.TB) []*manifest.Manifest {
 
 func loadFixtureSet(t testing.TB) *Set {
 	t.Helper()
-	s, errs := Load(fixtures + "/payments.yaml", fixtures + "/change-freeze.yaml", fixtures + "/content.yaml", fixtures + "/deletions.yaml")
+	s, errs := Load(fixtures+"/payments.yaml", fixtures+"/change-freeze.yaml", fixtures+"/content.yaml", fixtures+"/deletions.yaml")
 	if len(errs) > 0 {
 		t.Fatalf("policies: %v", errs)
 	}
