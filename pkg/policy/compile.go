@@ -13,6 +13,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -47,6 +48,7 @@ type rule struct {
 	policy *apipolicy.Policy
 	index  int
 	r      *apipolicy.Rule
+	match  matcher
 	prg    cel.Program // nil when the rule has no condition
 	args   []string    // argument paths the condition reads
 }
@@ -136,19 +138,25 @@ func compileAll(ps []*apipolicy.Policy) ([]*rule, []error) {
 func rulePath(i int) string { return fmt.Sprintf("rules[%d]", i) }
 
 func compileRule(env *cel.Env, p *apipolicy.Policy, i int) (*rule, []error) {
-	r := &rule{id: apipolicy.ID(p.Name, p.Rules[i].Name), policy: p, index: i, r: &p.Rules[i]}
+	r := &rule{id: apipolicy.ID(p.Name, p.Rules[i].Name), policy: p, index: i, r: &p.Rules[i], match: newMatcher(p.Rules[i].Match)}
 	src := r.r.Condition
 	if src == "" {
 		return r, nil
 	}
 	path := rulePath(i) + ".condition"
 	base := p.Line(path)
+	// A condition of several lines is a YAML block scalar (condition: |), whose first line is
+	// the one after the key; other conditions start on the key's line.
+	first := base
+	if base > 0 && strings.Contains(strings.TrimRight(src, "\n"), "\n") && !strings.EqualFold(filepath.Ext(p.File), ".json") {
+		first = base + 1
+	}
 	fail := func(kind error, iss *cel.Issues) []error {
 		var out []error
 		for _, e := range iss.Errors() {
 			line := base
-			if base > 0 && e.Location.Line() > 1 {
-				line = base + e.Location.Line() - 1
+			if base > 0 && e.Location.Line() > 0 {
+				line = first + e.Location.Line() - 1
 			}
 			out = append(out, &manifest.FieldError{File: p.File, Line: line, Tool: p.Name, Path: path, Rule: kind,
 				Message: fmt.Sprintf("%v at %d:%d of the condition: %s", kind, e.Location.Line(), e.Location.Column()+1, e.Message)})
@@ -170,8 +178,7 @@ func compileRule(env *cel.Env, p *apipolicy.Policy, i int) (*rule, []error) {
 		return nil, []error{&manifest.FieldError{File: p.File, Line: base, Tool: p.Name, Path: path, Rule: ErrCELType,
 			Message: fmt.Sprintf("%v: the condition is of type %s; it must be a bool (true applies the rule)", ErrCELType, t)}}
 	}
-	prg, err := env.Program(checked, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(CostLimit),
-		cel.InterruptCheckFrequency(interruptCheckFrequency))
+	prg, err := env.Program(checked, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(CostLimit))
 	if err != nil {
 		return nil, []error{&manifest.FieldError{File: p.File, Line: base, Tool: p.Name, Path: path, Rule: ErrCELType, Message: fmt.Sprintf("%v: %v", ErrCELType, err)}}
 	}

@@ -226,11 +226,38 @@ var (
 // high-entropy strings are not reported: they cannot be told from ids and hashes.
 func HasSecret(v any) bool {
 	return walkStrings(v, func(key, s string) bool {
-		if secretPattern.MatchString(s) || awsSecretInline.MatchString(s) {
+		if mayHoldSecret(s) && secretPattern.MatchString(s) {
 			return true
 		}
-		return key != "" && awsSecretKeyName.MatchString(key) && awsSecretValue.MatchString(s)
+		if containsFoldASCII(s, "secret") && awsSecretInline.MatchString(s) {
+			return true
+		}
+		return key != "" && len(s) == 40 && awsSecretKeyName.MatchString(key) && awsSecretValue.MatchString(s)
 	})
+}
+
+// secretMarkers are literal parts every secretPattern alternative contains: a string without
+// any of them cannot match, and is not run through the regular expression (the common case,
+// and most of the cost otherwise).
+var secretMarkers = []string{"AKIA", "ASIA", "ABIA", "ACCA", "AIza", "gh", "github_pat_", "xox", "k_live_", "-----BEGIN ", "AccountKey="}
+
+func mayHoldSecret(s string) bool {
+	for _, m := range secretMarkers {
+		if strings.Contains(s, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFoldASCII reports whether s contains sub (lower-case ASCII) in any ASCII case.
+func containsFoldASCII(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i]|0x20 == sub[0] && strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // emailPattern is an address as the WHATWG HTML standard's "valid e-mail address" defines it
@@ -252,7 +279,18 @@ var phonePattern = regexp.MustCompile(`(?:^|[^0-9A-Za-z+])(?:\+[0-9](?:[ .\-]?\(
 
 // HasPhone reports whether v holds a phone number (see phonePattern).
 func HasPhone(v any) bool {
-	return walkStrings(v, func(_, s string) bool { return phonePattern.MatchString(s) })
+	return walkStrings(v, func(_, s string) bool { return digitCount(s) >= 8 && phonePattern.MatchString(s) })
+}
+
+// digitCount counts the ASCII digits of s (a phone number has at least 8).
+func digitCount(s string) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if isDigit(s[i]) {
+			n++
+		}
+	}
+	return n
 }
 
 // JSONSize returns the size in bytes of v encoded as compact JSON (encoding/json, as the

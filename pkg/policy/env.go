@@ -100,13 +100,13 @@ const (
 )
 
 // Evaluation bounds. CostLimit is CEL's runtime cost (about one unit per operation and per
-// element a comprehension visits): a condition that exceeds it fails, and fails closed (see
-// Evaluate). The content functions cost one unit each; their own work is linear in the size
-// of the value, which the gateway bounds.
+// element a comprehension visits): a condition that exceeds it stops with an error, and fails
+// closed (see Evaluate). It is what bounds a hostile condition's time (a few milliseconds at
+// most), so evaluation takes no context. The content functions cost one unit each; their own
+// work is linear in the size of the value, which the gateway bounds.
 const (
-	CostLimit               = 100_000
-	interruptCheckFrequency = 100
-	parserRecursionLimit    = 100
+	CostLimit            = 100_000
+	parserRecursionLimit = 100
 )
 
 var boolTrue = types.True

@@ -77,7 +77,7 @@ type Fired struct {
 // order of Fired and of the joined reasons does.
 //
 // Failing closed: a condition that cannot be evaluated (an error such as a missing argument,
-// "no such key", a value of the wrong type, the cost limit, ctx cancelled) counts as true, so
+// "no such key", a value of the wrong type, the cost limit) counts as true, so
 // the rule fires at its own strength and Fired.Error says why: a deny rule denies, an approval
 // rule asks for approval, a limit counts the call, an advise rule only adds its note (it can
 // never block). A condition that must not fire for calls without an argument says so with
@@ -100,12 +100,12 @@ func (s *Set) Evaluate(ctx context.Context, in Input) Result {
 	approval := false
 	var counts []CountKey
 	for _, r := range s.rules {
-		if !r.r.Match.Matches(in.Tool, in.Manifest) {
+		if !r.match.matches(in.Tool, in.Manifest) {
 			continue
 		}
 		errText := ""
 		if r.prg != nil {
-			out, _, err := r.prg.ContextEval(ctx, &act)
+			out, _, err := r.prg.Eval(&act)
 			switch {
 			case err != nil:
 				errText = err.Error()
