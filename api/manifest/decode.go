@@ -372,22 +372,7 @@ func (d *decoder) approval(obj map[string]any, effect Effect) Approval {
 		if _, has := o["required"]; has {
 			required = d.boolean(o, "required", p)
 		}
-		r := &ApprovalRules{
-			Roles:      d.strings(o, "roles", p),
-			Quorum:     d.bounded(o, "quorum", p, 1, 10, DefaultQuorum),
-			TimeoutMs:  d.duration(o, "timeout", p),
-			OnTimeout:  d.enum(o, "on_timeout", p, false, OnTimeouts),
-			EscalateTo: d.strings(o, "escalate_to", p),
-		}
-		if r.OnTimeout == "" {
-			r.OnTimeout = "deny"
-		}
-		if r.Quorum > 1 && len(r.Roles) == 0 {
-			d.el.add(p+".quorum", "a quorum above 1 needs roles: name the roles or groups that may approve")
-		}
-		if r.OnTimeout == "escalate" && len(r.EscalateTo) == 0 {
-			d.el.add(p+".escalate_to", "required when on_timeout is escalate: name the roles asked next")
-		}
+		r := d.approvalRules(o, p)
 		if !required {
 			if effect == Irreversible {
 				d.el.add(p+".required", "an irreversible tool cannot set approval: never: it always needs approval; remove required: false")
@@ -403,6 +388,49 @@ func (d *decoder) approval(obj map[string]any, effect Effect) Approval {
 		d.el.add(p, "must be never, always or an object, found %s", Describe(v))
 		return a
 	}
+}
+
+// approvalRules reads the rule fields of an approval object o at path p (its unknown fields
+// are refused by the caller): roles, quorum (1 to 10, default 1), timeout, on_timeout (default
+// deny) and escalate_to, with the rules across them (seed: Approval).
+func (d *decoder) approvalRules(o map[string]any, p string) *ApprovalRules {
+	r := &ApprovalRules{
+		Roles:      d.strings(o, "roles", p),
+		Quorum:     d.bounded(o, "quorum", p, 1, 10, DefaultQuorum),
+		TimeoutMs:  d.duration(o, "timeout", p),
+		OnTimeout:  d.enum(o, "on_timeout", p, false, OnTimeouts),
+		EscalateTo: d.strings(o, "escalate_to", p),
+	}
+	if r.OnTimeout == "" {
+		r.OnTimeout = "deny"
+	}
+	if r.Quorum > 1 && len(r.Roles) == 0 {
+		d.el.add(p+".quorum", "a quorum above 1 needs roles: name the roles or groups that may approve")
+	}
+	if r.OnTimeout == "escalate" && len(r.EscalateTo) == 0 {
+		d.el.add(p+".escalate_to", "required when on_timeout is escalate: name the roles asked next")
+	}
+	return r
+}
+
+// ApprovalRuleFields are the fields of an approval object other than `required`: what
+// DecodeApprovalRules accepts.
+var ApprovalRuleFields = []string{"roles", "quorum", "timeout", "on_timeout", "escalate_to"}
+
+// DecodeApprovalRules reads raw, an approval object without `required` (as a policy's
+// require_approval rule writes it), strictly and with the manifest's rules: roles (non-empty
+// strings), quorum 1 to 10 (default 1; above 1 needs roles), timeout (a duration, in
+// milliseconds in the result), on_timeout deny (default) or escalate (which needs
+// escalate_to). path is where the object is ("rules[0].approval"), used in the errors; line,
+// when not nil, gives the line of a path. It returns the rules read (never nil) and every
+// error, each a *FieldError with Tool empty. Source: seed "Tool manifests", Approval.
+func DecodeApprovalRules(raw any, path string, line func(path string) int) (*ApprovalRules, []error) {
+	d := &decoder{el: errorList{line: line}}
+	o := d.object(normaliseNumbers(raw), path, ApprovalRuleFields)
+	if o == nil {
+		return &ApprovalRules{Quorum: DefaultQuorum, OnTimeout: "deny"}, d.el.errs
+	}
+	return d.approvalRules(o, path), d.el.errs
 }
 
 func (d *decoder) requires(obj map[string]any, self string) []Requirement {
