@@ -15,6 +15,7 @@ const (
 	CategorySchema     Category = "schema"      // the arguments break the input schema
 	CategoryDrift      Category = "drift"       // the schema_hash does not match the upstream's schema
 	CategoryAllowDeny  Category = "allow_deny"  // refused by the gateway's allow/deny globs
+	CategoryPolicy     Category = "policy"      // denied by a policy rule (deny, or a limit reached)
 	CategoryApproval   Category = "approval"    // needs, or was refused, a person's approval
 	CategoryDuplicate  Category = "duplicate"   // the duplicate-call key is held, or cannot be rendered
 	CategoryOther      Category = "other"       // anything else (e.g. arguments that are not JSON)
@@ -22,4 +23,4 @@ const (
 
 // Categories lists every Category.
 var Categories = []Category{CategoryNoManifest, CategoryDraft, CategoryScope, CategoryRequires,
-	CategorySchema, CategoryDrift, CategoryAllowDeny, CategoryApproval, CategoryDuplicate, CategoryOther}
+	CategorySchema, CategoryDrift, CategoryAllowDeny, CategoryPolicy, CategoryApproval, CategoryDuplicate, CategoryOther}

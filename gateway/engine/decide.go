@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
+	apipolicy "github.com/reversi-gitops/reversi/api/policy"
 	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/pkg/policy"
 )
 
 // Action is what the gateway does with a call.
@@ -30,8 +32,10 @@ type Call struct {
 	// credential has none; a request for approval carries them (issue 16: an approver with
 	// either is the actor under another name).
 	ActorUID, ActorEmail string
-	Tool                 string
-	Args                 map[string]any // nil is treated as {}
+	// Groups are the actor's groups (auth.Identity.Groups), the policy's actor.groups.
+	Groups []string
+	Tool   string
+	Args   map[string]any // nil is treated as {}
 	// Permissions overrides the engine's session scope for this session (e.g. capped by an
 	// API key's max_permissions); nil uses the engine's.
 	Permissions []string
@@ -64,10 +68,16 @@ type Decision struct {
 	WouldBlock bool
 	// Advisory is the extra text block of advise mode, "" otherwise.
 	Advisory string
-	// Notes are journaled with the call (deprecation, unclassified, unchecked schema).
+	// Notes are journaled with the call (deprecation, unclassified, unchecked schema, the
+	// policy rules that fired).
 	Notes []string
-	// ApprovalRequired: the manifest requires approval; Approval holds its rules (nil for
-	// `always`). ApprovalID is the request the call waits for (NeedsApproval) or, for Allow,
+	// Policy lists the policy rules that fired for the call, in evaluation order (nil: none,
+	// or no policy); PolicyDecision is the policy's decision ("" without a policy).
+	Policy         []policy.Fired
+	PolicyDecision apipolicy.Decision
+	// ApprovalRequired: the manifest or a policy rule requires approval; Approval holds the
+	// rules (nil for the manifest's `always`; a policy's merged with the manifest's by the
+	// seed's rule: any listed role, the largest quorum, the shortest timeout). ApprovalID is the request the call waits for (NeedsApproval) or, for Allow,
 	// the approved and unused request it is the retry of: the gateway passes it as
 	// store.Intent.Approval, which consumes it with the intent (the engine consumes nothing).
 	ApprovalRequired bool
@@ -128,9 +138,10 @@ func DuplicateText(tool string, h store.KeyHolder) string {
 // decider accumulates one decision. preview (Engine.Preview) makes it read-only: it neither
 // claims the duplicate-call key nor queues an approval.
 type decider struct {
-	e       *Engine
-	d       Decision
-	preview bool
+	e           *Engine
+	d           Decision
+	preview     bool
+	policyNotes int // where the policy's notes start in d.Notes
 }
 
 // violate records a broken rule and reports whether checking stops (enforce mode).
@@ -230,21 +241,37 @@ func (x *decider) decide(ctx context.Context, c Call) {
 	if text, ok := e.allowDeny(c.Tool); !ok && x.violate(CategoryAllowDeny, text) {
 		return
 	}
-	if m == nil {
+	// 7. Policy (seed: step 2, "policy, content checks"): it can only tighten.
+	pol, stop := x.policy(ctx, c, m, args)
+	if stop || m == nil {
 		return
 	}
-	// 7. Approval.
+	// 8. Approval, the manifest's merged with the policy's.
+	approvalReason := c.Tool + " requires approval (manifest)"
 	if m.Approval.Required {
 		d.ApprovalRequired, d.Approval = true, m.Approval.Rules
+	}
+	if pol.Decision == apipolicy.DecisionRequireApproval {
+		d.ApprovalRequired, d.Approval = true, pol.Approval
+		approvalReason = c.Tool + " requires approval (policy): " + pol.Reason
+	}
+	if d.ApprovalRequired {
 		if d.Mode != Enforce {
 			x.violate(CategoryApproval, "approval required: "+c.Tool+" needs a person's approval")
 		} else if len(d.Violations) == 0 {
-			if !x.approval(ctx, c, m) {
+			if !x.approval(ctx, c, m, approvalReason) {
 				return
 			}
 		}
 	}
-	// 8. Duplicate-call key.
+	// 9. Limits: the call counts under every limit rule it matches, once nothing above holds
+	// it (a held call counts on its approved retry).
+	if len(pol.Counts) > 0 && !x.preview && (d.Mode != Enforce || len(d.Violations) == 0) {
+		if x.takeLimits(ctx, c, m, args) {
+			return
+		}
+	}
+	// 10. Duplicate-call key.
 	key, err := manifest.DuplicateKey(m, args, c.Run, c.Actor)
 	if err != nil {
 		x.violate(CategoryDuplicate, err.Error())
@@ -276,7 +303,7 @@ func (x *decider) decide(ctx context.Context, c Call) {
 // for the same run, tool and arguments lets it through (ApprovalID: the intent consumes it);
 // a pending one keeps it waiting; a denied or expired one blocks it; otherwise a request is
 // queued. It reports whether checking continues.
-func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bool {
+func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest, reason string) bool {
 	e, d := x.e, &x.d
 	list, err := e.store.ListApprovals(ctx, store.ApprovalFilter{Run: c.Run})
 	if err != nil {
@@ -311,9 +338,9 @@ func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest) bo
 		return false
 	}
 	req := store.ApprovalRequest{Tool: c.Tool, ArgsDigest: d.ArgsDigest, Run: c.Run, Actor: c.Actor, ActorUID: c.ActorUID, ActorEmail: c.ActorEmail,
-		Reason: c.Tool + " requires approval (manifest)", ArgsPreview: ArgumentsPreview(m, c.Args)}
+		Reason: reason, ArgsPreview: ArgumentsPreview(m, c.Args)}
 	timeout := DefaultApprovalTimeout
-	if r := m.Approval.Rules; r != nil {
+	if r := d.Approval; r != nil {
 		req.Roles, req.Quorum, req.OnTimeout = r.Roles, r.Quorum, r.OnTimeout
 		req.EscalateTo = r.EscalateTo
 		if r.TimeoutMs != nil && *r.TimeoutMs > 0 {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/pkg/policy"
 )
 
 // Mode is how the gateway treats a call that breaks a rule (seed: Modes).
@@ -98,8 +99,20 @@ type Config struct {
 	// Succeeded reports whether tool succeeded earlier in run (for `requires`). nil: nothing
 	// has succeeded, so every requirement fails.
 	Succeeded func(ctx context.Context, run, tool string) bool
-	// Now is the clock for approval expiry; nil is time.Now.
+	// Now is the clock for approval expiry and the policy's `now`; nil is time.Now.
 	Now func() time.Time
+	// Policy is the compiled policy set, run after allow/deny (seed "MCP gateway", What
+	// happens to a call, step 2: "policy, content checks"); nil: no policy.
+	Policy *policy.Set
+	// Environment and Gateway are the policy's `environment` and `gateway` variables
+	// (--environment; the gateway's name).
+	Environment, Gateway string
+	// Counter counts the calls of limit rules (the store); nil: a limit rule that matches
+	// denies, as it cannot be counted.
+	Counter policy.Counter
+	// RunSteps returns the steps of run so far, for the policy's `run` variable; nil: none.
+	// It is called only for a call that a rule reading `run` matches.
+	RunSteps func(ctx context.Context, run string) ([]policy.Step, error)
 }
 
 // upstreamTool is a Tool with its compiled schemas.
@@ -125,6 +138,11 @@ type Engine struct {
 	store       store.Store
 	succeeded   func(ctx context.Context, run, tool string) bool
 	now         func() time.Time
+	policy      *policy.Set
+	environment string
+	gateway     string
+	counter     policy.Counter
+	runSteps    func(ctx context.Context, run string) ([]policy.Step, error)
 }
 
 // New builds an Engine. It fails on an unknown mode or unclassified_reads value, a bad glob,
@@ -133,15 +151,20 @@ type Engine struct {
 // note saying the schema could not be checked.
 func New(cfg Config) (*Engine, error) {
 	e := &Engine{
-		reads:     cfg.UnclassifiedReads,
-		validate:  cfg.ValidateSchemas == nil || *cfg.ValidateSchemas,
-		allow:     append([]string(nil), cfg.Allow...),
-		deny:      append([]string(nil), cfg.Deny...),
-		manifests: make(map[string]*manifest.Manifest, len(cfg.Manifests)),
-		tools:     make(map[string]*upstreamTool, len(cfg.Tools)),
-		store:     cfg.Store,
-		succeeded: cfg.Succeeded,
-		now:       cfg.Now,
+		reads:       cfg.UnclassifiedReads,
+		validate:    cfg.ValidateSchemas == nil || *cfg.ValidateSchemas,
+		allow:       append([]string(nil), cfg.Allow...),
+		deny:        append([]string(nil), cfg.Deny...),
+		manifests:   make(map[string]*manifest.Manifest, len(cfg.Manifests)),
+		tools:       make(map[string]*upstreamTool, len(cfg.Tools)),
+		store:       cfg.Store,
+		succeeded:   cfg.Succeeded,
+		now:         cfg.Now,
+		policy:      cfg.Policy,
+		environment: cfg.Environment,
+		gateway:     cfg.Gateway,
+		counter:     cfg.Counter,
+		runSteps:    cfg.RunSteps,
 	}
 	if e.store == nil {
 		return nil, fmt.Errorf("engine: a store is required")

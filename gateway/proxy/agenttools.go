@@ -213,6 +213,14 @@ type (
 		Approval     ApprovalView     `json:"approval"`
 		Rollback     rollback.Outlook `json:"rollback"`
 		Run          string           `json:"run,omitempty" jsonschema:"the session's run the call was previewed in; empty for a run not opened yet"`
+		// Policy lists the policy rules that fired, in evaluation order.
+		Policy []PolicyRuleView `json:"policy,omitempty" jsonschema:"the policy rules that fired for the call"`
+	}
+	PolicyRuleView struct {
+		Rule   string `json:"rule" jsonschema:"<policy>/<rule>"`
+		Effect string `json:"effect" jsonschema:"deny, require_approval, advise or limit"`
+		Reason string `json:"reason,omitempty"`
+		Error  string `json:"error,omitempty" jsonschema:"why the condition could not be evaluated (the rule then applies)"`
 	}
 	SearchIn struct {
 		What   string `json:"what" jsonschema:"runs or records"`
@@ -540,17 +548,20 @@ func (g *Gateway) previewImpact(ctx context.Context, req *mcp.CallToolRequest, i
 		if r := m.Risk; r != nil {
 			out.Risk = &RiskView{DataClass: r.DataClass, BlastRadius: r.BlastRadius, Environment: r.Environment}
 		}
-		if r := m.Approval.Rules; r != nil {
+		if r := d.Approval; r != nil { // the manifest's, merged with the policy's
 			out.Approval.Roles, out.Approval.Quorum, out.Approval.OnTimeout, out.Approval.EscalateTo = r.Roles, r.Quorum, r.OnTimeout, r.EscalateTo
 			if r.TimeoutMs != nil {
 				out.Approval.TimeoutMs = *r.TimeoutMs
 			}
-		} else if m.Approval.Required {
+		} else if d.ApprovalRequired {
 			out.Approval.Quorum = manifest.DefaultQuorum
 		}
-		if m.Approval.Required && out.Approval.TimeoutMs == 0 {
+		if d.ApprovalRequired && out.Approval.TimeoutMs == 0 {
 			out.Approval.TimeoutMs = engine.DefaultApprovalTimeout.Milliseconds()
 		}
+	}
+	for _, f := range d.Policy {
+		out.Policy = append(out.Policy, PolicyRuleView{Rule: f.Rule, Effect: string(f.Effect), Reason: f.Reason, Error: f.Error})
 	}
 	args := raw.Arguments
 	if args == nil {

@@ -596,7 +596,7 @@ func TestAuthOperatorTools(t *testing.T) {
 
 	// reload: nothing changed on disk.
 	rl := agent[ReloadOut](t, adam, ToolReload, map[string]any{})
-	if rl.Changed || rl.Tools != 6 || rl.PolicyChecksum != f.gw.Digest() || rl.Error != "" {
+	if rl.Changed || rl.Tools != 6 || rl.ManifestChecksum != f.gw.Digest() || rl.PolicyChecksum != "" || rl.Error != "" {
 		t.Errorf("reload: %+v", rl)
 	}
 

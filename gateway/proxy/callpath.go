@@ -104,7 +104,8 @@ func (c *callPath) decide(ctx context.Context) *mcp.CallToolResult {
 		c.in.ManifestChecksum = g.checksum(m)
 	}
 	if d.Action != engine.Allow {
-		g.journalBlocked(ctx, c.in, d.Reason)
+		// The notes name the policy rules that fired (the decision's reason only their text).
+		g.journalBlocked(ctx, c.in, strings.Join(append([]string{d.Reason}, d.Notes...), "; "))
 		return textResult(d.BlockedText())
 	}
 	if d.ApprovalID != "" && d.Mode == engine.Enforce {

@@ -142,10 +142,11 @@ type (
 	}
 	Empty     struct{}
 	ReloadOut struct {
-		Changed        bool   `json:"changed"`
-		Tools          int    `json:"tools" jsonschema:"manifests now served"`
-		PolicyChecksum string `json:"policy_checksum" jsonschema:"sha256:<hex> digest of the manifests served"`
-		Error          string `json:"error,omitempty" jsonschema:"why the reload was refused; the previous manifests keep serving"`
+		Changed          bool   `json:"changed"`
+		Tools            int    `json:"tools" jsonschema:"manifests now served"`
+		PolicyChecksum   string `json:"policy_checksum" jsonschema:"checksum of the policy set served (empty without a policy)"`
+		ManifestChecksum string `json:"manifest_checksum" jsonschema:"sha256:<hex> digest of the manifests served"`
+		Error            string `json:"error,omitempty" jsonschema:"why the reload was refused; the previous manifests keep serving"`
 	}
 )
 
@@ -432,7 +433,7 @@ func (g *Gateway) journalNote(ctx context.Context, note string) {
 
 func (g *Gateway) reloadTool(ctx context.Context, _ *mcp.CallToolRequest, _ Empty) (*mcp.CallToolResult, ReloadOut, error) {
 	r := g.Reload(ctx)
-	out := ReloadOut{Changed: r.Changed, Tools: r.Tools, PolicyChecksum: r.Checksum}
+	out := ReloadOut{Changed: r.Changed, Tools: r.Tools, PolicyChecksum: r.PolicyChecksum, ManifestChecksum: r.Checksum}
 	if r.Err != nil {
 		out.Error = r.Err.Error()
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/egress"
 	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/pkg/policy"
 	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
@@ -58,7 +59,12 @@ type Options struct {
 	// came from (see Loaded): New refuses to start on a snapshot older than one served before.
 	Marks    []store.HighWater
 	Revision string
-	// Load re-reads the manifests on Reload (file watch, SIGHUP); nil: Reload fails.
+	// Policy is the compiled policy set served with Manifests (--policy; nil: none), and
+	// Environment the policy's `environment` (--environment).
+	Policy      *policy.Set
+	Environment string
+	// Load re-reads the manifests and the policy on Reload (file watch, SIGHUP); nil: Reload
+	// fails.
 	Load LoadFunc
 	// PageSize is the most tools one tools/list page holds; 0 is the SDK's default (1000).
 	PageSize int
@@ -110,6 +116,8 @@ type Gateway struct {
 	stateMu     sync.Mutex
 	manifests   []*manifest.Manifest
 	setChecksum string
+	policy      *policy.Set // served with manifests; nil: none
+	environment string      // the policy's `environment`: Options.Environment
 	listedAt    time.Time
 	listing     singleflight.Group // one upstream re-listing at a time for agents' tools/list
 	listNote    string             // the last failed refresh noted (refreshTools), "" after a good one
@@ -174,6 +182,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.manifests, g.setChecksum = o.Manifests, set
+	g.policy, g.environment = o.Policy, o.Environment
 	g.storeSums(sums)
 	if err := g.setupSecurity(ctx, o); err != nil {
 		return nil, err
@@ -308,6 +317,54 @@ func (g *Gateway) Close() error {
 }
 
 // succeeded reports whether tool succeeded earlier in run (manifest `requires`).
+// runSteps lists the steps of run so far for the policy's `run` variable: every intent with
+// the status of its outcome (blocked and would_block included; in_flight while it has none),
+// oldest first.
+// A run longer than MaxPolicyRecords records fails a rule reading `run` (it denies): the
+// variable is read whole for every call such a rule matches, so its size is bounded.
+func (g *Gateway) runSteps(ctx context.Context, run string) ([]policy.Step, error) {
+	const page = 1000
+	var recs []store.Record
+	for after := int64(0); ; {
+		p, err := g.store.Records(ctx, run, after, page)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil // the run's first call
+		}
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, p...)
+		if len(recs) > MaxPolicyRecords {
+			return nil, fmt.Errorf("the run has more than %d records, more than a policy rule may read as `run`", MaxPolicyRecords)
+		}
+		if len(p) < page {
+			return policySteps(recs), nil
+		}
+		after = p[len(p)-1].Seq
+	}
+}
+
+// MaxPolicyRecords bounds the records of a run that the policy's `run` variable is read from.
+const MaxPolicyRecords = 20000
+
+// policySteps folds a run's records into its steps.
+func policySteps(recs []store.Record) []policy.Step {
+	var steps []policy.Step
+	at := map[int64]int{} // intent seq -> index in steps
+	for _, rec := range recs {
+		switch rec.Kind {
+		case store.KindIntent:
+			at[rec.Seq] = len(steps)
+			steps = append(steps, policy.Step{Tool: rec.Tool, Status: "in_flight"})
+		case store.KindOutcome:
+			if i, ok := at[rec.Step]; ok {
+				steps[i].Status = string(rec.Status)
+			}
+		}
+	}
+	return steps
+}
+
 func (g *Gateway) succeeded(ctx context.Context, run, tool string) bool {
 	// Only outcome records carry the status succeeded; one is enough.
 	recs, err := g.store.SearchRecords(ctx, store.RecordSearch{Run: run, Tool: tool, Status: store.Succeeded, Limit: 1})

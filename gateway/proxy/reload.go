@@ -18,6 +18,7 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
 	"github.com/reversi-gitops/reversi/pkg/bundle"
+	"github.com/reversi-gitops/reversi/pkg/policy"
 )
 
 // Loaded is what a LoadFunc read: the manifests; one high-water mark per signed snapshot they
@@ -26,21 +27,26 @@ import (
 // revision those snapshots name (only signed data is shown).
 type Loaded struct {
 	Manifests []*manifest.Manifest
-	Marks     []store.HighWater
-	Revision  string
+	// Policy is the compiled policy set served with them (nil: none).
+	Policy   *policy.Set
+	Marks    []store.HighWater
+	Revision string
 }
 
-// LoadFunc re-reads the manifests (and with them the trusted manifest keys) for a reload. It
-// returns every problem at once; any error refuses the reload.
+// LoadFunc re-reads the manifests and the policy (and with them the trusted manifest keys) for
+// a reload. It returns every problem at once; any error refuses the reload, so a broken policy
+// keeps the previous one serving like a broken manifest.
 type LoadFunc func(ctx context.Context) (Loaded, error)
 
 // ReloadResult is what one reload did (seed: `reversi.reload` returns {changed, tools,
-// policy_checksum, error?}). Checksum is the digest of the manifests now served.
+// policy_checksum, error?}). Checksum is the digest of the manifests now served,
+// PolicyChecksum the policy set's (policy.Set.Checksum; "" without a policy).
 type ReloadResult struct {
-	Changed  bool
-	Tools    int    // manifests now served
-	Checksum string // "sha256:<hex>"
-	Err      error  // the load failed: the previous manifests keep serving
+	Changed        bool
+	Tools          int    // manifests now served
+	Checksum       string // "sha256:<hex>"
+	PolicyChecksum string
+	Err            error // the load failed: the previous manifests and policy keep serving
 }
 
 // digest returns the digest of a manifest set, the same as a registry bundle's
@@ -96,18 +102,24 @@ func (g *Gateway) Reload(ctx context.Context) ReloadResult {
 
 	g.stateMu.Lock()
 	defer g.stateMu.Unlock()
-	if set == g.setChecksum {
+	if set == g.setChecksum && l.Policy.Checksum() == g.policy.Checksum() {
 		g.warn("reload: no change (%d manifests, %s)", len(ms), set)
-		return ReloadResult{Tools: len(ms), Checksum: set}
+		return ReloadResult{Tools: len(ms), Checksum: set, PolicyChecksum: g.policy.Checksum()}
 	}
+	oldPolicy := g.policy
+	g.policy = l.Policy // newEngine reads it
 	e, err := g.newEngine(ms, (*g.tools.Load()).tools)
 	if err != nil {
-		return g.reloadFailed(err)
+		g.policy = oldPolicy
+		return g.reloadFailedLocked(err) // stateMu is held: reloadFailed would wait for itself
 	}
 	g.manifests, g.setChecksum = ms, set
 	g.storeSums(sums)
 	g.engine.Swap(e)
 	note := fmt.Sprintf("%d manifests", len(ms))
+	if n := l.Policy.Len(); n > 0 {
+		note += fmt.Sprintf(", policy %s (%d rules)", l.Policy.Checksum(), n)
+	}
 	if _, err := g.store.AppendEvent(context.WithoutCancel(ctx), store.Event{Run: store.GatewayJournal, Kind: store.KindReloaded,
 		ManifestChecksum: set, Note: note}); err != nil {
 		g.warn("journal reload: %v", err)
@@ -115,20 +127,25 @@ func (g *Gateway) Reload(ctx context.Context) ReloadResult {
 	g.metrics.reloaded(true)
 	g.warn("reloaded %s (%s)", note, set)
 	g.warnUnmatched(e)
-	return ReloadResult{Changed: true, Tools: len(ms), Checksum: set}
+	return ReloadResult{Changed: true, Tools: len(ms), Checksum: set, PolicyChecksum: l.Policy.Checksum()}
 }
 
 // reloadFailed journals and reports a refused reload.
 func (g *Gateway) reloadFailed(err error) ReloadResult {
-	g.warn("reload refused, the previous manifests keep serving: %v", err)
+	g.stateMu.Lock()
+	defer g.stateMu.Unlock()
+	return g.reloadFailedLocked(err)
+}
+
+// reloadFailedLocked is reloadFailed with stateMu held.
+func (g *Gateway) reloadFailedLocked(err error) ReloadResult {
+	g.warn("reload refused, the previous manifests and policy keep serving: %v", err)
 	if _, jerr := g.store.AppendEvent(context.Background(), store.Event{Run: store.GatewayJournal, Kind: store.KindReloadFailed,
 		Note: err.Error()}); jerr != nil {
 		g.warn("journal reload failure: %v", jerr)
 	}
 	g.metrics.reloaded(false)
-	g.stateMu.Lock()
-	defer g.stateMu.Unlock()
-	return ReloadResult{Tools: len(g.manifests), Checksum: g.setChecksum, Err: err}
+	return ReloadResult{Tools: len(g.manifests), Checksum: g.setChecksum, PolicyChecksum: g.policy.Checksum(), Err: err}
 }
 
 // storeSums replaces the checksum cache with sums (the previous manifests are no longer served).

@@ -15,6 +15,7 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/engine"
 	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/pkg/policy"
 )
 
 // listNoteRepeat is how often a tool listing that keeps failing the same way is noted again.
@@ -115,7 +116,19 @@ func (g *Gateway) newEngine(ms []*manifest.Manifest, tools []engine.Tool) (*engi
 		Tools:             tools,
 		Store:             g.store,
 		Succeeded:         g.succeeded,
+		Policy:            g.policy,
+		Environment:       g.environment,
+		Gateway:           g.name,
+		Counter:           policyCounter(g.store),
+		RunSteps:          g.runSteps,
 	})
+}
+
+// policyCounter is st's count of limit rules, nil when it keeps none (a limit rule then
+// denies: it cannot be enforced).
+func policyCounter(st store.Store) policy.Counter {
+	c, _ := st.(policy.Counter)
+	return c
 }
 
 // route returns the route of an exposed tool name, nil if no upstream exposes it now.
