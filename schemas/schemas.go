@@ -9,3 +9,9 @@ import _ "embed"
 //
 //go:embed manifest.schema.json
 var ManifestSchema []byte
+
+// PolicySchema is the JSON Schema (draft 2020-12) of one policy as users write it.
+// api/policy's tests keep it in step with the Go decoder.
+//
+//go:embed policy.schema.json
+var PolicySchema []byte

@@ -10,7 +10,7 @@ import (
 	"github.com/reversi-gitops/reversi/api/manifest"
 )
 
-const fixtures = "../../test/fixtures/policy"
+const fixtures = "../../test/fixtures/policy/policy"
 
 func errorsText(errs []error) string {
 	var b strings.Builder

@@ -6,6 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	apipolicy "github.com/reversi-gitops/reversi/api/policy"
+	"github.com/reversi-gitops/reversi/internal/config"
 	"github.com/reversi-gitops/reversi/internal/lint"
 )
 
@@ -21,6 +23,7 @@ type lintReport struct {
 
 func newLintCmd() *cobra.Command {
 	var strict, asJSON bool
+	var policies []string
 	var up upstreamFlags
 	cmd := &cobra.Command{
 		Use:   "lint [PATH...]",
@@ -29,20 +32,42 @@ func newLintCmd() *cobra.Command {
 			"./manifests) and prints one line per finding and a summary. Exits 1 on errors, and on\n" +
 			"warnings with --strict. Invalid manifests are reported as by validate, and exit 1.\n" +
 			"With --upstream-cmd, --upstream-url or --gateway-config it also checks the manifests\n" +
-			"against the real tools' input schemas (L017, L020, L027, L033, L034, L035).",
+			"against the real tools' input schemas (L017, L020, L027, L033, L034, L035).\n" +
+			"With --policy (default: policy: in reversi.config.yaml) it also lints the policy: CEL\n" +
+			"syntax and type errors (L040, L041), rules that can never match (L042) and, with an\n" +
+			"upstream, args.x the matched tools' input schemas lack (L043), each with file:line.",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The lint rules assume a valid set (every named tool exists).
 			ms, err := loadValid(cmd, args)
 			if err != nil {
 				return err
 			}
+			ppaths, err := config.PolicyPaths(policies)
+			if err != nil {
+				return err
+			}
+			var ps []*apipolicy.Policy
+			if len(ppaths) > 0 {
+				var perrs []error
+				if ps, perrs = apipolicy.ReadPaths(ppaths...); len(perrs) > 0 {
+					return printInvalid(cmd, perrs)
+				}
+			}
 			findings := lint.Lint(ms)
+			var tools []lint.UpstreamTool
 			if up.given() {
-				tools, err := up.tools(cmd)
+				ts, err := up.tools(cmd)
 				if err != nil {
 					return err
 				}
-				findings = lint.WithUpstream(ms, lintTools(tools))
+				tools = lintTools(ts)
+				if tools == nil {
+					tools = []lint.UpstreamTool{}
+				}
+				findings = lint.WithUpstream(ms, tools)
+			}
+			if ps != nil {
+				findings = append(findings, lint.Policy(ps, ms, tools)...)
 			}
 			nErr, nWarn, nNote := lint.Counts(findings)
 			out := cmd.OutOrStdout()
@@ -70,6 +95,7 @@ func newLintCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&strict, "strict", false, "exit 1 on warnings too")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings and counts as JSON")
+	cmd.Flags().StringArrayVar(&policies, "policy", nil, "policy file or folder to lint too (repeatable; default: policy: in "+config.FileName+")")
 	up.register(cmd)
 	return cmd
 }

@@ -122,3 +122,37 @@ func TestLintInvalidManifests(t *testing.T) {
 		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant exit 1, no findings and the validation error", code, out, errs)
 	}
 }
+
+// lint --policy adds the policy findings, each with file:line, and exits 1 on their errors; a
+// policy that does not decode is reported as invalid.
+func TestLintPolicy(t *testing.T) {
+	pol := writeFile(t, "p.yaml", `policy: p
+rules:
+  - name: typo
+    match: { tools: [stripe.refnd] }
+    effect: advise
+    reason: x
+  - name: broken
+    condition: "args.amount >> 3"
+    effect: deny
+    reason: x
+`)
+	code, out, _ := runCLI("lint", seedManifests, "--policy", pol)
+	for _, want := range []string{
+		"error L040 " + pol + ":8: p/broken: rules[1].condition: the condition is not CEL at 1:14: Syntax error:",
+		"warning L042 " + pol + `:4: p/typo: rules[0].match.tools[0]: match.tools[0] "stripe.refnd" matches no tool`,
+		"1 errors, 3 warnings, 1 notes",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	if code != 1 || t.Failed() {
+		t.Errorf("exit %d\n%s", code, out)
+	}
+	bad := writeFile(t, "bad.yaml", "policy: p\nrules: [{name: r, effect: allow}]\n")
+	code, out, errs := runCLI("lint", seedManifests, "--policy", bad)
+	if code != 1 || out != "" || !strings.Contains(errs, bad+":2: p: rules[0].effect: there is no allow effect") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+}

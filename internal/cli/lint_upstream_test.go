@@ -186,3 +186,32 @@ func TestLintGatewayConfig(t *testing.T) {
 		t.Errorf("both: %d %q", code, errs)
 	}
 }
+
+// lint --policy against the real server-memory: a condition reading an argument the tool's
+// input schema lacks is L043 at its file:line; a correct one is not reported.
+func TestLintPolicyUpstreamMemory(t *testing.T) {
+	cmd, args, _ := upstreams.Memory(t)
+	up := upstreamFlagsFor(cmd, args)
+	ms := writeFile(t, "memory.yaml", `
+- {tool: delete_entities, description: Delete entities., effect: irreversible, permission: memory:write}
+- {tool: add_observations, description: Add observations., effect: idempotent, permission: memory:write}
+`)
+	pol := writeFile(t, "policy.yaml", `policy: memory
+rules:
+  - name: bulk-delete
+    match: { tools: [delete_entities] }
+    condition: "size(args.entityName) > 10"
+    effect: deny
+    reason: too many at once
+  - name: cards
+    match: { tools: [add_observations] }
+    condition: "has_card_number(args.observations)"
+    effect: deny
+    reason: no cards
+`)
+	code, out, errs := runCLI(append([]string{"lint", ms, "--policy", pol}, up...)...)
+	want := pol + `:5: memory/bulk-delete: rules[0].condition: the condition reads args.entityName, which no input schema of the tools it matches has (delete_entities: no argument "entityName" at the top level; it has entityNames)`
+	if code != 1 || !strings.Contains(out, "error L043 "+want) || strings.Contains(out, "memory/cards") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant L043 %s", code, out, errs, want)
+	}
+}

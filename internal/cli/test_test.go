@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -143,6 +144,101 @@ func TestTestDefaultFilesWithoutConfig(t *testing.T) {
 	errb.Reset()
 	code = Execute([]string{"test"}, &out, &errb)
 	if code != 0 || out.String() != "ok delete\n1 passed\n" {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+}
+
+// The four rules of issue 21: every policy test passes, one line each, every rule covered.
+func TestTestPolicyFixtures(t *testing.T) {
+	fixtures, err := filepath.Abs("../../test/fixtures/policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir()) // no tests/ folder: only the policy's tests run
+	t.Setenv("REVERSI_CONFIG", "")
+	var out, errb bytes.Buffer
+	code := Execute([]string{"test", "--policy", filepath.Join(fixtures, "policy"), "-m", filepath.Join(fixtures, "manifests")}, &out, &errb)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if code != 0 || errb.Len() != 0 || len(lines) != 24 || lines[23] != "23 passed" {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{
+		"ok policy payments: a refund of 1,500 needs finance and the CFO",
+		"ok policy change-freeze: an e-mail on a Friday in prod is denied",
+		"ok policy content: a 16-digit number that fails the Luhn check passes",
+		"ok policy deletions: the sixth deletion in a run is blocked",
+	} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("no line %q", want)
+		}
+	}
+	// The fixture folder's reversi.config.yaml names both: plain `reversi test` there is the same.
+	t.Chdir(fixtures)
+	out.Reset()
+	if code := Execute([]string{"test"}, &out, &errb); code != 0 || !strings.HasSuffix(out.String(), "\n23 passed\n") {
+		t.Errorf("from the config: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}
+
+// Contract cases and policy tests run together; a failing policy test says why, a rule no
+// test fires is listed, and the exit code is 1.
+func TestTestPolicyFailuresAndCoverage(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "p.yaml")
+	writeCaseFile(t, pol, `policy: refunds
+rules:
+  - name: big
+    match: { tools: [stripe.refund] }
+    condition: "args.amount > 100"
+    effect: deny
+    reason: refunds over 100 are not allowed
+  - name: unused
+    match: { tools: [stripe.void] }
+    effect: advise
+    reason: voids are noted
+tests:
+  - name: a big refund is denied
+    tool: stripe.refund
+    args: { amount: 500 }
+    expect: deny
+    expect_reason: over 100
+  - name: a small refund is held (wrong on purpose)
+    tool: stripe.refund
+    args: { amount: 5 }
+    expect: require_approval
+`)
+	var out, errb bytes.Buffer
+	code := Execute([]string{"test", "../../test/fixtures/tests/payments.test.yaml", "-m", "../../test/fixtures/manifests", "--policy", pol}, &out, &errb)
+	want := `ok a charge is refunded with the right arguments, and the read-back is checked
+ok a failed charge leaves nothing to undo
+ok the same order twice is refused
+ok policy refunds: a big refund is denied
+FAIL policy refunds: a small refund is held (wrong on purpose): expected require_approval, got allow (no rule fired)
+not covered by any test: stripe.refund
+not covered by any test: rule refunds/unused
+4 passed, 1 failed
+`
+	if code != 1 || out.String() != want || errb.Len() != 0 {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant stdout:\n%s", code, out.String(), errb.String(), want)
+	}
+}
+
+// A policy that does not compile is reported like an invalid manifest, with file:line and the
+// rule's path, and nothing runs.
+func TestTestInvalidPolicy(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "p.yaml")
+	writeCaseFile(t, pol, "policy: p\nrules:\n  - name: r\n    condition: \"args.amount >\"\n    effect: deny\n    reason: x\n    approvl: {}\n")
+	var out, errb bytes.Buffer
+	code := Execute([]string{"test", "../../test/fixtures/tests", "-m", "../../test/fixtures/manifests", "--policy", pol}, &out, &errb)
+	if code != 1 || out.Len() != 0 || !strings.Contains(errb.String(), pol+":7: p: rules[0].approvl: unknown field") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	writeCaseFile(t, pol, "policy: p\nrules:\n  - name: r\n    condition: \"args.amount >\"\n    effect: deny\n    reason: x\n")
+	out.Reset()
+	errb.Reset()
+	code = Execute([]string{"test", "../../test/fixtures/tests", "-m", "../../test/fixtures/manifests", "--policy", pol}, &out, &errb)
+	if code != 1 || out.Len() != 0 || !strings.Contains(errb.String(), pol+":4: p: rules[0].condition: CEL syntax error at 1:14") {
 		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
 }

@@ -25,6 +25,9 @@ const FileName = "reversi.config.yaml"
 type Config struct {
 	// Manifests is the manifest folder or registry (relative to the config's folder).
 	Manifests string `json:"manifests,omitempty"`
+	// Policy is the policy file or folder (relative to the config's folder): what `reversi
+	// test` and `reversi lint` read without --policy, and the gateway enforces.
+	Policy string `json:"policy,omitempty"`
 	// ManifestPublicKey is a PEM bundle of public keys (inline, or a path to a file); every
 	// loaded registry version must be signed by one of them.
 	ManifestPublicKey string `json:"manifest_public_key,omitempty"`
@@ -127,6 +130,26 @@ func ManifestPaths(args []string) ([]string, error) {
 		return []string{"manifests"}, nil
 	}
 	return nil, errors.New("no manifests given: pass a file or folder, set manifests: in " + FileName + ", or create ./manifests")
+}
+
+// PolicyPaths returns args when given; otherwise `policy:` from the project config (resolved
+// against its folder); nil when neither names a policy (a policy is optional, so there is no
+// default folder). Source: issue 21 ("`policy:` in gateway.yaml and reversi.config.yaml").
+func PolicyPaths(args []string) ([]string, error) {
+	if len(args) > 0 {
+		return args, nil
+	}
+	c, err := Find()
+	if err != nil {
+		return nil, err
+	}
+	if strings.Contains(c.Policy, "://") {
+		return nil, fmt.Errorf("policy: %s: remote policies are not supported; name a file or folder", c.Policy)
+	}
+	if c.Policy == "" {
+		return nil, nil
+	}
+	return []string{c.Resolve(c.Policy)}, nil
 }
 
 // TrustedKeysEnv names the environment variable that sets (and overrides) manifest_public_key.

@@ -130,3 +130,33 @@ func TestReloadIsStrict(t *testing.T) {
 		}
 	}
 }
+
+// policy: resolves against the config's folder; flags win; without either there is no policy.
+func TestPolicyPaths(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("REVERSI_CONFIG", "")
+	if got, err := PolicyPaths(nil); err != nil || got != nil {
+		t.Fatalf("no config: %v %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte("policy: policy\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(sub)
+	if got, err := PolicyPaths(nil); err != nil || len(got) != 1 || got[0] != filepath.Join(dir, "policy") {
+		t.Fatalf("policy: %v %v", got, err)
+	}
+	if got, _ := PolicyPaths([]string{"x.yaml"}); len(got) != 1 || got[0] != "x.yaml" {
+		t.Fatalf("flag: %v", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte("policy: https://example.com/p\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PolicyPaths(nil); err == nil || !strings.Contains(err.Error(), "remote policies are not supported") {
+		t.Fatalf("remote: %v", err)
+	}
+}

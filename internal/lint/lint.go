@@ -24,17 +24,33 @@ const (
 )
 
 // Finding is one lint result. Path is the manifest field it is about, when there is one.
+// Policy findings (L040–L043) name the rule ("<policy>/<rule>") in Tool, the field inside the
+// policy in Path ("rules[0].condition"), and the file and line.
 type Finding struct {
 	Level   Level  `json:"level"`
 	Code    string `json:"code"`
 	Tool    string `json:"tool"`
 	Message string `json:"message"`
 	Path    string `json:"path,omitempty"`
+	File    string `json:"file,omitempty"`
+	Line    int    `json:"line,omitempty"`
 }
 
 // String is the seed's line form: `warning L011 stripe.refund: mutating tool has no owner: …`.
+// A finding with a file puts its place and path first:
+// `error L041 policy/payments.yaml:12: payments/big: rules[0].condition: …`.
 func (f Finding) String() string {
-	return fmt.Sprintf("%s %s %s: %s", f.Level, f.Code, f.Tool, f.Message)
+	if f.File == "" {
+		return fmt.Sprintf("%s %s %s: %s", f.Level, f.Code, f.Tool, f.Message)
+	}
+	loc := f.File
+	if f.Line > 0 {
+		loc = fmt.Sprintf("%s:%d", f.File, f.Line)
+	}
+	if f.Path != "" {
+		return fmt.Sprintf("%s %s %s: %s: %s: %s", f.Level, f.Code, loc, f.Tool, f.Path, f.Message)
+	}
+	return fmt.Sprintf("%s %s %s: %s: %s", f.Level, f.Code, loc, f.Tool, f.Message)
 }
 
 // Rule is one lint code: its level and its message, `<what>: <why it matters>`. What may hold
@@ -69,6 +85,11 @@ var Rules = map[string]Rule{
 	"L033": {Warning, "%s names %s, which the input schema lacks (%s)", "the argument meant to be hidden is probably named differently, and would be kept"},
 	"L034": {Warning, "no upstream tool has this name", "the manifest governs nothing; check the name (through gateway.yaml, tools are named <upstream>.<tool>)"},
 	"L035": {Warning, "the upstream offers this tool, but no manifest describes it", "its calls are not governed by a reviewed manifest; reversi suggest-manifest drafts one"},
+	// Policy codes (policy.go).
+	"L040": {Error, "the condition is not CEL%s", "the policy cannot load, so a gateway keeps serving the previous one"},
+	"L041": {Error, "the condition does not type-check%s", "the policy cannot load, so a gateway keeps serving the previous one"},
+	"L042": {Warning, "%s", "the rule can never fire; check the names against the manifests"},
+	"L043": {Error, "the condition reads args.%s, which no input schema of the tools it matches has (%s)", "the value is always missing, so the condition fails on every call and the rule applies (or, under has(), never does)"},
 }
 
 func newFinding(code, tool, path string, args ...any) Finding {
