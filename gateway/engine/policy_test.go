@@ -44,15 +44,50 @@ type policyFixture struct {
 	counter *policy.MemoryCounter
 }
 
+// gateCounter injects the worst interleaving of concurrent counts: each Count reads its
+// number, then waits until want callers have read theirs (or 30 ms pass) before it returns, so
+// calls counting at the same time all count before any of them adds.
+type gateCounter struct {
+	*policy.MemoryCounter
+	want int
+
+	mu      sync.Mutex
+	waiting int
+	open    chan struct{}
+}
+
+func (c *gateCounter) Count(ctx context.Context, key policy.CountKey, since time.Time) (int, error) {
+	n, err := c.MemoryCounter.Count(ctx, key, since)
+	c.mu.Lock()
+	if c.open == nil {
+		c.open = make(chan struct{})
+	}
+	open := c.open
+	if c.waiting++; c.waiting == c.want {
+		close(open)
+		c.waiting, c.open = 0, nil // the next round
+	}
+	c.mu.Unlock()
+	select {
+	case <-open:
+	case <-time.After(30 * time.Millisecond):
+	}
+	return n, err
+}
+
 // newPolicyEngine builds an engine over the fixture manifests and policies in mode, in
 // environment env, at now.
-func newPolicyEngine(t *testing.T, mode Mode, env string, now time.Time) policyFixture {
+func newPolicyEngine(t *testing.T, mode Mode, env string, now time.Time, counter ...policy.Counter) policyFixture {
 	t.Helper()
 	st := store.NewMemory(func() time.Time { return now })
 	t.Cleanup(func() { _ = st.Close() })
 	c := policy.NewMemoryCounter()
+	var pc policy.Counter = c
+	if len(counter) > 0 {
+		pc = counter[0]
+	}
 	e, err := New(Config{Manifests: fixtureManifests(t), Mode: mode, Store: st, Now: func() time.Time { return now },
-		Policy: fixturePolicy(t), Environment: env, Gateway: "gw-1", Counter: c})
+		Policy: fixturePolicy(t), Environment: env, Gateway: "gw-1", Counter: pc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +180,7 @@ func TestPolicyContentChecks(t *testing.T) {
 // taking a place are one step, so of ten concurrent deletions exactly five pass. Another run
 // has its own five.
 func TestPolicyLimitIsExactUnderConcurrency(t *testing.T) {
-	f := newPolicyEngine(t, Enforce, "prod", thursday)
+	f := newPolicyEngine(t, Enforce, "prod", thursday, &gateCounter{MemoryCounter: policy.NewMemoryCounter(), want: 10})
 	ctx := context.Background()
 	del := func(run string, i int) Decision {
 		return f.e.Decide(ctx, Call{Run: run, Actor: "a", Tool: "memory.delete_relations",
