@@ -121,6 +121,12 @@ type Gateway struct {
 	CallTimeout time.Duration
 	// Limits bound what an upstream or a client can make the gateway spend: `limits:`.
 	Limits Limits
+	// Policy is the policy file or folder (`policy:`, relative to the config's folder, see
+	// Resolve); "" means --policy or reversi.config.yaml's policy: decide (issue 21).
+	Policy string
+	// Environment is the policy's `environment` variable (`environment:`, e.g. prod); the
+	// --environment flag overrides it.
+	Environment string
 }
 
 // DefaultCallTimeout is `call_timeout` when absent.

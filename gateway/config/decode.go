@@ -258,7 +258,7 @@ func (d *decoder) expand(p, s string) string {
 	}
 }
 
-var topFields = []string{"mode", "unclassified_reads", "validate_schemas", "output_schemas", "console", "actor", "permissions", "upstreams", "allow", "deny", "listen", "resource_url", "auth", "allowed_hosts", "allowed_origins", "call_timeout", "limits"}
+var topFields = []string{"mode", "unclassified_reads", "validate_schemas", "output_schemas", "console", "actor", "permissions", "upstreams", "allow", "deny", "listen", "resource_url", "auth", "allowed_hosts", "allowed_origins", "call_timeout", "limits", "policy", "environment"}
 
 func (d *decoder) gateway(v any) *Gateway {
 	g := defaults()
@@ -280,6 +280,12 @@ func (d *decoder) gateway(v any) *Gateway {
 	}
 	if s, ok := d.nonEmpty(m, "", "actor"); ok {
 		g.Actor = s
+	}
+	if s, ok := d.nonEmpty(m, "", "policy"); ok {
+		g.Policy = s
+	}
+	if s, ok := d.nonEmpty(m, "", "environment"); ok {
+		g.Environment = s
 	}
 	g.Permissions, _ = d.strList(m, "", "permissions", nil)
 	g.Allow, _ = d.strList(m, "", "allow", d.glob)

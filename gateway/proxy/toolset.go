@@ -124,11 +124,22 @@ func (g *Gateway) newEngine(ms []*manifest.Manifest, tools []engine.Tool) (*engi
 	})
 }
 
-// policyCounter is st's count of limit rules, nil when it keeps none (a limit rule then
-// denies: it cannot be enforced).
-func policyCounter(st store.Store) policy.Counter {
-	c, _ := st.(policy.Counter)
-	return c
+// policyCounter counts the calls of policy limit rules in st, so counts survive restarts and
+// are shared by the gateways of one store.
+func policyCounter(st store.Store) policy.Counter { return storeCounter{st} }
+
+type storeCounter struct{ st store.Store }
+
+func limitKey(k policy.CountKey) store.LimitKey {
+	return store.LimitKey{Rule: k.Rule, Scope: string(k.Scope), Subject: k.Subject}
+}
+
+func (c storeCounter) Count(ctx context.Context, k policy.CountKey, since time.Time) (int, error) {
+	return c.st.CountCalls(ctx, limitKey(k), since)
+}
+
+func (c storeCounter) Add(ctx context.Context, k policy.CountKey, at time.Time) error {
+	return c.st.AddCall(ctx, limitKey(k), at)
 }
 
 // route returns the route of an exposed tool name, nil if no upstream exposes it now.

@@ -152,6 +152,14 @@ var schemaTables = []string{
 	digest   {text} NOT NULL,
 	updated  {int} NOT NULL
 ){norowid}`,
+	// the calls counted by policy limit rules (CountCalls, AddCall)
+	`CREATE TABLE IF NOT EXISTS limit_calls (
+	rule    {text} NOT NULL,
+	scope   {text} NOT NULL,
+	subject {text} NOT NULL,
+	time    {int} NOT NULL
+)`,
+	`CREATE INDEX IF NOT EXISTS limit_calls_key ON limit_calls (rule, scope, subject, time)`,
 	// the gateway-level journal (GatewayJournal)
 	`INSERT INTO runs (id, actor, gateway, started, last_activity, status) VALUES ('', '', '', 0, 0, 'active') ON CONFLICT DO NOTHING`,
 }

@@ -323,6 +323,12 @@ type Store interface {
 	// not held is not an error.
 	ReleaseKey(ctx context.Context, key string) error
 
+	// CountCalls returns how many calls AddCall recorded under key at or after since (the zero
+	// time: ever): the counters of policy limit rules (issue 21, pkg/policy.Counter).
+	CountCalls(ctx context.Context, key LimitKey, since time.Time) (int, error)
+	// AddCall records one call under key at time at.
+	AddCall(ctx context.Context, key LimitKey, at time.Time) error
+
 	// CreateApproval queues a request. An empty ID is replaced by "apr-<hex>"; Created is set
 	// to now; Quorum < 1 becomes 1. Errors: ErrInvalid (no Tool, Run or Actor; Expires not
 	// after Created; OnTimeout not "", "deny" or "escalate"), ErrExists.

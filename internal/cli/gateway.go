@@ -20,6 +20,7 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/kube"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
 	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/pkg/policy"
 	projconfig "github.com/reversi-gitops/reversi/internal/config"
 )
 
@@ -36,7 +37,8 @@ func newGatewayCmd() *cobra.Command {
 	var (
 		cfgFile, manifests, data, storeKind, runID, signingKey, dbURL string
 		kubeconfig, namespace, kubeCM, kubeKeys, gatewayName          string
-		kubeControllerKeys                                            string
+		kubeControllerKeys, environment                               string
+		policies                                                      []string
 		flags                                                         config.Flags
 	)
 	cmd := &cobra.Command{
@@ -81,6 +83,13 @@ func newGatewayCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			ppaths, err := gatewayPolicyPaths(policies, g)
+			if err != nil {
+				return err
+			}
+			if environment == "" {
+				environment = g.Environment
+			}
 			var initial proxy.Loaded
 			var load proxy.LoadFunc
 			var kubeRun func(context.Context, kube.Target)
@@ -93,6 +102,9 @@ func newGatewayCmd() *cobra.Command {
 			if kubeCM != "" && manifests != "" {
 				return errors.New("--manifests and --kube-configmap name two sources of manifests: give one")
 			}
+			if kubeCM != "" && len(ppaths) > 0 {
+				return errors.New("--policy (or policy: in gateway.yaml) with --kube-configmap: a ReversiGateway's policy comes with its rendering, not from a local file")
+			}
 			if kubeCM != "" { // the manifests come from the API server (ReversiGateway pods)
 				km, l, err := kubeManifests(cmd.Context(), kubeCM, kubeKeys, kubeControllerKeys, gatewayName, kubeconfig, namespace, cmd.ErrOrStderr())
 				if err != nil {
@@ -100,11 +112,11 @@ func newGatewayCmd() *cobra.Command {
 				}
 				defer km.Close()
 				initial, load, src, kubeRun = l, km.Load, "", km.Run
-			} else if src != "" {
-				if initial, err = loadGatewayManifests(src); err != nil {
+			} else if src != "" || len(ppaths) > 0 {
+				if initial, err = loadGateway(src, ppaths); err != nil {
 					return err
 				}
-				load = func(context.Context) (proxy.Loaded, error) { return loadGatewayManifests(src) }
+				load = func(context.Context) (proxy.Loaded, error) { return loadGateway(src, ppaths) }
 			}
 			var st store.Store
 			var runs *kube.Runs
@@ -150,7 +162,8 @@ func newGatewayCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: initial.Manifests, Marks: initial.Marks, Revision: initial.Revision, Load: load, Store: st, RunID: runID, Name: gatewayName,
+			gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: initial.Manifests, Marks: initial.Marks, Revision: initial.Revision,
+				Policy: initial.Policy, Environment: environment, Load: load, Store: st, RunID: runID, Name: gatewayName,
 				Stdin: stdin(cmd), Stdout: stdout(cmd), Stderr: cmd.ErrOrStderr(), Egress: &pc.Egress, Signer: signer})
 			if err != nil {
 				return err
@@ -159,7 +172,11 @@ func newGatewayCmd() *cobra.Command {
 			if runs != nil {
 				runs.Attach(gw) // spec.rollback of a ReversiRun runs through this gateway
 			}
-			reloadTriggers(ctx, gw, src, pc)
+			watched := ppaths
+			if src != "" {
+				watched = append([]string{src}, ppaths...)
+			}
+			reloadTriggers(ctx, gw, watched, pc)
 			if kubeRun != nil {
 				go kubeRun(ctx, gw)
 			}
@@ -186,6 +203,8 @@ func newGatewayCmd() *cobra.Command {
 	f.StringVar(&runID, "run-id", "", "continue this run (stdio)")
 	f.StringVar(&gatewayName, "gateway-name", proxy.Name, "this gateway's name on its runs and approval requests (a ReversiGateway's pods pass its name)")
 	f.StringVar(&signingKey, "signing-key", "", "Ed25519 private key (reversi keygen) that signs reversi.export_evidence")
+	f.StringArrayVar(&policies, "policy", nil, "policy file or folder (repeatable; default: policy: in gateway.yaml, then in reversi.config.yaml)")
+	f.StringVar(&environment, "environment", "", "the policy's environment variable, e.g. prod (default: environment: in gateway.yaml)")
 	cmd.AddCommand(newGatewayKeysCmd())
 	f.StringVar(&kubeconfig, "kubeconfig", "", "keep the approval queue (ApprovalRequests) and the runs (ReversiRuns) in Kubernetes, reached with this kubeconfig")
 	f.StringVar(&kubeCM, "kube-configmap", "", "follow the manifests rendered into this ConfigMap (NAMESPACE/NAME) through the API, instead of --manifests")
@@ -270,11 +289,43 @@ func loadGatewayManifests(p string) (proxy.Loaded, error) {
 	return l, nil
 }
 
-// reloadTriggers reloads gw on SIGHUP and, when there are manifests and the project config's
-// reload.watch is on, when they or the files they depend on change, until ctx ends (seed: Hot
-// reload). SIGHUP is always caught: a gateway started without manifests journals that there is
-// nothing to reload instead of dying.
-func reloadTriggers(ctx context.Context, gw *proxy.Gateway, p string, c *projconfig.Config) {
+// gatewayPolicyPaths names the gateway's policy: --policy, policy: in gateway.yaml (resolved
+// against its folder), or policy: in reversi.config.yaml; none is no policy.
+func gatewayPolicyPaths(flags []string, g *config.Gateway) ([]string, error) {
+	if len(flags) == 0 && g.Policy != "" {
+		return []string{g.Resolve(g.Policy)}, nil
+	}
+	return projconfig.PolicyPaths(flags)
+}
+
+// loadGateway reads the manifests at p ("" for none) and the policy at ppaths (none: no
+// policy), every error of both at once; a broken policy refuses the load like a broken
+// manifest (the previous ones keep serving on a reload).
+func loadGateway(p string, ppaths []string) (proxy.Loaded, error) {
+	var l proxy.Loaded
+	var errs []error
+	if p != "" {
+		var err error
+		if l, err = loadGatewayManifests(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(ppaths) > 0 {
+		set, perrs := policy.Load(ppaths...)
+		errs = append(errs, perrs...)
+		l.Policy = set
+	}
+	if len(errs) > 0 {
+		return proxy.Loaded{}, errors.Join(errs...)
+	}
+	return l, nil
+}
+
+// reloadTriggers reloads gw on SIGHUP and, when there are manifests or a policy and the
+// project config's reload.watch is on, when they or the files they depend on change, until
+// ctx ends (seed: Hot reload). SIGHUP is always caught: a gateway started without manifests
+// journals that there is nothing to reload instead of dying.
+func reloadTriggers(ctx context.Context, gw *proxy.Gateway, watched []string, c *projconfig.Config) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
@@ -288,8 +339,8 @@ func reloadTriggers(ctx context.Context, gw *proxy.Gateway, p string, c *projcon
 			}
 		}
 	}()
-	if p != "" && c.Reload.Watching() {
-		go gw.Watch(ctx, c.Reload.Every(), append([]string{p}, c.WatchedFiles()...)...)
+	if len(watched) > 0 && c.Reload.Watching() {
+		go gw.Watch(ctx, c.Reload.Every(), append(watched, c.WatchedFiles()...)...)
 	}
 }
 
