@@ -20,8 +20,8 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/kube"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
 	"github.com/reversi-gitops/reversi/gateway/store"
-	"github.com/reversi-gitops/reversi/pkg/policy"
 	projconfig "github.com/reversi-gitops/reversi/internal/config"
+	"github.com/reversi-gitops/reversi/pkg/policy"
 )
 
 func init() { register(newGatewayCmd) }
