@@ -18,8 +18,8 @@ import (
 	"strings"
 
 	"github.com/google/cel-go/cel"
-	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/checker"
+	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/operators"
 	"github.com/google/cel-go/common/types"
 
@@ -56,7 +56,7 @@ type rule struct {
 	// staticCost is the condition's worst-case cost when CEL bounds it statically below
 	// CostLimit (evaluated without runtime tracking); 0 when it is tracked at runtime.
 	staticCost uint64
-	args   []string    // argument paths the condition reads
+	args       []string // argument paths the condition reads
 }
 
 // RuleInfo describes a compiled rule, for coverage reports and lint.
