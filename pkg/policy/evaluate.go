@@ -70,7 +70,7 @@ type Fired struct {
 	// mismatch, the cost limit): the rule then fires as if its condition held.
 	Error string
 	// Approval is the rule's own approval (require_approval; nil means any one approver).
-	Approval *manifest.ApprovalRules `json:",omitempty"`
+	Approval *manifest.ApprovalRules
 }
 
 // Evaluate decides one call: every rule whose match selects the call and whose condition
@@ -86,8 +86,9 @@ type Fired struct {
 // has(args.x) or args.?x.orValue(default). A limit whose count fails, or with no Counter,
 // denies.
 //
-// Cost: no allocation per rule that does not match; a condition's evaluation is CEL's, bounded
-// by CostLimit. The variables are built on first use within a call.
+// ctx is passed to the Counter only (conditions are bounded by CostLimit, not by time).
+// Cost: nothing per rule that does not match; each variable is converted to a CEL value once
+// per call, on first use; a condition's evaluation is bounded by CostLimit.
 func (s *Set) Evaluate(ctx context.Context, in Input) Result {
 	res := Result{Decision: apipolicy.DecisionAllow}
 	if s == nil || len(s.rules) == 0 {
