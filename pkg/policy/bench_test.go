@@ -82,3 +82,37 @@ func BenchmarkEvaluate50Rules(b *testing.B) {
 		s.Evaluate(ctx, in)
 	}
 }
+
+// BenchmarkEvaluate50ConditionsEvaluated is the worst case of the same size: 50 rules without a
+// match, so every condition runs on every call (10 content checks over the arguments, 40
+// comparisons of arguments, actor, run and time).
+func BenchmarkEvaluate50ConditionsEvaluated(b *testing.B) {
+	conds := []string{
+		`has(args.id) && args.id.startsWith("prod-")`,
+		`args.?amount.orValue(0) > 100000`,
+		`!("admins" in actor.groups) && environment == "staging"`,
+		`run.counts[?tool].orValue(0) > 100`,
+		`now.getDayOfWeek("Europe/Paris") == 0`,
+	}
+	var rules []apipolicy.Rule
+	for i := range 50 {
+		c := conds[i%len(conds)]
+		if i%5 == 4 {
+			c = []string{"has_card_number(args)", "has_secret(args)"}[i/5%2]
+		}
+		rules = append(rules, apipolicy.Rule{Name: fmt.Sprintf("r%d", i), Condition: c, Effect: apipolicy.Deny, Reason: "x"})
+	}
+	s, errs := Compile([]*apipolicy.Policy{{Name: "worst", Rules: rules}})
+	if len(errs) > 0 {
+		b.Fatal(errs)
+	}
+	in := benchInput()
+	ctx := context.Background()
+	if res := s.Evaluate(ctx, in); res.Decision != apipolicy.DecisionAllow {
+		b.Fatalf("decision %s: %+v", res.Decision, res.Fired)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Evaluate(ctx, in)
+	}
+}

@@ -18,8 +18,10 @@ import (
 	"strings"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/operators"
+	"github.com/google/cel-go/common/types"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	apipolicy "github.com/reversi-gitops/reversi/api/policy"
@@ -40,6 +42,7 @@ type Set struct {
 	policies []*apipolicy.Policy
 	rules    []*rule
 	checksum string
+	adapter  types.Adapter // the CEL environment's: turns the variables into CEL values
 }
 
 // rule is one compiled rule.
@@ -50,7 +53,10 @@ type rule struct {
 	r      *apipolicy.Rule
 	match  matcher
 	prg    cel.Program // nil when the rule has no condition
-	args   []string    // argument paths the condition reads
+	// staticCost is the condition's worst-case cost when CEL bounds it statically below
+	// CostLimit (evaluated without runtime tracking); 0 when it is tracked at runtime.
+	staticCost uint64
+	args       []string // argument paths the condition reads
 }
 
 // RuleInfo describes a compiled rule, for coverage reports and lint.
@@ -84,7 +90,11 @@ func Compile(ps []*apipolicy.Policy) (*Set, []error) {
 	if err != nil {
 		return nil, []error{fmt.Errorf("policy: checksum: %w", err)}
 	}
-	return &Set{policies: sorted, rules: rules, checksum: sum}, nil
+	env, err := celEnv()
+	if err != nil {
+		return nil, []error{err}
+	}
+	return &Set{policies: sorted, rules: rules, checksum: sum, adapter: env.CELTypeAdapter()}, nil
 }
 
 // Load reads the policy files and folders given (api/policy.ReadPaths) and compiles them:
@@ -178,13 +188,32 @@ func compileRule(env *cel.Env, p *apipolicy.Policy, i int) (*rule, []error) {
 		return nil, []error{&manifest.FieldError{File: p.File, Line: base, Tool: p.Name, Path: path, Rule: ErrCELType,
 			Message: fmt.Sprintf("%v: the condition is of type %s; it must be a bool (true applies the rule)", ErrCELType, t)}}
 	}
-	prg, err := env.Program(checked, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(CostLimit))
+	// A condition whose worst-case cost CEL can bound statically below CostLimit runs without
+	// runtime cost tracking (which costs more than the evaluation of a simple condition); any
+	// other (a comprehension over the arguments, a regular expression over a string of unknown
+	// size) is tracked and stopped at CostLimit. Either way no condition runs past CostLimit.
+	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	if est, err := env.EstimateCost(checked, noEstimates{}); err != nil || est.Max > CostLimit {
+		opts = append(opts, cel.CostLimit(CostLimit))
+	} else {
+		r.staticCost = est.Max
+	}
+	prg, err := env.Program(checked, opts...)
 	if err != nil {
 		return nil, []error{&manifest.FieldError{File: p.File, Line: base, Tool: p.Name, Path: path, Rule: ErrCELType, Message: fmt.Sprintf("%v: %v", ErrCELType, err)}}
 	}
 	r.prg = prg
 	r.args = argPaths(checked.NativeRep().Expr())
 	return r, nil
+}
+
+// noEstimates is a checker.CostEstimator that knows nothing: every variable's size is
+// unbounded, so only conditions that do not depend on sizes get a static bound.
+type noEstimates struct{}
+
+func (noEstimates) EstimateSize(checker.AstNode) *checker.SizeEstimate { return nil }
+func (noEstimates) EstimateCallCost(string, string, *checker.AstNode, []checker.AstNode) *checker.CallEstimate {
+	return nil
 }
 
 func (r *rule) info() RuleInfo {

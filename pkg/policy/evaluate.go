@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/interpreter"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
@@ -68,7 +70,7 @@ type Fired struct {
 	// mismatch, the cost limit): the rule then fires as if its condition held.
 	Error string
 	// Approval is the rule's own approval (require_approval; nil means any one approver).
-	Approval *manifest.ApprovalRules `json:",omitempty"`
+	Approval *manifest.ApprovalRules
 }
 
 // Evaluate decides one call: every rule whose match selects the call and whose condition
@@ -84,8 +86,9 @@ type Fired struct {
 // has(args.x) or args.?x.orValue(default). A limit whose count fails, or with no Counter,
 // denies.
 //
-// Cost: no allocation per rule that does not match; a condition's evaluation is CEL's, bounded
-// by CostLimit. The variables are built on first use within a call.
+// ctx is passed to the Counter only (conditions are bounded by CostLimit, not by time).
+// Cost: nothing per rule that does not match; each variable is converted to a CEL value once
+// per call, on first use; a condition's evaluation is bounded by CostLimit.
 func (s *Set) Evaluate(ctx context.Context, in Input) Result {
 	res := Result{Decision: apipolicy.DecisionAllow}
 	if s == nil || len(s.rules) == 0 {
@@ -94,7 +97,7 @@ func (s *Set) Evaluate(ctx context.Context, in Input) Result {
 	if in.Now.IsZero() {
 		in.Now = time.Now()
 	}
-	act := activation{in: &in}
+	act := activation{in: &in, adapter: s.adapter}
 	var denies, approvalReasons []string
 	var approvals []*manifest.ApprovalRules
 	approval := false
@@ -241,54 +244,64 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// activation resolves the CEL variables of one call, building each on first use.
+// activation resolves the CEL variables of one call, building each on first use and keeping
+// it as a CEL value, so the rules of one call share one conversion.
 type activation struct {
-	in       *Input
-	args     map[string]any
-	manifest *Manifest
-	actor    *Actor
-	run      *Run
+	in      *Input
+	adapter types.Adapter
+	vals    [8]ref.Val // one per Variables entry
 }
 
 var emptyArgs = map[string]any{}
 
+// varIndex is the position of each variable in activation.vals.
+var varIndex = func() map[string]int {
+	m := make(map[string]int, len(Variables))
+	for i, v := range Variables {
+		m[v] = i
+	}
+	return m
+}()
+
 // ResolveName implements interpreter.Activation.
 func (a *activation) ResolveName(name string) (any, bool) {
+	i, ok := varIndex[name]
+	if !ok {
+		return nil, false
+	}
+	if v := a.vals[i]; v != nil {
+		return v, true
+	}
+	var native any
 	switch name {
 	case VarTool:
-		return a.in.Tool, true
+		native = a.in.Tool
 	case VarArgs:
 		if a.in.Args == nil {
-			return emptyArgs, true
+			native = emptyArgs
+		} else {
+			native = a.in.Args
 		}
-		return a.in.Args, true
 	case VarManifest:
-		if a.manifest == nil {
-			a.manifest = manifestFacts(a.in.Manifest)
-		}
-		return a.manifest, true
+		native = manifestFacts(a.in.Manifest)
 	case VarActor:
-		if a.actor == nil {
-			act := a.in.Actor
-			if act.Groups == nil {
-				act.Groups = []string{}
-			}
-			a.actor = &act
+		act := a.in.Actor
+		if act.Groups == nil {
+			act.Groups = []string{}
 		}
-		return a.actor, true
+		native = &act
 	case VarRun:
-		if a.run == nil {
-			a.run = runFacts(a.in.Run)
-		}
-		return a.run, true
+		native = runFacts(a.in.Run)
 	case VarGateway:
-		return a.in.Gateway, true
+		native = a.in.Gateway
 	case VarEnvironment:
-		return a.in.Environment, true
+		native = a.in.Environment
 	case VarNow:
-		return a.in.Now, true
+		native = a.in.Now
 	}
-	return nil, false
+	v := a.adapter.NativeToValue(native)
+	a.vals[i] = v
+	return v, true
 }
 
 // Parent implements interpreter.Activation.

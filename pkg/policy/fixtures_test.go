@@ -7,11 +7,11 @@ import (
 	"github.com/reversi-gitops/reversi/api/manifest"
 )
 
-const fixtures = "../../test/fixtures/policy"
+const fixtures = "../../test/fixtures/policy/policy"
 
 func loadFixtureManifests(t testing.TB) []*manifest.Manifest {
 	t.Helper()
-	docs, errs := manifest.ReadPaths(fixtures + "/manifests")
+	docs, errs := manifest.ReadPaths("../../test/fixtures/policy/manifests")
 	ms, verrs := manifest.ValidateDocuments(docs)
 	if errs = append(errs, verrs...); len(errs) > 0 {
 		t.Fatalf("manifests: %v", errs)

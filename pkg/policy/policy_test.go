@@ -459,3 +459,16 @@ func ExampleMergeApproval() {
 	fmt.Println(m.Roles, m.Quorum, time.Duration(*m.TimeoutMs)*time.Millisecond, m.OnTimeout)
 	// Output: [finance cfo] 2 15m0s deny
 }
+
+// Conditions CEL bounds statically below CostLimit run untracked; the others are tracked.
+func TestCostTrackingOnlyWhereUnbounded(t *testing.T) {
+	s := compile(t, `policy: p
+rules:
+  - { name: simple, condition: "args.?amount.orValue(0) > 1000 && now.getDayOfWeek() == 5", effect: deny, reason: x }
+  - { name: regex, condition: "args.note.matches('a+b')", effect: deny, reason: x }
+  - { name: list, condition: "'admins' in actor.groups", effect: deny, reason: x }
+`)
+	if s.rules[0].staticCost == 0 || s.rules[0].staticCost > CostLimit || s.rules[1].staticCost != 0 || s.rules[2].staticCost != 0 {
+		t.Errorf("static costs %d %d %d", s.rules[0].staticCost, s.rules[1].staticCost, s.rules[2].staticCost)
+	}
+}
