@@ -63,6 +63,8 @@ type Options struct {
 	// Environment the policy's `environment` (--environment).
 	Policy      *policy.Set
 	Environment string
+	// Now is the clock of the policy's `now` and of approval expiry; nil is time.Now.
+	Now func() time.Time
 	// Load re-reads the manifests and the policy on Reload (file watch, SIGHUP); nil: Reload
 	// fails.
 	Load LoadFunc
@@ -118,6 +120,7 @@ type Gateway struct {
 	setChecksum string
 	policy      *policy.Set // served with manifests; nil: none
 	environment string      // the policy's `environment`: Options.Environment
+	now         func() time.Time
 	listedAt    time.Time
 	listing     singleflight.Group // one upstream re-listing at a time for agents' tools/list
 	listNote    string             // the last failed refresh noted (refreshTools), "" after a good one
@@ -182,7 +185,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.manifests, g.setChecksum = o.Manifests, set
-	g.policy, g.environment = o.Policy, o.Environment
+	g.policy, g.environment, g.now = o.Policy, o.Environment, o.Now
 	g.storeSums(sums)
 	if err := g.setupSecurity(ctx, o); err != nil {
 		return nil, err

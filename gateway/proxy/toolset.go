@@ -121,6 +121,7 @@ func (g *Gateway) newEngine(ms []*manifest.Manifest, tools []engine.Tool) (*engi
 		Gateway:           g.name,
 		Counter:           policyCounter(g.store),
 		RunSteps:          g.runSteps,
+		Now:               g.now,
 	})
 }
 
