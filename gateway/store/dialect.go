@@ -42,6 +42,12 @@ type dialect struct {
 	seqWith, seqFrom string
 	// extraDDL runs after the shared schema: this database's own indexes and settings.
 	extraDDL []string
+	// outcomeCloses: insertOutcome also closes the intent, in the same statement (an UPSERT
+	// of the intent's key, see withStatements), so that an outcome is one statement, which
+	// the runner commits by itself (single). Where it is false (Postgres) the outcome closes
+	// its intent by a second statement whose rows affected decide between concurrent
+	// outcomes of a step (see outcomeTx).
+	outcomeCloses bool
 
 	// The numbered inserts (numbered), made from the fields above by withStatements.
 	insertIntent, insertOutcome, insertRecord string
@@ -57,9 +63,20 @@ func (d *dialect) withStatements() *dialect {
 		`'intent', $2, s.n, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1`, "", "seq")
 	// $1 run, $2 time, $3 step, $4 status, $5 compensation_tool, $6 handle, $7 note: only an
 	// open intent gets an outcome (no row otherwise); the outcome repeats its tool.
+	open := ` records i WHERE i.run = $1 AND i.seq = $3 AND i.kind = 'intent' AND i.open = 1`
 	d.insertOutcome = d.numbered(`kind, time, step, tool, status, compensation_tool, handle, note`,
-		`'outcome', $2, i.seq, i.tool, $4, $5, $6, $7`,
-		`, records i WHERE i.run = $1 AND i.seq = $3 AND i.kind = 'intent' AND i.open = 1`, "seq, tool")
+		`'outcome', $2, i.seq, i.tool, $4, $5, $6, $7`, `,`+open, "seq, tool, kind")
+	if d.outcomeCloses {
+		// The SELECT yields a second row, the intent's own key, which meets the intent in
+		// the primary key and so only closes it (ON CONFLICT ... DO UPDATE; the row's other
+		// values are never stored). SQLite reads the whole SELECT before it inserts (the
+		// table it reads is the one it writes), so both rows come from the open intent, or
+		// neither. RETURNING gives both rows: the outcome is the one of kind 'outcome'.
+		d.insertOutcome = d.numbered(`kind, time, step, tool, status, compensation_tool, handle, note`,
+			`'outcome', $2, i.seq, i.tool, $4, $5, $6, $7`,
+			`,`+open+` UNION ALL SELECT $1, i.seq, 'intent', 0, 0, '', '', '', '', '' FROM`+open+
+				` ON CONFLICT (run, seq) DO UPDATE SET open = 0`, "seq, tool, kind")
+	}
 	// $1 run, $2 kind, $3 time, $4 step, $5 tool, ... $20 groups (recordCols after seq)
 	d.insertRecord = d.numbered(`kind, time, step, tool, args_digest, reason, idempotency_key, manifest_version,
 		manifest_checksum, mode, decision, status, compensation_tool, handle, note, approval, event, approver, groups`,
@@ -232,7 +249,8 @@ func (d *dialect) migrate(ctx context.Context, tx querier) error {
 // migratePending moves the open intents of a version 3 store (a pending table: one row per
 // intent without an outcome, with the instance that wrote it) onto their records, and drops
 // what version 4 no longer keeps: the pending table and the unique index of outcomes (a step
-// is completed once by the conditional UPDATE of its intent's open flag, see outcomeTx).
+// is completed once: its outcome is inserted only while its intent is open, and closes it,
+// see outcomeTx).
 func (d *dialect) migratePending(ctx context.Context, tx querier) error {
 	cols, err := d.columnsOf(ctx, tx, "pending")
 	if err != nil {

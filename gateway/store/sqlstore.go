@@ -46,8 +46,9 @@ const (
 	// lazy: committed when the write returns (it survives a crash of the process), on disk
 	// with the next durable write or within a bound (see Store).
 	lazy how = 1 << 0
-	// single: fn runs exactly one statement, which is atomic by itself: the runner may run it
-	// outside a transaction of its own (one statement to the database instead of three).
+	// single: fn writes by exactly one statement, which is atomic by itself: the runner may
+	// run it outside a transaction of its own (one statement to the database instead of
+	// three). A read that only explains the statement's failure may follow it.
 	single how = 1 << 1
 )
 
@@ -398,15 +399,15 @@ func (s *sqlStore) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 }
 
 // outcomeTx completes step: the outcome is numbered (taking the run first, as every writer
-// does) and inserted only if the step is an open intent, then the intent is closed by a
+// does) and inserted only if the step is an open intent, and the intent is closed: by the
+// same statement where the dialect's outcomeCloses (one writer at a time), else by a
 // conditional UPDATE (open = 1) whose rows affected decide: of concurrent outcomes of a step
 // (Postgres replicas: the second waits for the first's row lock, then finds it closed)
 // exactly one commits. Errors: ErrNotFound (no run or no such intent), ErrCompleted.
 func (s *sqlStore) outcomeTx(ctx context.Context, tx querier, run string, step int64, o StepOutcome, handle string) (Record, error) {
 	rec := Record{Run: run, Kind: KindOutcome, Step: step, Status: o.Status, CompensationTool: o.CompensationTool, Note: o.Note,
 		Time: s.stamp()}
-	err := queryRow(ctx, tx, s.d.insertOutcome, run, tn(rec.Time), step, string(o.Status), o.CompensationTool, handle, o.Note).
-		Scan(&rec.Seq, &rec.Tool)
+	err := scanOutcome(ctx, tx, s.d.insertOutcome, &rec, run, tn(rec.Time), step, string(o.Status), o.CompensationTool, handle, o.Note)
 	if errors.Is(err, sql.ErrNoRows) {
 		var open int
 		err := queryRow(ctx, tx, `SELECT open FROM records WHERE run = $1 AND seq = $2 AND kind = 'intent'`, run, step).Scan(&open)
@@ -418,6 +419,9 @@ func (s *sqlStore) outcomeTx(ctx context.Context, tx querier, run string, step i
 	if err != nil {
 		return Record{}, fmt.Errorf("store: outcome: %w", err)
 	}
+	if s.d.outcomeCloses {
+		return rec, nil
+	}
 	n, err := tx.exec(ctx, `UPDATE records SET open = 0 WHERE run = $1 AND seq = $2 AND open = 1`, run, step)
 	if err != nil {
 		return Record{}, fmt.Errorf("store: outcome: %w", err)
@@ -428,14 +432,50 @@ func (s *sqlStore) outcomeTx(ctx context.Context, tx querier, run string, step i
 	return rec, nil // Handle unset: only Recover reads the record back, whose outcomes have none
 }
 
+// scanOutcome runs insertOutcome to its end and reads the outcome's Seq and Tool into rec
+// from the row of kind 'outcome' (where the statement closes the intent too, it returns the
+// intent's row as well). sql.ErrNoRows: no outcome was inserted.
+func scanOutcome(ctx context.Context, tx querier, query string, rec *Record, args ...any) error {
+	r, err := tx.query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	found := false
+	for r.Next() { // one or two rows
+		var seq int64
+		var tool, kind string
+		if err := r.Scan(&seq, &tool, &kind); err != nil {
+			return err
+		}
+		if Kind(kind) == KindOutcome {
+			rec.Seq, rec.Tool, found = seq, tool, true
+		}
+	}
+	if err := r.Err(); err != nil {
+		return err
+	}
+	if err := r.Close(); err != nil {
+		return err
+	}
+	if !found {
+		return sql.ErrNoRows
+	}
+	return nil
+}
+
 // RecordOutcome implements Store.
 func (s *sqlStore) RecordOutcome(ctx context.Context, run string, step int64, o StepOutcome) (int64, error) {
 	enc, err := encodeHandle(o)
 	if err != nil {
 		return 0, err
 	}
+	h := lazy
+	if s.d.outcomeCloses {
+		h |= single
+	}
 	var rec Record
-	err = s.write(ctx, lazy, func(ctx context.Context, tx querier) error {
+	err = s.write(ctx, h, func(ctx context.Context, tx querier) error {
 		var err error
 		rec, err = s.outcomeTx(ctx, tx, run, step, o, enc)
 		return err

@@ -8,15 +8,28 @@ import (
 	"sync/atomic"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // fdatasync writes f's data and the metadata needed to read it (its size), not its times.
 func fdatasync(f *os.File) error { return syscall.Fdatasync(int(f.Fd())) }
 
-// unlinked reports whether f's file has no name left (or cannot be told).
+// unlinked reports whether f's file has no name left (or cannot be told). It asks for the
+// link count alone (statx): a stat that returns the file's times marks them as read, and
+// with multigrain timestamps (Linux 6.13+) the next write then stamps the inode with a fresh
+// fine-grained time, which dirties it, so that every fdatasync also wrote the inode (ext4:
+// one more device write per sync, a third of its CPU).
 func unlinked(f *os.File) bool {
-	var st syscall.Stat_t
-	return syscall.Fstat(int(f.Fd()), &st) != nil || st.Nlink == 0
+	var st unix.Statx_t
+	switch err := unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_NLINK, &st); {
+	case err == unix.ENOSYS: // before Linux 4.11 (and before multigrain timestamps)
+		var st syscall.Stat_t
+		return syscall.Fstat(int(f.Fd()), &st) != nil || st.Nlink == 0
+	case err != nil:
+		return true
+	}
+	return st.Mask&unix.STATX_NLINK == 0 || st.Nlink == 0
 }
 
 // syncCountersSize is the mapped size of syncCountersFile: a header (magic, boot id) and the
