@@ -139,7 +139,7 @@ func (g *Gateway) reloadFailed(err error) ReloadResult {
 
 // reloadFailedLocked is reloadFailed with stateMu held.
 func (g *Gateway) reloadFailedLocked(err error) ReloadResult {
-	g.warn("reload refused, the previous manifests and policy keep serving: %v", err)
+	g.warn("reload refused, the previous manifests keep serving (and the previous policy): %v", err)
 	if _, jerr := g.store.AppendEvent(context.Background(), store.Event{Run: store.GatewayJournal, Kind: store.KindReloadFailed,
 		Note: err.Error()}); jerr != nil {
 		g.warn("journal reload failure: %v", jerr)
