@@ -2,12 +2,14 @@ package policy
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 
+	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
 )
@@ -18,21 +20,51 @@ import (
 // are walked; an integral number (an argument such as `card: 4111111111111111`) is scanned as
 // its decimal digits; booleans and null hold nothing. v is a plain JSON-like Go value
 // (map[string]any, []any, string, float64, int64, bool, nil), or a CEL value. Walks stop at
-// maxWalkDepth levels (deeper content is not scanned: arguments that deep are refused by the
-// gateway's limits before policy runs).
+// maxWalkDepth levels, the nesting the gateway's JSON decoder accepts (go-sdk's limit): a value
+// nested deeper cannot be scanned whole, so the Go functions report it as holding what they
+// look for and the CEL functions fail with an error (the rule then fails closed), never
+// "nothing found" for content they did not read.
 
-// maxWalkDepth bounds the nesting a content check walks.
-const maxWalkDepth = 64
+// maxWalkDepth bounds the nesting a content check walks. It is not below the nesting the
+// gateway accepts in a message (1000, go-sdk's decoder): a smaller bound let an agent hide a
+// card number 65 levels deep.
+const maxWalkDepth = 1000
+
+// errTooDeep is the error of a content function over a value nested past maxWalkDepth.
+var errTooDeep = fmt.Errorf("the value is nested more than %d levels deep, too deep to scan", maxWalkDepth)
 
 // walkStrings calls f with every string inside v (map keys included, integral numbers as
-// decimal text) until f returns true; it reports whether f did.
-func walkStrings(v any, f func(key, s string) bool) bool {
-	return walk(v, "", f, 0)
+// decimal text) until f returns true; it reports whether f did. complete is false when the
+// walk stopped at maxWalkDepth before reading all of v.
+func walkStrings(v any, f func(key, s string) bool) (found, complete bool) {
+	w := &walker{f: f}
+	found = w.walk(v, "", 0)
+	return found && !w.deep, !w.deep
 }
 
-func walk(v any, key string, f func(key, s string) bool, depth int) bool {
+// walker is one walk: f, and whether it stopped at maxWalkDepth (deep).
+type walker struct {
+	f    func(key, s string) bool
+	deep bool
+}
+
+// scanned is a content check's Go answer: found, or v could not be scanned whole (fail closed).
+func scanned(found, complete bool) bool { return found || !complete }
+
+// celCheck is a content check's CEL answer: a bool, or an error when v could not be scanned
+// whole (the rule's condition then fails closed).
+func celCheck(found, complete bool) ref.Val {
+	if !complete {
+		return types.WrapErr(errTooDeep)
+	}
+	return types.Bool(found)
+}
+
+func (w *walker) walk(v any, key string, depth int) bool {
+	f := w.f
 	if depth > maxWalkDepth {
-		return false
+		w.deep = true
+		return true // stop: the answer can no longer be "not found"
 	}
 	switch x := v.(type) {
 	case nil, bool:
@@ -50,14 +82,14 @@ func walk(v any, key string, f func(key, s string) bool, depth int) bool {
 		return false
 	case map[string]any:
 		for k, e := range x {
-			if f("", k) || walk(e, k, f, depth+1) {
+			if f("", k) || w.walk(e, k, depth+1) {
 				return true
 			}
 		}
 		return false
 	case []any:
 		for _, e := range x {
-			if walk(e, key, f, depth+1) {
+			if w.walk(e, key, depth+1) {
 				return true
 			}
 		}
@@ -82,17 +114,17 @@ func walk(v any, key string, f func(key, s string) bool, depth int) bool {
 		}
 		return false
 	case ref.Val:
-		return walkCEL(x, key, f, depth)
+		return w.walkCEL(x, key, depth)
 	}
 	return false
 }
 
 // walkCEL walks a CEL value: wrapped Go values are walked as Go values; CEL-built maps and
 // lists through their traits.
-func walkCEL(v ref.Val, key string, f func(key, s string) bool, depth int) bool {
+func (w *walker) walkCEL(v ref.Val, key string, depth int) bool {
 	switch native := v.Value().(type) {
 	case string, int64, float64, bool, nil, map[string]any, []any, []string, map[string]string:
-		return walk(native, key, f, depth)
+		return w.walk(native, key, depth)
 	}
 	switch x := v.(type) {
 	case traits.Mapper:
@@ -100,14 +132,14 @@ func walkCEL(v ref.Val, key string, f func(key, s string) bool, depth int) bool 
 		for it.HasNext() == boolTrue {
 			k := it.Next()
 			ks, _ := k.Value().(string)
-			if walk(k, "", f, depth+1) || walk(x.Get(k), ks, f, depth+1) {
+			if w.walk(k, "", depth+1) || w.walk(x.Get(k), ks, depth+1) {
 				return true
 			}
 		}
 	case traits.Lister:
 		it := x.Iterator()
 		for it.HasNext() == boolTrue {
-			if walk(it.Next(), key, f, depth+1) {
+			if w.walk(it.Next(), key, depth+1) {
 				return true
 			}
 		}
@@ -122,7 +154,9 @@ func walkCEL(v ref.Val, key string, f func(key, s string) bool, depth int) bool 
 // would match by chance one time in ten). Sources: ISO/IEC 7812-1 (PAN length 8–19, Luhn check
 // digit; 13–19 are the lengths issued by the card networks today) and PCI DSS's definition
 // of the PAN.
-func HasCardNumber(v any) bool {
+func HasCardNumber(v any) bool { return scanned(cardNumber(v)) }
+
+func cardNumber(v any) (found, complete bool) {
 	return walkStrings(v, func(_, s string) bool { return containsCardNumber(s) })
 }
 
@@ -224,7 +258,9 @@ var (
 // an AWS secret access key (40 base64 characters) under a field named like
 // aws_secret_access_key, or written inline as aws_secret_access_key=… . Generic
 // high-entropy strings are not reported: they cannot be told from ids and hashes.
-func HasSecret(v any) bool {
+func HasSecret(v any) bool { return scanned(secret(v)) }
+
+func secret(v any) (found, complete bool) {
 	return walkStrings(v, func(key, s string) bool {
 		if mayHoldSecret(s) && secretPattern.MatchString(s) {
 			return true
@@ -266,7 +302,9 @@ func containsFoldASCII(s, sub string) bool {
 var emailPattern = regexp.MustCompile(`[A-Za-z0-9.!#$%&'*+/=?^_` + "`" + `{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.[A-Za-z]{2,63}\b`)
 
 // HasEmail reports whether v holds an e-mail address (see emailPattern).
-func HasEmail(v any) bool {
+func HasEmail(v any) bool { return scanned(email(v)) }
+
+func email(v any) (found, complete bool) {
 	return walkStrings(v, func(_, s string) bool { return strings.Contains(s, "@") && emailPattern.MatchString(s) })
 }
 
@@ -278,7 +316,9 @@ func HasEmail(v any) bool {
 var phonePattern = regexp.MustCompile(`(?:^|[^0-9A-Za-z+])(?:\+[0-9](?:[ .\-]?\(?[0-9]\)?){7,14}|(?:\([0-9]{3}\) ?|[0-9]{3}[.\-])[0-9]{3}[.\-][0-9]{4})(?:$|[^0-9A-Za-z])`)
 
 // HasPhone reports whether v holds a phone number (see phonePattern).
-func HasPhone(v any) bool {
+func HasPhone(v any) bool { return scanned(phone(v)) }
+
+func phone(v any) (found, complete bool) {
 	return walkStrings(v, func(_, s string) bool { return digitCount(s) >= 8 && phonePattern.MatchString(s) })
 }
 

@@ -122,3 +122,21 @@ rules:
 		t.Errorf("advice %q: %+v", got, res)
 	}
 }
+
+// A value nested past what a check walks is never "nothing found": the Go check reports it,
+// the CEL function fails (and the rule fails closed).
+func TestContentChecksTooDeep(t *testing.T) {
+	var v any = "nothing here"
+	for range maxWalkDepth + 5 {
+		v = []any{v}
+	}
+	if !HasCardNumber(v) || !HasSecret(v) || !HasEmail(v) || !HasPhone(v) {
+		t.Error("a value too deep to scan is reported clean")
+	}
+	if got := celCheck(cardNumber(v)); !strings.Contains(got.(interface{ String() string }).String(), "too deep") {
+		t.Errorf("CEL answer %v", got)
+	}
+	if HasCardNumber([]any{[]any{"4111 1111 1111 1112"}}) {
+		t.Error("a shallow clean value")
+	}
+}

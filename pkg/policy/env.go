@@ -142,10 +142,10 @@ func celEnv() (*cel.Env, error) {
 			cel.DefaultUTCTimeZone(true),
 			cel.ParserExpressionSizeLimit(16<<10),
 			cel.ParserRecursionLimit(parserRecursionLimit),
-			unary(FnHasCardNumber, cel.BoolType, func(v ref.Val) ref.Val { return types.Bool(HasCardNumber(v)) }),
-			unary(FnHasSecret, cel.BoolType, func(v ref.Val) ref.Val { return types.Bool(HasSecret(v)) }),
-			unary(FnHasEmail, cel.BoolType, func(v ref.Val) ref.Val { return types.Bool(HasEmail(v)) }),
-			unary(FnHasPhone, cel.BoolType, func(v ref.Val) ref.Val { return types.Bool(HasPhone(v)) }),
+			unary(FnHasCardNumber, cel.BoolType, func(v ref.Val) ref.Val { return celCheck(cardNumber(v)) }),
+			unary(FnHasSecret, cel.BoolType, func(v ref.Val) ref.Val { return celCheck(secret(v)) }),
+			unary(FnHasEmail, cel.BoolType, func(v ref.Val) ref.Val { return celCheck(email(v)) }),
+			unary(FnHasPhone, cel.BoolType, func(v ref.Val) ref.Val { return celCheck(phone(v)) }),
 			unary(FnJSONSize, cel.IntType, func(v ref.Val) ref.Val { return types.Int(JSONSize(v)) }),
 		)
 		if envErr != nil {
