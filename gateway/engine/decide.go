@@ -242,13 +242,15 @@ func (x *decider) decide(ctx context.Context, c Call) {
 		return
 	}
 	// 7. Policy (seed: step 2, "policy, content checks"): it can only tighten.
+	// A tool without a manifest gets here in advise and observe mode, and as a shadow read: the
+	// policy's approval and limits apply to it too (issue 21: "it can only tighten").
 	pol, stop := x.policy(ctx, c, m, args)
-	if stop || m == nil {
+	if stop {
 		return
 	}
 	// 8. Approval, the manifest's merged with the policy's.
 	approvalReason := c.Tool + " requires approval (manifest)"
-	if m.Approval.Required {
+	if m != nil && m.Approval.Required {
 		d.ApprovalRequired, d.Approval = true, m.Approval.Rules
 	}
 	if pol.Decision == apipolicy.DecisionRequireApproval {
@@ -270,6 +272,9 @@ func (x *decider) decide(ctx context.Context, c Call) {
 		if x.takeLimits(ctx, c, m, args) {
 			return
 		}
+	}
+	if m == nil {
+		return
 	}
 	// 10. Duplicate-call key.
 	key, err := manifest.DuplicateKey(m, args, c.Run, c.Actor)

@@ -46,9 +46,28 @@ func (x *decider) policy(ctx context.Context, c Call, m *manifest.Manifest, args
 	x.policyNotes = len(d.Notes)
 	x.notePolicy(res)
 	if res.Decision == apipolicy.DecisionDeny {
+		x.unshadow()
 		return res, x.violate(CategoryPolicy, res.Reason)
 	}
+	if res.Decision == apipolicy.DecisionRequireApproval && x.unshadow() {
+		// A tool without a manifest cannot be held for approval: it is refused.
+		return res, x.violate(CategoryPolicy, "approval required: "+c.Tool+" needs a person's approval ("+res.Reason+
+			"), and a tool without a manifest cannot be held for approval: write its manifest")
+	}
 	return res, false
+}
+
+// unshadow decides a shadow read (an unclassified read run in observe by unclassified_reads:
+// observe) in the engine's own mode again, and reports whether it was one: the shadow relaxes
+// the missing manifest, never the policy, so a policy that refuses or holds the call blocks it
+// in enforce mode (journaled in the shadow run). Before, an upstream that called any tool
+// read-only let a deny rule's calls through as would_block.
+func (x *decider) unshadow() bool {
+	if !x.d.Shadow || x.d.Mode == x.e.mode {
+		return false
+	}
+	x.d.Mode = x.e.mode
+	return true
 }
 
 // notePolicy records what the policy decided on the decision, replacing what an earlier
@@ -83,6 +102,7 @@ func (x *decider) takeLimits(ctx context.Context, c Call, m *manifest.Manifest, 
 	res := e.policy.Evaluate(ctx, in)
 	if res.Decision == apipolicy.DecisionDeny {
 		x.notePolicy(res)
+		x.unshadow()
 		return x.violate(CategoryPolicy, res.Reason)
 	}
 	if err := policy.Record(ctx, e.counter, res, in.Now); err != nil {
