@@ -287,4 +287,36 @@ func TestPolicyReload(t *testing.T) {
 	if res := call(t, cs, "memory.search_nodes", card); res.IsError {
 		t.Fatalf("after the rule was removed: %q", texts(res))
 	}
+	// An emptied policy folder loads as no policy: the reload says so in the journal.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if r := gw.Reload(context.Background()); !r.Changed || r.Err != nil || r.PolicyChecksum != "" {
+		t.Fatalf("emptied reload: %+v", r)
+	}
+	recs, err := st.Records(context.Background(), store.GatewayJournal, 0, 0)
+	if err != nil || len(recs) == 0 || !strings.Contains(recs[len(recs)-1].Note, "policy removed (was ") {
+		t.Fatalf("journal %+v %v", recs, err)
+	}
+}
+
+// A policy reading environment on a gateway given none warns at start.
+func TestPolicyEnvironmentUnsetWarns(t *testing.T) {
+	set, errs := policy.Load(filepath.Join(policyFixtures, "policy"))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	for env, want := range map[string]bool{"": true, "prod": false} {
+		st := store.NewMemory(nil)
+		errw := &syncBuffer{}
+		gw, err := New(context.Background(), Options{Config: policyConfig(t, config.ModeEnforce), Policy: set, Environment: env, Store: st, Stderr: errw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(errw.String(), EnvironmentUnsetWarning); got != want {
+			t.Errorf("environment %q: warned %v, want %v:\n%s", env, got, want, errw)
+		}
+		_ = gw.Close()
+		_ = st.Close()
+	}
 }

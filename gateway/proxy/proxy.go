@@ -227,6 +227,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		fmt.Fprintln(stderr, engine.AutoObserveMessage)
 	}
 	fmt.Fprintln(stderr, e.Banner())
+	if o.Environment == "" && o.Policy.ReadsVariable("environment") {
+		fmt.Fprintln(stderr, EnvironmentUnsetWarning)
+	}
 	g.warnUnmatched(e)
 
 	sopts := &mcp.ServerOptions{PageSize: o.PageSize, Capabilities: serverCapabilities(cat), RootsListChangedHandler: g.relayRootsChanged,
@@ -346,6 +349,10 @@ func (g *Gateway) runSteps(ctx context.Context, run string) ([]policy.Step, erro
 		after = p[len(p)-1].Seq
 	}
 }
+
+// EnvironmentUnsetWarning is printed at start when a policy rule reads `environment` and the
+// gateway was given none (--environment, environment: in gateway.yaml): such a rule sees "".
+const EnvironmentUnsetWarning = "reversi-gateway: warning: policy rules read environment, but no --environment (or environment: in gateway.yaml) is set: they see an empty string"
 
 // MaxPolicyRecords bounds the records of a run that the policy's `run` variable is read from.
 const MaxPolicyRecords = 20000

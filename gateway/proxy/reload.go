@@ -117,8 +117,11 @@ func (g *Gateway) Reload(ctx context.Context) ReloadResult {
 	g.storeSums(sums)
 	g.engine.Swap(e)
 	note := fmt.Sprintf("%d manifests", len(ms))
-	if n := l.Policy.Len(); n > 0 {
+	switch n := l.Policy.Len(); {
+	case n > 0:
 		note += fmt.Sprintf(", policy %s (%d rules)", l.Policy.Checksum(), n)
+	case oldPolicy.Len() > 0: // said out loud: every rule stopped applying
+		note += fmt.Sprintf(", policy removed (was %s, %d rules): no policy rule applies any more", oldPolicy.Checksum(), oldPolicy.Len())
 	}
 	if _, err := g.store.AppendEvent(context.WithoutCancel(ctx), store.Event{Run: store.GatewayJournal, Kind: store.KindReloaded,
 		ManifestChecksum: set, Note: note}); err != nil {
