@@ -81,6 +81,7 @@ type RunSummary struct {
 	Started      time.Time `json:"started"`
 	LastActivity time.Time `json:"last_activity"`
 	Status       string    `json:"status" jsonschema:"active, idle or closed"`
+	Environment  string    `json:"environment,omitempty" jsonschema:"the gateway's --environment when the run opened"`
 	Counts       Counts    `json:"counts" jsonschema:"steps per outcome"`
 }
 
@@ -356,7 +357,7 @@ func (g *Gateway) summaries(ctx context.Context, runs []store.Run) ([]RunSummary
 	out := make([]RunSummary, 0, len(runs))
 	for _, r := range runs {
 		c := counts[r.ID]
-		out = append(out, RunSummary{ID: r.ID, Started: r.Started, LastActivity: r.LastActivity, Status: string(r.Status),
+		out = append(out, RunSummary{ID: r.ID, Started: r.Started, LastActivity: r.LastActivity, Status: string(r.Status), Environment: r.Environment,
 			Counts: Counts{Succeeded: c[store.Succeeded], Failed: c[store.Failed], Uncertain: c[store.Uncertain],
 				Blocked: c[store.Blocked], WouldBlock: c[store.WouldBlock]}})
 	}

@@ -193,6 +193,9 @@ func TestPolicyEnforcedOverStdioAndHTTP(t *testing.T) {
 				}
 			}
 
+			if run, _ := onlyRun(t, p.st); run.Environment != "prod" {
+				t.Fatalf("the run was not recorded in its environment: %+v", run)
+			}
 			status, notes := outcomes(t, p.st, "mail.send")
 			if !slices.Equal(status, []store.Status{store.Blocked}) || !strings.Contains(notes[0], "policy change-freeze/no-irreversible-on-friday-in-prod: deny") {
 				t.Fatalf("mail.send journaled %v %q", status, notes)

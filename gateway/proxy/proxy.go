@@ -429,7 +429,7 @@ func (g *Gateway) runOf(ctx context.Context, ss *mcp.ServerSession, extra *mcp.R
 	if id != "" {
 		run, err = g.openNamed(ctx, id, actor)
 	} else {
-		run, err = g.store.CreateRun(ctx, store.Run{Actor: actor, Gateway: g.name})
+		run, err = g.store.CreateRun(ctx, store.Run{Actor: actor, Gateway: g.name, Environment: g.environment})
 	}
 	if err != nil {
 		return "", err
@@ -469,7 +469,7 @@ func (g *Gateway) openNamed(ctx context.Context, id, actor string) (store.Run, e
 	case err == nil:
 		return g.store.ContinueRun(ctx, id, actor)
 	case errors.Is(err, store.ErrNotFound):
-		run, err = g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: g.name})
+		run, err = g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: g.name, Environment: g.environment})
 		if errors.Is(err, store.ErrExists) { // opened by a concurrent session
 			return g.store.ContinueRun(ctx, id, actor)
 		}
@@ -485,7 +485,7 @@ func (g *Gateway) ensureRun(ctx context.Context, id, actor string) error {
 	if _, err := g.store.GetRun(ctx, id); err == nil {
 		return nil
 	}
-	_, err := g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: g.name})
+	_, err := g.store.CreateRun(ctx, store.Run{ID: id, Actor: actor, Gateway: g.name, Environment: g.environment})
 	if errors.Is(err, store.ErrExists) {
 		return nil
 	}

@@ -197,6 +197,8 @@ var schemaColumns = []struct{ table, column, def string }{
 	// the intent; open: 1 until its outcome)
 	{"records", "instance", `{text} NOT NULL DEFAULT ''`},
 	{"records", "open", `INTEGER NOT NULL DEFAULT 0`},
+	// the policy's environment the run was served in (issue 21: --environment)
+	{"runs", "environment", `{text} NOT NULL DEFAULT ''`},
 }
 
 // schemaIndexes need the migrated columns.

@@ -36,3 +36,23 @@ func TestLimitCalls(t *testing.T) {
 		}
 	})
 }
+
+// A run keeps the environment it was opened in, across a restart.
+func TestRunEnvironment(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store, _ *fakeClock) {
+		ctx := context.Background()
+		r, err := s.CreateRun(ctx, Run{Actor: "a", Gateway: "gw", Environment: "prod"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s = restart(t, s)
+		got, err := s.GetRun(ctx, r.ID)
+		if err != nil || got.Environment != "prod" {
+			t.Fatalf("GetRun: %+v %v", got, err)
+		}
+		runs, err := s.ListRuns(ctx, RunFilter{})
+		if err != nil || len(runs) != 1 || runs[0].Environment != "prod" {
+			t.Fatalf("ListRuns: %+v %v", runs, err)
+		}
+	})
+}

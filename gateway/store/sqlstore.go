@@ -169,14 +169,14 @@ func (q *query) placeholders(vs []string) string {
 // runCols are the columns scanRun reads: the last one is the time of the run's last record,
 // which is its last activity unless ContinueRun came later (appending a record does not write
 // the run's row: one page less in every commit).
-const runCols = `id, actor, gateway, started, last_activity, status,
+const runCols = `id, actor, gateway, started, last_activity, status, environment,
 	coalesce((SELECT r.time FROM records r WHERE r.run = runs.id ORDER BY r.seq DESC LIMIT 1), 0)`
 
 func scanRun(sc interface{ Scan(...any) error }) (Run, error) {
 	var r Run
 	var started, last, record int64
 	var status string
-	if err := sc.Scan(&r.ID, &r.Actor, &r.Gateway, &started, &last, &status, &record); err != nil {
+	if err := sc.Scan(&r.ID, &r.Actor, &r.Gateway, &started, &last, &status, &r.Environment, &record); err != nil {
 		return Run{}, err
 	}
 	r.Started, r.LastActivity, r.Status = nt(started), nt(max(last, record)), RunStatus(status)
@@ -204,9 +204,9 @@ func (s *sqlStore) CreateRun(ctx context.Context, r Run) (Run, error) {
 	}
 	now := s.stamp()
 	r.Started, r.LastActivity, r.Status = now, now, RunActive
-	err := s.insertNew(ctx, "run "+r.ID, `INSERT INTO runs (id, actor, gateway, started, last_activity, status)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
-		r.ID, r.Actor, r.Gateway, tn(now), tn(now), string(r.Status))
+	err := s.insertNew(ctx, "run "+r.ID, `INSERT INTO runs (id, actor, gateway, started, last_activity, status, environment)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
+		r.ID, r.Actor, r.Gateway, tn(now), tn(now), string(r.Status), r.Environment)
 	if err != nil {
 		return Run{}, err
 	}

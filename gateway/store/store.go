@@ -83,9 +83,12 @@ const (
 
 // Run is one agent session (ReversiRun). Times are UTC with nanosecond precision.
 type Run struct {
-	ID           string
-	Actor        string // the principal that opened the run; only it may continue the run
-	Gateway      string // the gateway's name
+	ID      string
+	Actor   string // the principal that opened the run; only it may continue the run
+	Gateway string // the gateway's name
+	// Environment is the gateway's --environment when the run opened ("" when none): what the
+	// policy's `environment` saw (issue 21).
+	Environment  string
 	Started      time.Time
 	LastActivity time.Time // updated by ContinueRun and by every record appended to the run
 	Status       RunStatus
