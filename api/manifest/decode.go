@@ -426,7 +426,7 @@ var ApprovalRuleFields = []string{"roles", "quorum", "timeout", "on_timeout", "e
 // error, each a *FieldError with Tool empty. Source: seed "Tool manifests", Approval.
 func DecodeApprovalRules(raw any, path string, line func(path string) int) (*ApprovalRules, []error) {
 	d := &decoder{el: errorList{line: line}}
-	o := d.object(normaliseNumbers(raw), path, ApprovalRuleFields)
+	o := d.object(NormaliseNumbers(raw), path, ApprovalRuleFields)
 	if o == nil {
 		return &ApprovalRules{Quorum: DefaultQuorum, OnTimeout: "deny"}, d.el.errs
 	}

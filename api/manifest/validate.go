@@ -12,7 +12,7 @@ import (
 // The shape is the seed's Python SDK `validate_manifest`.
 // Source: seed "Tool manifests", Fields and "What the validator enforces".
 func Validate(raw any) (*Manifest, []error) {
-	m, errs := decode(normaliseNumbers(raw), "manifest", nil)
+	m, errs := decode(NormaliseNumbers(raw), "manifest", nil)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -154,10 +154,10 @@ func draftReference(tool, field string) string {
 		tool, field, printable(tool), printable(tool))
 }
 
-// normaliseNumbers converts the number types a Go caller may pass (int, int32, float32,
+// NormaliseNumbers converts the number types a Go caller may pass (int, int32, float32,
 // json.Number from a decoder with UseNumber) to the int64/float64 the decoder expects,
 // recursively. Decode with UseNumber to keep integers above 2^53 exact.
-func normaliseNumbers(v any) any {
+func NormaliseNumbers(v any) any {
 	switch x := v.(type) {
 	case json.Number:
 		if i, err := x.Int64(); err == nil {
@@ -168,13 +168,13 @@ func normaliseNumbers(v any) any {
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			out[k] = normaliseNumbers(e)
+			out[k] = NormaliseNumbers(e)
 		}
 		return out
 	case []any:
 		out := make([]any, len(x))
 		for i, e := range x {
-			out[i] = normaliseNumbers(e)
+			out[i] = NormaliseNumbers(e)
 		}
 		return out
 	case int:

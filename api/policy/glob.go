@@ -44,9 +44,15 @@ func (m Match) MatchesTool(tool string) bool {
 // tool has none): the tool globs, then the manifest's effect, permission (globs) and risk.
 // Parts that read the manifest never match a tool without one.
 func (m Match) Matches(tool string, mf *manifest.Manifest) bool {
-	if !m.MatchesTool(tool) {
-		return false
-	}
+	return m.MatchesTool(tool) && m.MatchesManifest(mf, func(perm string) bool {
+		return slices.ContainsFunc(m.Permissions, func(g string) bool { return GlobMatch(g, perm) })
+	})
+}
+
+// MatchesManifest is the manifest part of Matches: the effects, the permission (permMatch
+// reports whether one of the match's permission globs admits it) and the risk fields. true
+// when the match reads no manifest; false for a tool without one (mf nil) otherwise.
+func (m Match) MatchesManifest(mf *manifest.Manifest, permMatch func(perm string) bool) bool {
 	if !m.NeedsManifest() {
 		return true
 	}
@@ -56,7 +62,7 @@ func (m Match) Matches(tool string, mf *manifest.Manifest) bool {
 	if len(m.Effects) > 0 && !slices.Contains(m.Effects, mf.Effect) {
 		return false
 	}
-	if len(m.Permissions) > 0 && !slices.ContainsFunc(m.Permissions, func(g string) bool { return GlobMatch(g, mf.Permission) }) {
+	if len(m.Permissions) > 0 && !permMatch(mf.Permission) {
 		return false
 	}
 	if r := m.Risk; r != nil {

@@ -83,43 +83,10 @@ func Decode(docs []manifest.Document) ([]*Policy, []error) {
 // numbers, as from JSON or YAML), strictly. It returns the policy, or nil and every error
 // (each a *FieldError with the path; no file or line).
 func Validate(raw any) (*Policy, []error) {
-	p, errs := decode(normalise(raw), "policy", nil)
+	p, errs := decode(manifest.NormaliseNumbers(raw), "policy", nil)
 	if len(errs) > 0 {
 		return nil, errs
 	}
 	return p, nil
 }
 
-// normalise turns the number types a Go caller may pass into the int64 and float64 the
-// decoder reads, recursively.
-func normalise(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[k] = normalise(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = normalise(e)
-		}
-		return out
-	case int:
-		return int64(x)
-	case int32:
-		return int64(x)
-	case float32:
-		return float64(x)
-	case interface{ Int64() (int64, error) }: // json.Number
-		if i, err := x.Int64(); err == nil {
-			return i
-		}
-		if f, ok := v.(interface{ Float64() (float64, error) }); ok {
-			n, _ := f.Float64()
-			return n
-		}
-	}
-	return v
-}

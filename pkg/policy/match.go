@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
@@ -75,35 +74,10 @@ func anyGlob(gs []glob, name string) bool {
 	return false
 }
 
-// matches is apipolicy.Match.Matches.
+// matches is apipolicy.Match.Matches with the globs compiled.
 func (mt *matcher) matches(tool string, mf *manifest.Manifest) bool {
 	if len(mt.tools) > 0 && !anyGlob(mt.tools, tool) {
 		return false
 	}
-	m := &mt.m
-	if !m.NeedsManifest() {
-		return true
-	}
-	if mf == nil {
-		return false
-	}
-	if len(m.Effects) > 0 && !slices.Contains(m.Effects, mf.Effect) {
-		return false
-	}
-	if len(mt.perms) > 0 && !anyGlob(mt.perms, mf.Permission) {
-		return false
-	}
-	if r := m.Risk; r != nil {
-		var dc, br string
-		if mf.Risk != nil {
-			dc, br = mf.Risk.DataClass, mf.Risk.BlastRadius
-		}
-		if len(r.DataClass) > 0 && !slices.Contains(r.DataClass, dc) {
-			return false
-		}
-		if len(r.BlastRadius) > 0 && !slices.Contains(r.BlastRadius, br) {
-			return false
-		}
-	}
-	return true
+	return mt.m.MatchesManifest(mf, func(perm string) bool { return anyGlob(mt.perms, perm) })
 }
