@@ -89,4 +89,3 @@ func Validate(raw any) (*Policy, []error) {
 	}
 	return p, nil
 }
-
