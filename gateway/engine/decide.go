@@ -75,6 +75,9 @@ type Decision struct {
 	// or no policy); PolicyDecision is the policy's decision ("" without a policy).
 	Policy         []policy.Fired
 	PolicyDecision apipolicy.Decision
+	// PolicyTime is how long the policy took to decide the call (every evaluation of it, the
+	// limits' counting included): reversi_gateway_policy_evaluation_seconds.
+	PolicyTime time.Duration
 	// ApprovalRequired: the manifest or a policy rule requires approval; Approval holds the
 	// rules (nil for the manifest's `always`; a policy's merged with the manifest's by the
 	// seed's rule: any listed role, the largest quorum, the shortest timeout). ApprovalID is the request the call waits for (NeedsApproval) or, for Allow,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	apipolicy "github.com/reversi-gitops/reversi/api/policy"
@@ -42,7 +43,9 @@ func (x *decider) policy(ctx context.Context, c Call, m *manifest.Manifest, args
 		d.PolicyDecision = apipolicy.DecisionDeny
 		return res, x.violate(CategoryPolicy, "the policy could not read the run's steps: "+err.Error())
 	}
+	start := time.Now()
 	res = e.policy.Evaluate(ctx, in)
+	d.PolicyTime += time.Since(start)
 	x.policyNotes = len(d.Notes)
 	x.notePolicy(res)
 	if res.Decision == apipolicy.DecisionDeny {
@@ -96,6 +99,8 @@ func (x *decider) takeLimits(ctx context.Context, c Call, m *manifest.Manifest, 
 	if err != nil {
 		return x.violate(CategoryPolicy, "the policy could not read the run's steps: "+err.Error())
 	}
+	start := time.Now()
+	defer func() { x.d.PolicyTime += time.Since(start) }()
 	first := e.policy.Evaluate(ctx, in)
 	unlock := processLimits.lock(first.Counts)
 	defer unlock()

@@ -46,8 +46,15 @@ type metrics struct {
 	reloads        prometheus.Counter
 	reloadFailures prometheus.Counter
 	limitHits      *prometheus.CounterVec // limit
+	policyTime     prometheus.Histogram
+	policyRules    *prometheus.CounterVec // rule, effect
 	revision       atomic.Pointer[string]
 }
+
+// PolicyBuckets are the upper bounds, in seconds, of
+// reversi_gateway_policy_evaluation_seconds: from 1 µs (a few rules skipped by their match) to
+// 10 ms (conditions near the cost limit).
+var PolicyBuckets = []float64{0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.001, 0.01}
 
 // newMetrics builds the registry of g: the gateway's own metrics, the open-sessions gauge and
 // the manifest-info gauge (both read g when scraped), and the standard Go and process
@@ -80,6 +87,15 @@ func newMetrics(g *Gateway) *metrics {
 			Name: MetricsPrefix + "limit_hits_total",
 			Help: "Times a limit of gateway.yaml was reached (a listing cut short, a message, body or batch refused, a call refused or timed out), by the limit's field name (call_timeout, or a field of limits:).",
 		}, []string{"limit"}),
+		policyTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    MetricsPrefix + "policy_evaluation_seconds",
+			Help:    "Time the policy took to decide one tools/call: every rule's match and condition, and for limit rules the count and the wait for its place.",
+			Buckets: PolicyBuckets,
+		}),
+		policyRules: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricsPrefix + "policy_rules_fired_total",
+			Help: "Policy rules that fired, by rule (<policy>/<rule>) and effect (deny, require_approval, advise, limit).",
+		}, []string{"rule", "effect"}),
 	}
 	empty := ""
 	m.revision.Store(&empty)
@@ -95,7 +111,7 @@ func newMetrics(g *Gateway) *metrics {
 	for _, l := range config.LimitNames {
 		m.limitHits.WithLabelValues(l)
 	}
-	m.reg.MustRegister(m.calls, m.latency, m.blocks, m.reloads, m.reloadFailures, m.limitHits, sessions,
+	m.reg.MustRegister(m.calls, m.latency, m.blocks, m.reloads, m.reloadFailures, m.limitHits, m.policyTime, m.policyRules, sessions,
 		&manifestInfo{g: g, m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -107,6 +123,12 @@ func newMetrics(g *Gateway) *metrics {
 // journaled for a forwarded call (zero Status when it was not forwarded, i.e. blocked).
 func (m *metrics) call(tool string, start time.Time, d *engine.Decision, out *store.StepOutcome) {
 	m.latency.WithLabelValues(tool).Observe(time.Since(start).Seconds())
+	if d.PolicyDecision != "" {
+		m.policyTime.Observe(d.PolicyTime.Seconds())
+		for _, f := range d.Policy {
+			m.policyRules.WithLabelValues(f.Rule, string(f.Effect)).Inc()
+		}
+	}
 	outcome := string(out.Status)
 	switch {
 	case outcome == "":

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/gateway/config"
@@ -195,6 +196,14 @@ func TestPolicyEnforcedOverStdioAndHTTP(t *testing.T) {
 
 			if run, _ := onlyRun(t, p.st); run.Environment != "prod" {
 				t.Fatalf("the run was not recorded in its environment: %+v", run)
+			}
+			// Metrics: the policy's time per call, and the rules that fired by effect.
+			var h, c dto.Metric
+			if err := p.gw.metrics.policyTime.Write(&h); err != nil || h.GetHistogram().GetSampleCount() < 10 {
+				t.Fatalf("policy_evaluation_seconds: %v %v", h.GetHistogram(), err)
+			}
+			if err := p.gw.metrics.policyRules.WithLabelValues("deletions/at-most-5-deletions-per-run", "limit").Write(&c); err != nil || c.GetCounter().GetValue() != 1 {
+				t.Fatalf("policy_rules_fired_total for the limit: %v %v", c.GetCounter(), err)
 			}
 			status, notes := outcomes(t, p.st, "mail.send")
 			if !slices.Equal(status, []store.Status{store.Blocked}) || !strings.Contains(notes[0], "policy change-freeze/no-irreversible-on-friday-in-prod: deny") {
