@@ -76,6 +76,19 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// policy: and environment: (issue 21): the policy path is resolved against the config's folder;
+// an empty value is refused with its line.
+func TestPolicyAndEnvironment(t *testing.T) {
+	g, errs := Parse("conf/g.yaml", []byte("upstreams: [{name: fs, command: srv}]\npolicy: policy\nenvironment: prod\n"), nil)
+	if len(errs) > 0 || g.Policy != "policy" || g.Environment != "prod" || g.Resolve(g.Policy) != filepath.Join("conf", "policy") {
+		t.Fatalf("%+v %v", g, errs)
+	}
+	_, errs = Parse("g.yaml", []byte("upstreams: [{name: fs, command: srv}]\npolicy: \"\"\n"), nil)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "g.yaml:2: policy: must not be empty") {
+		t.Fatalf("empty policy: %v", errs)
+	}
+}
+
 // up is a valid upstreams block on line 1, so each case's fault is on line 2 or later.
 const up = "upstreams: [{name: fs, command: srv}]\n"
 
@@ -185,7 +198,7 @@ extra: 1
 		`gw.yaml:9: listen.host: "0.0.0.0" is not loopback: the gateway refuses to listen beyond loopback without authentication (set auth.keys or auth.oidc)`,
 		"gw.yaml:10: console.role: the gateway refuses to start an open console with the admin role: use auditor, approver or operator",
 		`gw.yaml:10: console.mode: console open needs a loopback listen.host, not "0.0.0.0": use login with auth instead`,
-		`gw.yaml:11: extra: unknown field "extra" (known: mode, unclassified_reads, validate_schemas, output_schemas, console, actor, permissions, upstreams, allow, deny, listen, resource_url, auth, allowed_hosts, allowed_origins, call_timeout, limits)`,
+		`gw.yaml:11: extra: unknown field "extra" (known: mode, unclassified_reads, validate_schemas, output_schemas, console, actor, permissions, upstreams, allow, deny, listen, resource_url, auth, allowed_hosts, allowed_origins, call_timeout, limits, policy, environment)`,
 	}
 	var got []string
 	for _, e := range errs {
