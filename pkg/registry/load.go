@@ -309,8 +309,8 @@ func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
 // VerifyReport counts what Verify checked.
 type VerifyReport struct {
 	Tools, Versions, Signed int
-	// Policies counts the policies; their versions count in Versions and Signed.
-	Policies int
+	// Policies, PolicyVersions and PolicySigned count the policies and their versions.
+	Policies, PolicyVersions, PolicySigned int
 }
 
 // Verify checks every version of every tool (not only the loaded ones): file, checksum,
@@ -361,9 +361,17 @@ func (r *Registry) Verify(trust *signing.TrustSet) (VerifyReport, []error) {
 		_, verrs[i] = r.readVersion(fsys, jobs[i].tool, jobs[i].entry, trust, true)
 	})
 	for i, j := range jobs {
-		rep.Versions++
-		if j.entry.Signed() {
-			rep.Signed++
+		switch {
+		case i >= first:
+			rep.PolicyVersions++
+			if j.entry.Signed() {
+				rep.PolicySigned++
+			}
+		default:
+			rep.Versions++
+			if j.entry.Signed() {
+				rep.Signed++
+			}
 		}
 		if verrs[i] != nil {
 			errs = append(errs, verrs[i])

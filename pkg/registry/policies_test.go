@@ -95,7 +95,7 @@ func TestPoliciesArePublishedApprovedAndServed(t *testing.T) {
 		t.Fatal("the index proof verified with a policy dropped")
 	}
 	rep, verrs := r.Verify(k.Trust)
-	if len(verrs) > 0 || rep.Policies != 4 || rep.Versions != 6+8 || rep.Signed != 14 {
+	if len(verrs) > 0 || rep.Policies != 4 || rep.Versions != 6 || rep.Signed != 6 || rep.PolicyVersions != 8 || rep.PolicySigned != 8 {
 		t.Fatalf("verify %+v %v", rep, verrs)
 	}
 	es, err := r.PolicyHistory("content")
