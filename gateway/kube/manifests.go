@@ -20,11 +20,11 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 
-	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
 	"github.com/reversi-gitops/reversi/gateway/store"
 	"github.com/reversi-gitops/reversi/pkg/bundle"
+	"github.com/reversi-gitops/reversi/pkg/policy"
 	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
@@ -275,17 +275,21 @@ func (m *Manifests) Load(ctx context.Context) (proxy.Loaded, error) {
 	if err != nil {
 		return proxy.Loaded{}, err
 	}
-	var ms []*manifest.Manifest
+	var v bundle.Verified
 	var errs []error
 	if m.o.ControllerKeys != nil {
-		ms, errs = b.VerifyGateway(bundle.GatewaySource(m.o.Namespace, m.o.Gateway), trust, m.o.ControllerKeys, time.Now())
+		v, errs = b.VerifyGatewayAll(bundle.GatewaySource(m.o.Namespace, m.o.Gateway), trust, m.o.ControllerKeys, time.Now())
 	} else {
-		ms, errs = b.Verify(trust, nil)
+		v, errs = b.VerifyAll(trust, nil)
+	}
+	var set *policy.Set
+	if len(errs) == 0 && len(v.Policies) > 0 {
+		set, errs = policy.Compile(v.Policies)
 	}
 	if len(errs) > 0 {
 		return proxy.Loaded{}, fmt.Errorf("ConfigMap %s/%s was refused: %w", m.o.Namespace, m.o.ConfigMap, errors.Join(errs...))
 	}
-	l := proxy.Loaded{Manifests: ms}
+	l := proxy.Loaded{Manifests: v.Manifests, Policy: set}
 	if m.o.ControllerKeys != nil { // verified snapshots only: nothing unsigned is shown or kept
 		l.Revision = b.Revision()
 		for _, ss := range b.Snapshots {

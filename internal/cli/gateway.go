@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	apipolicy "github.com/reversi-gitops/reversi/api/policy"
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/kube"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
@@ -269,24 +270,27 @@ func manifestSource(flag string) (string, *projconfig.Config, error) {
 }
 
 // loadGatewayManifests reads the manifests at p (a registry is verified against the trusted
-// keys read now, so a reload also picks up a rotated key). Every error at once.
+// keys read now, so a reload also picks up a rotated key) and, for a registry, its served
+// policies (verified like its manifests, returned undecided in the second result for
+// loadGateway to compile with any local policy). Every error at once.
 // An existing folder that holds none yet is no manifests, not an error (seed: Observe first).
-func loadGatewayManifests(p string) (proxy.Loaded, error) {
+func loadGatewayManifests(p string) (proxy.Loaded, []*apipolicy.Policy, error) {
 	var marks []store.HighWater
-	ms, errs := loadManifests([]string{p}, "", &marks)
+	var ps []*apipolicy.Policy
+	ms, errs := loadManifestsAndPolicies([]string{p}, "", &marks, &ps)
 	if len(errs) == 1 && errors.Is(errs[0], errNoManifests) {
 		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			return proxy.Loaded{}, nil
+			return proxy.Loaded{}, nil, nil
 		}
 	}
 	if len(errs) > 0 {
-		return proxy.Loaded{}, errors.Join(errs...)
+		return proxy.Loaded{}, nil, errors.Join(errs...)
 	}
 	l := proxy.Loaded{Manifests: ms, Marks: marks}
 	if len(marks) > 0 {
 		l.Revision = fmt.Sprintf("%s (sequence %d)", marks[0].Source, marks[0].Sequence)
 	}
-	return l, nil
+	return l, ps, nil
 }
 
 // gatewayPolicyPaths names the gateway's policy: --policy, policy: in gateway.yaml (resolved
@@ -301,17 +305,35 @@ func gatewayPolicyPaths(flags []string, g *config.Gateway) ([]string, error) {
 // loadGateway reads the manifests at p ("" for none) and the policy at ppaths (none: no
 // policy), every error of both at once; a broken policy refuses the load like a broken
 // manifest (the previous ones keep serving on a reload).
+//
+// A registry's served policies are enforced with any local policy: a policy named in both is an
+// error (neither silently wins).
 func loadGateway(p string, ppaths []string) (proxy.Loaded, error) {
 	var l proxy.Loaded
 	var errs []error
+	var ps []*apipolicy.Policy
 	if p != "" {
 		var err error
-		if l, err = loadGatewayManifests(p); err != nil {
+		if l, ps, err = loadGatewayManifests(p); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	fromRegistry := map[string]bool{}
+	for _, rp := range ps {
+		fromRegistry[rp.Name] = true
+	}
 	if len(ppaths) > 0 {
-		set, perrs := policy.Load(ppaths...)
+		local, perrs := apipolicy.ReadPaths(ppaths...)
+		errs = append(errs, perrs...)
+		for _, lp := range local {
+			if fromRegistry[lp.Name] {
+				errs = append(errs, fmt.Errorf("%s: policy %s is also served by the registry %s: give it another name, or publish it there (reversi policy publish)", lp.File, lp.Name, p))
+			}
+		}
+		ps = append(ps, local...)
+	}
+	if len(errs) == 0 && len(ps) > 0 {
+		set, perrs := policy.Compile(ps)
 		errs = append(errs, perrs...)
 		l.Policy = set
 	}

@@ -71,7 +71,7 @@ func newRunRollbackCmd() *cobra.Command {
 			}
 			var ms []*manifest.Manifest
 			if src != "" {
-				l, err := loadGatewayManifests(src)
+				l, _, err := loadGatewayManifests(src)
 				if err != nil {
 					return err
 				}

@@ -67,7 +67,7 @@ func (f rollbackFixture) agentRun(t *testing.T, cfg, run string, calls ...mcp.Ca
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	ms, err := loadGatewayManifests(f.manifests)
+	ms, _, err := loadGatewayManifests(f.manifests)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
+	apipolicy "github.com/reversi-gitops/reversi/api/policy"
 	"github.com/reversi-gitops/reversi/gateway/store"
 	"github.com/reversi-gitops/reversi/internal/config"
 	"github.com/reversi-gitops/reversi/pkg/registry"
@@ -50,6 +51,12 @@ func LoadManifests(paths ...string) ([]*manifest.Manifest, []error) {
 // are for that registry, not a reason to refuse its sources, and the cross-manifest rules
 // judge the files with the status publish writes.
 func loadManifests(paths []string, publish manifest.Status, marks *[]store.HighWater) ([]*manifest.Manifest, []error) {
+	return loadManifestsAndPolicies(paths, publish, marks, nil)
+}
+
+// loadManifestsAndPolicies is loadManifests that also appends the served (verified) policies
+// of every registry among paths to policies, when it is not nil.
+func loadManifestsAndPolicies(paths []string, publish manifest.Status, marks *[]store.HighWater, policies *[]*apipolicy.Policy) ([]*manifest.Manifest, []error) {
 	var plain []string
 	var ms []*manifest.Manifest
 	var errs []error
@@ -79,10 +86,13 @@ func loadManifests(paths []string, publish manifest.Status, marks *[]store.HighW
 		errs = append(errs, rerrs...)
 		if snap != nil {
 			ms = append(ms, snap.Manifests...)
+			if policies != nil {
+				*policies = append(*policies, snap.Policies...)
+			}
 			if marks != nil && trust != nil { // a signed index: its sequence and id may be trusted
 				abs, _ := filepath.Abs(p)
 				*marks = append(*marks,
-					store.HighWater{Source: "registry " + abs, Sequence: snap.Index.Sequence, Digest: registry.SetDigest(snap.Entries)},
+					store.HighWater{Source: "registry " + abs, Sequence: snap.Index.Sequence, Digest: markDigest(snap)},
 					// The folder's registry, pinned: one sequence, so another id at the path is refused.
 					store.HighWater{Source: "registry " + abs + " (its id)", Sequence: 1, Digest: "id:" + snap.Index.ID})
 			}
@@ -131,4 +141,14 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// markDigest is what a registry's high-water mark records of a load: the digest of its served
+// manifests and, when it serves policies, theirs.
+func markDigest(snap *registry.Snapshot) string {
+	d := registry.SetDigest(snap.Entries)
+	if p := registry.PolicyDigest(snap.PolicyEntries); p != "" {
+		d += " policies " + p
+	}
+	return d
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
+	apipolicy "github.com/reversi-gitops/reversi/api/policy"
 	"github.com/reversi-gitops/reversi/pkg/registry"
 	"github.com/reversi-gitops/reversi/pkg/signing"
 )
@@ -34,6 +35,10 @@ const (
 	KeyManifests = "manifests.json" // a JSON array of Entry
 	// KeySnapshots is a JSON array of SignedSnapshot, in shard 0 only.
 	KeySnapshots = "snapshots.json"
+	// KeyPolicies is a JSON array of PolicyEntry, in shard 0 only, and only when the bundle
+	// has policies (a rendering without policies keeps its earlier bytes; a gateway that
+	// predates policies refuses a rendering with them as an unknown key: it fails closed).
+	KeyPolicies = "policies.json"
 )
 
 // MaxShardBytes is the default budget of one shard's data: the API server caps a ConfigMap at
@@ -50,10 +55,21 @@ type Entry struct {
 	Manifest json.RawMessage `json:"manifest"`
 }
 
-// Bundle is the verified manifests of one or more sources, with each source's signed snapshot.
+// PolicyEntry is one loaded policy version: its registry entry, the policy's name, the source
+// it comes from, and the policy's canonical JSON (the bytes its checksum and signature cover).
+type PolicyEntry struct {
+	Policy string `json:"policy"`
+	Source string `json:"source,omitempty"`
+	registry.Entry
+	Document json.RawMessage `json:"document"`
+}
+
+// Bundle is the verified manifests and policies of one or more sources, with each source's
+// signed snapshot.
 type Bundle struct {
 	Entries   []Entry // sorted by tool
 	Snapshots []SignedSnapshot
+	Policies  []PolicyEntry // sorted by name
 }
 
 // FromSnapshot builds the (not yet attested) bundle of a loaded registry snapshot; every entry
@@ -63,8 +79,65 @@ func FromSnapshot(source string, s *registry.Snapshot) Bundle {
 	for _, m := range s.Manifests {
 		b.Entries = append(b.Entries, Entry{Tool: m.Tool, Source: source, Entry: s.Entries[m.Tool], Manifest: s.Canonical[m.Tool]})
 	}
+	for _, p := range s.Policies {
+		b.Policies = append(b.Policies, PolicyEntry{Policy: p.Name, Source: source, Entry: s.PolicyEntries[p.Name], Document: s.PolicyCanonical[p.Name]})
+	}
 	sortEntries(b.Entries)
+	sortPolicies(b.Policies)
 	return b
+}
+
+// AddPolicies adds plain (unsigned) policies of source to b: each entry's checksum is computed
+// here, as version 1, approved (a Plain registry's policy files are what its commit says).
+func (b *Bundle) AddPolicies(source string, ps []*apipolicy.Policy) error {
+	for _, p := range ps {
+		canonical, err := apipolicy.CanonicalJSON(p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(canonical)
+		b.Policies = append(b.Policies, PolicyEntry{Policy: p.Name, Source: source, Document: canonical, Entry: registry.Entry{
+			Version: 1, Status: manifest.Approved, Checksum: hex.EncodeToString(sum[:]),
+		}})
+	}
+	sortPolicies(b.Policies)
+	return nil
+}
+
+func sortPolicies(ps []PolicyEntry) {
+	sort.SliceStable(ps, func(i, j int) bool {
+		if ps[i].Policy != ps[j].Policy {
+			return ps[i].Policy < ps[j].Policy
+		}
+		return ps[i].Source < ps[j].Source
+	})
+}
+
+// PolicyDigest is registry.PolicyDigest of the bundle's policies ("" for none).
+func (b Bundle) PolicyDigest() string { return policyDigestOf(b.Policies, nil) }
+
+// SourcePolicyDigest is the policy digest of the policies of one source ("" for none).
+func (b Bundle) SourcePolicyDigest(source string) string {
+	return policyDigestOf(b.Policies, func(p PolicyEntry) bool { return p.Source == source })
+}
+
+func policyDigestOf(ps []PolicyEntry, keep func(PolicyEntry) bool) string {
+	set := map[string]registry.Entry{}
+	for _, p := range ps {
+		if keep == nil || keep(p) {
+			set[p.Policy] = p.Entry
+		}
+	}
+	return registry.PolicyDigest(set)
+}
+
+// PolicyNames are the names of the bundle's policies, sorted.
+func (b Bundle) PolicyNames() []string {
+	var out []string
+	for _, p := range b.Policies {
+		out = append(out, p.Policy)
+	}
+	return out
 }
 
 // FromManifests builds the bundle of plain (unsigned) manifests: each entry's checksum is
@@ -102,8 +175,10 @@ func Merge(bs ...Bundle) Bundle {
 	for _, b := range bs {
 		out.Entries = append(out.Entries, b.Entries...)
 		out.Snapshots = append(out.Snapshots, b.Snapshots...)
+		out.Policies = append(out.Policies, b.Policies...)
 	}
 	sortEntries(out.Entries)
+	sortPolicies(out.Policies)
 	return out
 }
 
@@ -156,9 +231,22 @@ func (b Bundle) Shards(maxBytes int) ([]map[string]string, error) {
 	if b.Snapshots == nil {
 		snaps = []byte("[]")
 	}
+	var pols []byte
+	if len(b.Policies) > 0 {
+		parts := make([][]byte, len(b.Policies))
+		for i, p := range b.Policies {
+			if parts[i], err = marshal(p); err != nil {
+				return nil, err
+			}
+		}
+		pols = append(append([]byte("["), bytes.Join(parts, []byte(","))...), ']')
+		if len(snaps)+len(pols)+2 > maxBytes {
+			return nil, fmt.Errorf("the policies are %d bytes, more than shard 0 holds with the snapshots (%d)", len(pols), maxBytes)
+		}
+	}
 	var groups [][][]byte
 	var cur [][]byte
-	size := 2 + len(snaps) // the brackets of the array; shard 0 holds the snapshots too
+	size := 2 + len(snaps) + len(pols) // the brackets of the array; shard 0 holds the snapshots and policies too
 	for _, e := range b.Entries {
 		raw, err := marshal(e)
 		if err != nil {
@@ -185,11 +273,14 @@ func (b Bundle) Shards(maxBytes int) ([]map[string]string, error) {
 		}
 	}
 	out[0][KeySnapshots] = string(snaps)
+	if pols != nil {
+		out[0][KeyPolicies] = string(pols)
+	}
 	return out, nil
 }
 
 // marshal writes an entry without HTML escaping, so the manifest stays its canonical bytes.
-func marshal(e Entry) ([]byte, error) {
+func marshal(e any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -241,9 +332,9 @@ func Assemble(shards []map[string]string) (Bundle, error) {
 		for k := range s {
 			switch k {
 			case KeyDigest, KeyShard, KeyShards, KeyManifests:
-			case KeySnapshots:
+			case KeySnapshots, KeyPolicies:
 				if i != 0 {
-					return Bundle{}, fmt.Errorf("shard %d holds %s, which only shard 0 may: the rendering was edited", i, KeySnapshots)
+					return Bundle{}, fmt.Errorf("shard %d holds %s, which only shard 0 may: the rendering was edited", i, k)
 				}
 			default:
 				return Bundle{}, fmt.Errorf("shard %d has the unknown key %q: the rendering was edited (nothing unsigned is read)", i, k)
@@ -260,9 +351,15 @@ func Assemble(shards []map[string]string) (Bundle, error) {
 					return Bundle{}, fmt.Errorf("shard 0: %s is not valid: %v", KeySnapshots, err)
 				}
 			}
+			if raw, ok := s[KeyPolicies]; ok {
+				if err := strict(raw, &b.Policies); err != nil {
+					return Bundle{}, fmt.Errorf("shard 0: %s is not valid: %v", KeyPolicies, err)
+				}
+			}
 		}
 	}
 	sortEntries(b.Entries)
+	sortPolicies(b.Policies)
 	if d := b.Digest(); d != first[KeyDigest] {
 		return Bundle{}, fmt.Errorf("the entries' digest is %s, the recorded one %s: the rendering was edited", d, first[KeyDigest])
 	}
@@ -283,6 +380,26 @@ func Assemble(shards []map[string]string) (Bundle, error) {
 // Without controller keys the snapshots are not checked (a rendering for a gateway that
 // verifies no signatures at all); the gateway requires them whenever writers are set.
 func (b Bundle) Verify(writers, controller *signing.TrustSet) ([]*manifest.Manifest, []error) {
+	v, errs := b.VerifyAll(writers, controller)
+	return v.Manifests, errs
+}
+
+// Verified is what a verified bundle serves.
+type Verified struct {
+	Manifests []*manifest.Manifest
+	// Policies are the verified policies, sorted by name (VerifyGatewayAll: those the gateway
+	// snapshot selects).
+	Policies []*apipolicy.Policy
+}
+
+// VerifyAll is Verify that also verifies the bundle's policies as it does the manifests, and
+// returns them: each policy entry's checksum over its document, the document a valid policy of
+// the entry's name that compiles, an approved (never a draft) version and, with writers, a
+// writer's signature over signing.PolicyMessage (Plain sources: none, the controller's snapshot
+// vouches); with controller keys every source snapshot's policy digest is that of exactly its
+// policies, and a Registry snapshot's index proof covers them (IndexProof.VerifySet), so a
+// policy dropped, added, swapped or edited is refused.
+func (b Bundle) VerifyAll(writers, controller *signing.TrustSet) (Verified, []error) {
 	var errs []error
 	kinds := map[string]string{} // source -> kind of its verified snapshot
 	if controller != nil {
@@ -303,8 +420,11 @@ func (b Bundle) Verify(writers, controller *signing.TrustSet) ([]*manifest.Manif
 			if d := b.SourceDigest(s.Source); d != s.Digest {
 				errs = append(errs, fmt.Errorf("snapshot of %s: its entries' digest is %s, the signed one %s: entries were swapped, added or dropped", s.Source, d, s.Digest))
 			}
+			if d := b.SourcePolicyDigest(s.Source); d != s.Policies {
+				errs = append(errs, fmt.Errorf("snapshot of %s: its policies' digest is %s, the signed one %s: policies were swapped, added or dropped", s.Source, orNone(d), orNone(s.Policies)))
+			}
 			if s.Kind == KindRegistry && writers != nil {
-				if err := s.Index.Verify(s.Digest, writers); err != nil {
+				if err := s.Index.VerifySet(s.Digest, s.Policies, writers); err != nil {
 					errs = append(errs, fmt.Errorf("snapshot of %s: %w", s.Source, err))
 				}
 			}
@@ -342,10 +462,52 @@ func (b Bundle) Verify(writers, controller *signing.TrustSet) ([]*manifest.Manif
 		ms = append(ms, m)
 	}
 	errs = append(errs, manifest.ValidateSet(ms)...)
-	if len(errs) > 0 {
-		return nil, errs
+	var ps []*apipolicy.Policy
+	seenPolicy := map[string]bool{}
+	for _, e := range b.Policies {
+		if seenPolicy[e.Policy] {
+			errs = append(errs, fmt.Errorf("policy %s: listed twice (by more than one source)", e.Policy))
+			continue
+		}
+		seenPolicy[e.Policy] = true
+		trust := writers
+		if controller != nil {
+			kind, ok := kinds[e.Source]
+			if !ok || kind == KindGateway || kind == KindToolManifests {
+				errs = append(errs, fmt.Errorf("policy %s v%d: its source %q has no verified snapshot: the policy was added to the rendering", e.Policy, e.Version, e.Source))
+				continue
+			}
+			if kind == KindPlain {
+				trust = nil
+			}
+		}
+		if e.Status == manifest.Draft {
+			errs = append(errs, fmt.Errorf("policy %s v%d is a draft: drafts are never served; the rendering was edited", e.Policy, e.Version))
+			continue
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, e.Document); err != nil {
+			errs = append(errs, fmt.Errorf("policy %s v%d: the policy is not JSON: %v", e.Policy, e.Version, err))
+			continue
+		}
+		p, err := registry.VerifyPolicyEntry(e.Policy, e.Entry, compact.Bytes(), trust, false)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("policy %s v%d: %w", e.Policy, e.Version, err))
+			continue
+		}
+		ps = append(ps, p)
 	}
-	return ms, nil
+	if len(errs) > 0 {
+		return Verified{}, errs
+	}
+	return Verified{Manifests: ms, Policies: ps}, nil
+}
+
+func orNone(d string) string {
+	if d == "" {
+		return "(none)"
+	}
+	return d
 }
 
 // MaxFutureSequence is how far (in ms) a snapshot's sequence may lie ahead of the reader's
@@ -360,10 +522,19 @@ const MaxFutureSequence = int64(24 * time.Hour / time.Millisecond)
 // rendering cannot stand in); with writers, a Plain source must be one the gateway snapshot
 // accepts unsigned; and no sequence may lie more than MaxFutureSequence past now.
 func (b Bundle) VerifyGateway(gateway string, writers, controller *signing.TrustSet, now time.Time) ([]*manifest.Manifest, []error) {
+	v, errs := b.VerifyGatewayAll(gateway, writers, controller, now)
+	return v.Manifests, errs
+}
+
+// VerifyGatewayAll is VerifyGateway that also returns the policies the gateway enforces: the
+// gateway snapshot's policy digest must be that of all the rendering's policies, and it names
+// (PolicyNames) which of them this gateway enforces (ReversiGateway spec.policies); a named
+// policy missing from the rendering is refused.
+func (b Bundle) VerifyGatewayAll(gateway string, writers, controller *signing.TrustSet, now time.Time) (Verified, []error) {
 	if controller == nil {
-		return nil, []error{errors.New("the controller's keys are needed to verify a gateway's rendering")}
+		return Verified{}, []error{errors.New("the controller's keys are needed to verify a gateway's rendering")}
 	}
-	ms, errs := b.Verify(writers, controller)
+	v, errs := b.VerifyAll(writers, controller)
 	var gw []Snapshot
 	plain := map[string]Snapshot{}
 	limit := now.UnixMilli() + MaxFutureSequence
@@ -392,6 +563,23 @@ func (b Bundle) VerifyGateway(gateway string, writers, controller *signing.Trust
 		if got := b.Sources(); !slices.Equal(got, g.Sources) {
 			errs = append(errs, fmt.Errorf("snapshot of %s: the rendering holds the sources %v, the signed ones are %v: another source's rendering was put in its place", g.Source, got, g.Sources))
 		}
+		if d := b.PolicyDigest(); d != g.Policies {
+			errs = append(errs, fmt.Errorf("snapshot of %s: the policies' digest is %s, the signed one %s: policies were swapped, added or dropped", g.Source, orNone(d), orNone(g.Policies)))
+		}
+		byName := map[string]*apipolicy.Policy{}
+		for _, p := range v.Policies {
+			byName[p.Name] = p
+		}
+		var selected []*apipolicy.Policy
+		for _, name := range g.PolicyNames {
+			p, ok := byName[name]
+			if !ok {
+				errs = append(errs, fmt.Errorf("snapshot of %s: it enforces policy %s, which the rendering lacks: the policy was dropped", g.Source, name))
+				continue
+			}
+			selected = append(selected, p)
+		}
+		v.Policies = selected
 		if writers != nil {
 			for src, p := range plain {
 				switch {
@@ -404,7 +592,7 @@ func (b Bundle) VerifyGateway(gateway string, writers, controller *signing.Trust
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errs
+		return Verified{}, errs
 	}
-	return ms, nil
+	return v, nil
 }

@@ -67,6 +67,13 @@ type Snapshot struct {
 	// Floors (KindToolManifests only) is the highest version of each tool the set ever served,
 	// also of tools it serves no more: an older version is left out.
 	Floors map[string]int `json:"floors,omitempty"`
+	// Policies is registry.PolicyDigest of this source's policies (KindGateway: of all the
+	// rendering's policies); "" (absent) for none, so snapshots without policies keep their
+	// earlier bytes.
+	Policies string `json:"policies,omitempty"`
+	// PolicyNames (KindGateway only) are the policies the gateway enforces, sorted
+	// (ReversiGateway spec.policies); the rendering's other policies are verified, not enforced.
+	PolicyNames []string `json:"policy_names,omitempty"`
 }
 
 // SignedSnapshot is a Snapshot with the controller's signature.
@@ -164,8 +171,14 @@ func GatewaySource(namespace, name string) string { return "ReversiGateway " + n
 // AttestGateway signs the gateway snapshot of b (KindGateway, source GatewaySource): the
 // sources of b's other snapshots and the digest of all its entries; unsigned lists the Plain
 // sources the gateway accepts without writer signatures.
+//
+// s.PolicyNames names the policies the gateway enforces (sorted here); s.Policies is computed.
 func (b *Bundle) AttestGateway(s Snapshot, unsigned []string, signer *signing.Signer) (SignedSnapshot, error) {
 	s.Kind, s.Digest, s.Sources, s.Unsigned = KindGateway, b.Digest(), b.Sources(), slices.Sorted(slices.Values(unsigned))
+	s.Policies = b.PolicyDigest()
+	if len(s.PolicyNames) > 0 {
+		s.PolicyNames = slices.Sorted(slices.Values(s.PolicyNames))
+	}
 	ss, err := Sign(s, signer)
 	if err != nil {
 		return SignedSnapshot{}, err
@@ -190,6 +203,7 @@ func (b Bundle) Sources() []string {
 // to the bundle; s.Digest is computed here.
 func (b *Bundle) Attest(s Snapshot, signer *signing.Signer) (SignedSnapshot, error) {
 	s.Digest = b.SourceDigest(s.Source)
+	s.Policies = b.SourcePolicyDigest(s.Source)
 	ss, err := Sign(s, signer)
 	if err != nil {
 		return SignedSnapshot{}, err

@@ -12,10 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"sync"
 	"sync/atomic"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
+	apipolicy "github.com/reversi-gitops/reversi/api/policy"
 	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
@@ -63,6 +65,12 @@ type Snapshot struct {
 	Canonical map[string][]byte
 	// Index proves the served set: the index's sequence, history digest and signature.
 	Index IndexProof
+	// Policies are the served policies (the newest non-draft version of each), verified like
+	// the manifests and compiled together, sorted by name; PolicyEntries and PolicyCanonical
+	// hold their entries and canonical JSON by name.
+	Policies        []*apipolicy.Policy
+	PolicyEntries   map[string]Entry
+	PolicyCanonical map[string][]byte
 }
 
 // readVersion reads and checks one version against its index entry: the file exists inside
@@ -258,7 +266,9 @@ func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
 	if err != nil {
 		return nil, append(errs, err)
 	}
-	snap := &Snapshot{Entries: map[string]Entry{}, Canonical: map[string][]byte{}, Index: proof}
+	snap := &Snapshot{Entries: map[string]Entry{}, Canonical: map[string][]byte{}, Index: proof,
+		PolicyEntries: map[string]Entry{}, PolicyCanonical: map[string][]byte{}}
+	errs = append(errs, r.loadPolicies(fsys, idx, trust, snap)...)
 	set := make([]*manifest.Manifest, 0, len(jobs))
 	draftOnly := map[string]bool{}
 	for i, v := range versions {
@@ -299,6 +309,8 @@ func (r *Registry) Load(trust *signing.TrustSet) (*Snapshot, []error) {
 // VerifyReport counts what Verify checked.
 type VerifyReport struct {
 	Tools, Versions, Signed int
+	// Policies, PolicyVersions and PolicySigned count the policies and their versions.
+	Policies, PolicyVersions, PolicySigned int
 }
 
 // Verify checks every version of every tool (not only the loaded ones): file, checksum,
@@ -326,14 +338,40 @@ func (r *Registry) Verify(trust *signing.TrustSet) (VerifyReport, []error) {
 			jobs = append(jobs, job{tool, e})
 		}
 	}
+	npol := 0
+	for _, name := range idx.policyNames() {
+		rep.Policies++
+		es := idx.Policies[name]
+		if err := checkEntries(PolicyLabel(name), es); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, e := range es {
+			jobs = append(jobs, job{name, e})
+			npol++
+		}
+	}
+	first := len(jobs) - npol // jobs from here on are policy versions
 	verrs := make([]error, len(jobs))
 	parallel(len(jobs), func(i int) {
+		if i >= first {
+			_, verrs[i] = r.readPolicyVersion(fsys, jobs[i].tool, jobs[i].entry, trust, true)
+			return
+		}
 		_, verrs[i] = r.readVersion(fsys, jobs[i].tool, jobs[i].entry, trust, true)
 	})
 	for i, j := range jobs {
-		rep.Versions++
-		if j.entry.Signed() {
-			rep.Signed++
+		switch {
+		case i >= first:
+			rep.PolicyVersions++
+			if j.entry.Signed() {
+				rep.PolicySigned++
+			}
+		default:
+			rep.Versions++
+			if j.entry.Signed() {
+				rep.Signed++
+			}
 		}
 		if verrs[i] != nil {
 			errs = append(errs, verrs[i])
@@ -357,7 +395,7 @@ func (r *Registry) open(trust *signing.TrustSet) (idx *Index, fsys fs.FS, closeF
 	if err := idx.verify(trust); err != nil {
 		errs = append(errs, &Problem{File: IndexFile, Message: err.Error(), Err: err})
 	}
-	if len(idx.Tools) == 0 {
+	if len(idx.Tools) == 0 && len(idx.Policies) == 0 {
 		errs = append(errs, &Problem{File: IndexFile, Message: "lists no tools: a registry that enforces nothing is refused; restore index.json or publish manifests"})
 	}
 	return idx, fsys, closeFS, append(errs, r.strayFiles(fsys, idx)...)
@@ -388,15 +426,25 @@ func (r *Registry) strayFiles(fsys fs.FS, idx *Index) []error {
 		}
 	}
 	var errs []error
-	_ = fs.WalkDir(fsys, "tools", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || filepath.Ext(p) != ".json" {
+	for name, es := range idx.Policies {
+		for _, e := range es {
+			if p, err := policyVersionPath(name, e.Version); err == nil {
+				listed[p] = true
+			}
+		}
+	}
+	for dir, how := range map[string]string{"tools": "reversi manifests", "policies": "reversi policy"} {
+		_ = fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || filepath.Ext(p) != ".json" {
+				return nil
+			}
+			if !listed[p] {
+				errs = append(errs, &Problem{File: p, Message: "not listed in index.json: publish through " + how + ", or remove the file"})
+			}
 			return nil
-		}
-		if !listed[p] {
-			errs = append(errs, &Problem{File: p, Message: "not listed in index.json: publish through reversi manifests, or remove the file"})
-		}
-		return nil
-	})
+		})
+	}
+	sort.SliceStable(errs, func(i, j int) bool { return errs[i].(*Problem).File < errs[j].(*Problem).File })
 	return errs
 }
 

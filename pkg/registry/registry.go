@@ -69,18 +69,26 @@ type Index struct {
 	Format string `json:"format"`
 	// ID names the registry: random, made by its first write and never changed, and covered
 	// by the index signature, so a registry's signed folder cannot pass for another's.
-	ID        string             `json:"id"`
-	Sequence  int64              `json:"sequence"`
-	Tools     map[string][]Entry `json:"tools"`
+	ID       string             `json:"id"`
+	Sequence int64              `json:"sequence"`
+	Tools    map[string][]Entry `json:"tools"`
+	// Policies holds every policy's versions, oldest first, as Tools does for manifests
+	// (`policies/<name>/v<N>.json`); absent in a registry without policies.
+	Policies  map[string][]Entry `json:"policies,omitempty"`
 	KeyID     string             `json:"key_id,omitempty"`
 	Signature string             `json:"signature,omitempty"`
 }
 
 // Served is the version each tool serves: its newest non-draft version (a tool with only drafts
 // serves none; seed: "a draft ... is simply absent from the loaded registry").
-func (idx *Index) Served() map[string]Entry {
-	out := make(map[string]Entry, len(idx.Tools))
-	for tool, es := range idx.Tools {
+func (idx *Index) Served() map[string]Entry { return served(idx.Tools) }
+
+// ServedPolicies is the version each policy serves: its newest non-draft version.
+func (idx *Index) ServedPolicies() map[string]Entry { return served(idx.Policies) }
+
+func served(versions map[string][]Entry) map[string]Entry {
+	out := make(map[string]Entry, len(versions))
+	for tool, es := range versions {
 		for i := len(es) - 1; i >= 0; i-- {
 			if es[i].Status != manifest.Draft {
 				out[tool] = es[i]
@@ -107,13 +115,25 @@ func SetDigest(set map[string]Entry) string {
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
-// HistoryDigest is the hex SHA-256 of the JSON of {format, tools} (encoding/json: map keys
-// sorted, fields in declaration order): every version of every tool.
+// PolicyDigest is the digest of a served policy set: SetDigest over the lines
+// `<policy>@<version>:<checksum>\n`, and "" for no policy at all (so that an index, snapshot
+// or rendering without policies keeps the form it had before policies existed).
+func PolicyDigest(set map[string]Entry) string {
+	if len(set) == 0 {
+		return ""
+	}
+	return SetDigest(set)
+}
+
+// HistoryDigest is the hex SHA-256 of the JSON of {format, tools, policies} (encoding/json: map
+// keys sorted, fields in declaration order, policies left out when there are none): every
+// version of every tool and policy.
 func (idx *Index) HistoryDigest() (string, error) {
 	b, err := json.Marshal(struct {
-		Format string             `json:"format"`
-		Tools  map[string][]Entry `json:"tools"`
-	}{idx.Format, idx.Tools})
+		Format   string             `json:"format"`
+		Tools    map[string][]Entry `json:"tools"`
+		Policies map[string][]Entry `json:"policies,omitempty"`
+	}{idx.Format, idx.Tools, idx.Policies})
 	if err != nil {
 		return "", err
 	}
@@ -122,19 +142,26 @@ func (idx *Index) HistoryDigest() (string, error) {
 }
 
 // IndexMessage is what an index signature covers:
-// `reversi-registry-index:v2:<id>:<sequence>:<SetDigest of Served>:<HistoryDigest>`. The served
-// set appears by its own digest so that a reader holding only the served versions (a gateway)
-// can check that they are exactly the ones the writer signed (IndexProof.Verify).
+// `reversi-registry-index:v2:<id>:<sequence>:<SetDigest of Served>:<HistoryDigest>`, or, when
+// the registry serves policies,
+// `reversi-registry-index:v3:<id>:<sequence>:<SetDigest of Served>:<PolicyDigest of
+// ServedPolicies>:<HistoryDigest>`. The served sets appear by their own digests so that a
+// reader holding only the served versions (a gateway) can check that they are exactly the ones
+// the writer signed (IndexProof.VerifySet); a reader that drops every policy computes the v2
+// message, which the writer did not sign.
 func (idx *Index) IndexMessage() ([]byte, error) {
 	history, err := idx.HistoryDigest()
 	if err != nil {
 		return nil, err
 	}
-	return indexMessage(idx.ID, idx.Sequence, SetDigest(idx.Served()), history), nil
+	return indexMessage(idx.ID, idx.Sequence, SetDigest(idx.Served()), PolicyDigest(idx.ServedPolicies()), history), nil
 }
 
-func indexMessage(id string, sequence int64, served, history string) []byte {
-	return []byte("reversi-registry-index:v2:" + id + ":" + strconv.FormatInt(sequence, 10) + ":" + served + ":" + history)
+func indexMessage(id string, sequence int64, served, policies, history string) []byte {
+	if policies == "" {
+		return []byte("reversi-registry-index:v2:" + id + ":" + strconv.FormatInt(sequence, 10) + ":" + served + ":" + history)
+	}
+	return []byte("reversi-registry-index:v3:" + id + ":" + strconv.FormatInt(sequence, 10) + ":" + served + ":" + policies + ":" + history)
 }
 
 // newRegistryID is a registry's random id: 32 hex characters.
@@ -171,6 +198,12 @@ func (idx *Index) Proof() (IndexProof, error) {
 // (signing.ErrNotSigned) or malformed (signing.ErrMalformedSignature), or the signature does not
 // verify (signing.ErrBadSignature; signing.ErrUntrusted when the key is not trusted).
 func (p IndexProof) Verify(served string, trust *signing.TrustSet) error {
+	return p.VerifySet(served, "", trust)
+}
+
+// VerifySet is Verify for a registry that may serve policies: policies is the PolicyDigest of
+// the served policies the reader holds ("" for none).
+func (p IndexProof) VerifySet(served, policies string, trust *signing.TrustSet) error {
 	if p.Signature == "" || p.KeyID == "" {
 		return fmt.Errorf("the registry index is %w: the set of served versions cannot be checked; write the registry with --key", signing.ErrNotSigned)
 	}
@@ -178,7 +211,7 @@ func (p IndexProof) Verify(served string, trust *signing.TrustSet) error {
 	if err != nil {
 		return fmt.Errorf("the registry index signature is %w", signing.ErrMalformedSignature)
 	}
-	if err := trust.Verify(p.KeyID, sig, indexMessage(p.ID, p.Sequence, served, p.History)); err != nil {
+	if err := trust.Verify(p.KeyID, sig, indexMessage(p.ID, p.Sequence, served, policies, p.History)); err != nil {
 		if errors.Is(err, signing.ErrUntrusted) {
 			return err
 		}
@@ -318,7 +351,7 @@ func (r *Registry) readIndex(creating bool) (*Index, error) {
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		if creating {
-			return &Index{Format: Format, ID: newRegistryID(), Tools: map[string][]Entry{}}, nil
+			return &Index{Format: Format, ID: newRegistryID(), Tools: map[string][]Entry{}, Policies: map[string][]Entry{}}, nil
 		}
 		return nil, fmt.Errorf("%s is not a registry: it has no %s (publish with reversi manifests publish)", r.Dir, IndexFile)
 	}
@@ -334,6 +367,9 @@ func (r *Registry) readIndex(creating bool) (*Index, error) {
 	}
 	if idx.Tools == nil {
 		idx.Tools = map[string][]Entry{}
+	}
+	if idx.Policies == nil {
+		idx.Policies = map[string][]Entry{}
 	}
 	return &idx, nil
 }

@@ -31,6 +31,14 @@ func Message(tool string, version int, checksum string) []byte {
 	return []byte("reversi-manifest:" + tool + "@" + strconv.Itoa(version) + ":" + checksum)
 }
 
+// PolicyMessage is the byte string a policy version's signature covers:
+// `reversi-policy:<name>@<version>:<checksum>`. Its prefix differs from Message's, so a
+// manifest version's signature never verifies as a policy's (nor the other way round), even
+// for a tool and a policy of the same name, version and checksum.
+func PolicyMessage(name string, version int, checksum string) []byte {
+	return []byte("reversi-policy:" + name + "@" + strconv.Itoa(version) + ":" + checksum)
+}
+
 // KeyID is the stable short fingerprint of a public key: the first 16 hex characters of the
 // SHA-256 of its PKIX DER encoding.
 func KeyID(pub ed25519.PublicKey) (string, error) {
