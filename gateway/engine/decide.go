@@ -144,7 +144,8 @@ type decider struct {
 	e           *Engine
 	d           Decision
 	preview     bool
-	policyNotes int // where the policy's notes start in d.Notes
+	policyNotes int           // where the policy's notes start in d.Notes
+	in          *policy.Input // what the policy step evaluated (nil: no policy ran)
 }
 
 // violate records a broken rule and reports whether checking stops (enforce mode).
@@ -272,7 +273,7 @@ func (x *decider) decide(ctx context.Context, c Call) {
 	// 9. Limits: the call counts under every limit rule it matches, once nothing above holds
 	// it (a held call counts on its approved retry).
 	if len(pol.Counts) > 0 && !x.preview && (d.Mode != Enforce || len(d.Violations) == 0) {
-		if x.takeLimits(ctx, c, m, args) {
+		if x.takeLimits(ctx, pol.Counts) {
 			return
 		}
 	}

@@ -43,6 +43,7 @@ func (x *decider) policy(ctx context.Context, c Call, m *manifest.Manifest, args
 		d.PolicyDecision = apipolicy.DecisionDeny
 		return res, x.violate(CategoryPolicy, "the policy could not read the run's steps: "+err.Error())
 	}
+	x.in = &in
 	start := time.Now()
 	res = e.policy.Evaluate(ctx, in)
 	d.PolicyTime += time.Since(start)
@@ -88,21 +89,16 @@ func (x *decider) notePolicy(res policy.Result) {
 	}
 }
 
-// takeLimits counts the call under the limit rules it matches. Counting and checking are one
-// step per limit key in this process (limitLocks): of concurrent calls of one run only as
-// many as the limit allows get through. The policy is evaluated again under the locks, so the
-// count it checks includes every call that took a place before. stop: the call is refused
-// (enforce mode).
-func (x *decider) takeLimits(ctx context.Context, c Call, m *manifest.Manifest, args map[string]any) (stop bool) {
-	e := x.e
-	in, err := x.input(ctx, c, m, args)
-	if err != nil {
-		return x.violate(CategoryPolicy, "the policy could not read the run's steps: "+err.Error())
-	}
+// takeLimits counts the call under the limit rules it matches (counts: the counters of the
+// policy step's evaluation, made with input x.in). Counting and checking are one step per limit
+// key in this process (limitLocks): of concurrent calls of one run only as many as the limit
+// allows get through. The policy is evaluated again under the locks, so the count it checks
+// includes every call that took a place before. stop: the call is refused (enforce mode).
+func (x *decider) takeLimits(ctx context.Context, counts []policy.CountKey) (stop bool) {
+	e, in := x.e, *x.in
 	start := time.Now()
 	defer func() { x.d.PolicyTime += time.Since(start) }()
-	first := e.policy.Evaluate(ctx, in)
-	unlock := processLimits.lock(first.Counts)
+	unlock := processLimits.lock(counts)
 	defer unlock()
 	res := e.policy.Evaluate(ctx, in)
 	if res.Decision == apipolicy.DecisionDeny {
