@@ -34,8 +34,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
+	apipolicy "github.com/reversi-gitops/reversi/api/policy"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/pkg/bundle"
+	"github.com/reversi-gitops/reversi/pkg/policy"
 	"github.com/reversi-gitops/reversi/pkg/registry"
 	"github.com/reversi-gitops/reversi/pkg/signing"
 	"github.com/reversi-gitops/reversi/pkg/source"
@@ -342,12 +344,13 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 
 	snap := b.Snapshots[0].Snapshot
 	prev := reg.Status.Artifact
-	changed := prev == nil || prev.Revision != art.Revision || prev.Digest != snap.Digest
+	changed := prev == nil || prev.Revision != art.Revision || prev.Digest != snap.Digest || prev.Policies != int32(len(b.Policies))
 	if changed {
 		reg.Status.Artifact = &v1alpha1.RegistryArtifact{LastUpdateTime: metav1.Now()}
 	}
 	a := reg.Status.Artifact
 	a.Revision, a.Digest, a.Tools, a.ConfigMaps = art.Revision, snap.Digest, int32(len(b.Entries)), names
+	a.Policies = int32(len(b.Policies))
 	a.Sequence, a.RenderingDigest = snap.Sequence, renderingDigest
 	if index != nil {
 		a.IndexSequence, a.RegistryID = index.Sequence, index.ID
@@ -359,6 +362,9 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 	}
 	reg.Status.InvalidTools, reg.Status.InvalidToolCount = nil, 0
 	msg := fmt.Sprintf("stored artifact for revision %s: %d tools", art.Revision, len(b.Entries))
+	if len(b.Policies) > 0 {
+		msg += fmt.Sprintf(", %d policies", len(b.Policies))
+	}
 	setCondition(reg, v1alpha1.ConditionArtifactInStorage, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, msg)
 	markReady(reg, v1alpha1.ReasonSucceeded, msg)
 	if changed {
@@ -520,7 +526,7 @@ func (r *ManifestRegistryReconciler) attest(reg *v1alpha1.ManifestRegistry, b *b
 	default:
 		s.AcceptedRevision = reg.Status.AcceptedRevision
 	}
-	s.Digest = b.SourceDigest(s.Source)
+	s.Digest, s.Policies = b.SourceDigest(s.Source), b.SourcePolicyDigest(s.Source)
 	var recorded []bundle.Snapshot
 	if last.snap != nil {
 		recorded = append(recorded, *last.snap)
@@ -829,20 +835,38 @@ func loadProblemsReason(errs []error) (reason string, sigErr error) {
 	return v1alpha1.ReasonValidationFailed, nil
 }
 
-// loadPlain reads plain manifest files from the commit; files are named by their path in the
+// PlainPolicyDir is the folder of a Plain registry's policies, under spec.path.
+const PlainPolicyDir = "policy"
+
+// loadPlain reads plain manifest files (and the policies of PlainPolicyDir) from the commit; files are named by their path in the
 // repository, and links are refused (never followed).
 func loadPlain(src string, art *source.Artifact, files fs.FS, dir string) (bundle.Bundle, *stepError) {
 	if registry.IsRegistryFS(mustSub(files, dir)) {
 		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "the folder holds a signed registry (%s) at revision %s: set format: Registry", registry.IndexFile, art.Revision)
 	}
-	docs, errs := manifest.ReadFS(files, dir, "")
+	pdir := path.Join(dir, PlainPolicyDir)
+	docs, errs := manifest.ReadFSSkipping(files, dir, "", pdir)
 	ms, verrs := manifest.ValidateDocuments(docs)
 	errs = append(errs, verrs...)
+	// The policies beside the manifests (issue 21: "Plain format reads policy/*.yaml"): read
+	// strictly and compiled, every error with file:line; one broken policy refuses the commit.
+	var ps []*apipolicy.Policy
+	if fi, err := fs.Stat(files, pdir); err == nil && fi.IsDir() {
+		var perrs []error
+		ps, perrs = apipolicy.ReadFS(files, pdir, "")
+		if len(perrs) == 0 && len(ps) > 0 {
+			_, perrs = policy.Compile(ps)
+		}
+		errs = append(errs, perrs...)
+	}
 	if len(errs) > 0 {
 		manifest.SortErrors(errs)
 		return bundle.Bundle{}, loadFailure(v1alpha1.ReasonValidationFailed, art.Revision, errs)
 	}
 	b, err := bundle.FromManifests(src, ms)
+	if err == nil {
+		err = b.AddPolicies(src, ps)
+	}
 	if err != nil {
 		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "%v", err)
 	}

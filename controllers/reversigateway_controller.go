@@ -777,7 +777,8 @@ func ParseTrustedKeys(data map[string][]byte) (*signing.TrustSet, error) {
 // second result summarises the sources.
 func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.ReversiGateway, trust *signing.TrustSet, prev previous) (bundle.Bundle, string, *stepError) {
 	var parts []bundle.Bundle
-	from := map[string][]string{} // tool -> sources
+	from := map[string][]string{}       // tool -> sources
+	policyFrom := map[string][]string{} // policy -> sources
 	var summary []string
 	m := gw.Spec.Manifests
 	if m == nil {
@@ -800,6 +801,9 @@ func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.Rever
 		}
 		for _, e := range b.Entries {
 			from[e.Tool] = append(from[e.Tool], "ManifestRegistry "+name)
+		}
+		for _, p := range b.Policies {
+			policyFrom[p.Policy] = append(policyFrom[p.Policy], "ManifestRegistry "+name)
 		}
 		parts = append(parts, b)
 		summary = append(summary, fmt.Sprintf("registry %s at %s", name, b.Snapshots[0].Snapshot.Revision))
@@ -825,6 +829,18 @@ func (r *ReversiGatewayReconciler) merge(ctx context.Context, gw *v1alpha1.Rever
 		return bundle.Bundle{}, "", fail(v1alpha1.ReasonDuplicateTool, true,
 			"tools defined by more than one source, the last good rendering stays: %s: remove each from all but one source", strings.Join(dups, "; "))
 	}
+	for _, name := range sortedStrings(policyFrom) {
+		if srcs := policyFrom[name]; len(srcs) > 1 {
+			dups = append(dups, fmt.Sprintf("policy %s (%s)", name, strings.Join(srcs, ", ")))
+		}
+	}
+	if len(dups) > 0 {
+		return bundle.Bundle{}, "", fail(v1alpha1.ReasonDuplicateTool, true,
+			"policies defined by more than one registry, the last good rendering stays: %s: remove each from all but one registry", strings.Join(dups, "; "))
+	}
+	if n := len(policyFrom); n > 0 {
+		summary = append(summary, fmt.Sprintf("%d policies", n))
+	}
 	if len(summary) == 0 {
 		summary = []string{"no manifest sources"}
 	}
@@ -843,7 +859,12 @@ func (r *ReversiGatewayReconciler) attestGateway(gw *v1alpha1.ReversiGateway, b 
 		}
 	}
 	unsigned = slices.Sorted(slices.Values(unsigned))
-	s := bundle.Snapshot{Source: src, Kind: bundle.KindGateway, Digest: b.Digest(), Sources: b.Sources(), Unsigned: unsigned}
+	enforce, serr := enforcedPolicies(gw, *b)
+	if serr != nil {
+		return serr
+	}
+	s := bundle.Snapshot{Source: src, Kind: bundle.KindGateway, Digest: b.Digest(), Sources: b.Sources(), Unsigned: unsigned,
+		Policies: b.PolicyDigest(), PolicyNames: enforce}
 	var recordedSnaps []bundle.Snapshot
 	if p, ok := prev.snapshots[src]; ok {
 		recordedSnaps = append(recordedSnaps, p)
@@ -854,10 +875,32 @@ func (r *ReversiGatewayReconciler) attestGateway(gw *v1alpha1.ReversiGateway, b 
 		recordedSnaps = append(recordedSnaps, rec)
 	}
 	seq := sequenceFor(s, recordedSnaps...)
-	if _, err := b.AttestGateway(bundle.Snapshot{Source: src, Sequence: seq}, unsigned, r.Key.Signer); err != nil {
+	if _, err := b.AttestGateway(bundle.Snapshot{Source: src, Sequence: seq, PolicyNames: enforce}, unsigned, r.Key.Signer); err != nil {
 		return fail(v1alpha1.ReasonApplyFailed, false, "signing the gateway snapshot: %v", err)
 	}
 	return nil
+}
+
+// enforcedPolicies are the policies of b the gateway enforces, sorted: spec.policies.names, or
+// every policy of b when spec.policies is unset. A name no selected registry serves is an
+// error (not stalled: a registry may serve it at its next commit), so a typo never reads as
+// "enforced".
+func enforcedPolicies(gw *v1alpha1.ReversiGateway, b bundle.Bundle) ([]string, *stepError) {
+	have := b.PolicyNames()
+	if gw.Spec.Policies == nil {
+		return have, nil
+	}
+	var missing []string
+	for _, n := range gw.Spec.Policies.Names {
+		if !slices.Contains(have, n) {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fail(v1alpha1.ReasonSourceNotReady, false,
+			"spec.policies.names: %s not served by any of spec.manifests.registries (they serve %v), the last good rendering stays: publish and approve it there (reversi policy publish, approve), or remove it", strings.Join(missing, ", "), have)
+	}
+	return slices.Sorted(slices.Values(gw.Spec.Policies.Names)), nil
 }
 
 // toolManifestsSource is how snapshots name a gateway's selected ToolManifests.

@@ -527,10 +527,19 @@ func yamlErrorLine(err error) int {
 // named prefix + their path in messages. A symbolic link is an error, never followed: fsys may
 // hold another party's files (a git commit).
 func ReadFS(fsys fs.FS, dir, prefix string) ([]Document, []error) {
+	return ReadFSSkipping(fsys, dir, prefix, "")
+}
+
+// ReadFSSkipping is ReadFS that leaves out the folder skip (a path in fsys, "" for none): a
+// Plain ManifestRegistry's `policy/` folder holds policies, not manifests.
+func ReadFSSkipping(fsys fs.FS, dir, prefix, skip string) ([]Document, []error) {
 	var docs []Document
 	var errs []error
 	_ = fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
 		shown := prefix + p
+		if skip != "" && p == skip && d != nil && d.IsDir() {
+			return fs.SkipDir
+		}
 		if err != nil {
 			errs = append(errs, &FieldError{File: shown, Message: err.Error()})
 			return nil

@@ -251,6 +251,12 @@ type RegistryArtifact struct {
 	// +kubebuilder:validation:Minimum=0
 	Tools int32 `json:"tools"`
 
+	// Policies is the number of policies rendered with the manifests (issue 21): the served
+	// policy versions of a Registry, the `policy/` files of a Plain registry.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Policies int32 `json:"policies,omitempty"`
+
 	// ConfigMaps are the names of the ConfigMaps holding the rendering, in shard order
 	// (`<registry>-manifests`, then `<registry>-manifests-1`, … for large registries).
 	// +optional

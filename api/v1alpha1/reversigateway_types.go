@@ -115,6 +115,13 @@ type ReversiGatewaySpec struct {
 	// +optional
 	Manifests *GatewayManifests `json:"manifests,omitempty"`
 
+	// Policies says which of the policies of spec.manifests.registries the gateway enforces
+	// (issue 21). Unset: every policy those registries serve. The controller renders every
+	// policy of the selected registries (each is verified against the registry's signed
+	// index, which covers them all) and signs which of them the gateway enforces.
+	// +optional
+	Policies *GatewayPolicies `json:"policies,omitempty"`
+
 	// TrustedKeysSecretRef names a Secret whose data values are Ed25519 public keys (PEM). The
 	// gateway verifies every manifest's signature against them before it enforces anything;
 	// the one exception is a registry listed in spec.manifests.plainRegistries.
@@ -255,6 +262,19 @@ type GatewayManifests struct {
 	// Ready=True (valid and, with trusted keys, verified) are loaded. Unset: none.
 	// +optional
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+}
+
+// GatewayPolicies selects policies by name.
+type GatewayPolicies struct {
+	// Names are the policies (their `policy:` names) the gateway enforces; each must be served
+	// by one of spec.manifests.registries. Empty: none.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9_.:/-]+$`
+	Names []string `json:"names,omitempty"`
 }
 
 // GatewayStore is where a gateway keeps its ledger and approval queue.
