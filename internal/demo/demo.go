@@ -8,7 +8,8 @@
 // The steps: a call without a manifest is blocked; a signed commit (a merged PR) adds a
 // manifest that requires approval by finance, and the running gateway enforces it within
 // seconds, without a restart; alice (group finance) approves with kubectl; `kubectl get
-// reversiruns` shows the run; `kubectl patch` of spec.rollback undoes it; an unsigned (forged)
+// reversiruns` shows the run; `kubectl patch` of spec.rollback undoes it; a signed commit adds a
+// policy and the running gateway blocks a card number in a call's arguments; an unsigned (forged)
 // commit is refused and never reaches the gateway; with the controller stopped, a hand edit of
 // the rendered ConfigMap is refused by the gateway itself, and so is the complete signed rendering
 // from before the PR put back (an older snapshot); the gateway's credentials cannot read other
@@ -111,6 +112,11 @@ type Report struct {
 	// PatchPods and PatchOwnLease its answers to `kubectl auth can-i` patch pods and patch its
 	// pod's Lease ("no" and "yes", issue 17).
 	Forbidden, PatchPods, PatchOwnLease string
+	// PolicyBlocked is the gateway's answer to a call carrying a card number once a signed
+	// commit added the content policy, PolicyEnforced how long from `git commit` to that
+	// answer, and PolicyPassed its answer to the same call with a number that is not a card's.
+	PolicyBlocked, PolicyPassed string
+	PolicyEnforced              time.Duration
 	// GatewayArgs is the argv the gateway process ran with (the Deployment's, localised).
 	GatewayArgs []string
 	// PIDs are the processes the story started (controller, gateway), and Dir its folder:
@@ -152,6 +158,25 @@ const manifestsV1 = `# The memory tools the agent may use. Reviewed by the platf
   description: Delete relations.
   effect: idempotent
   permission: memory:admin
+`
+
+// The policy PR: rules about calls, beside the manifests (issue 21).
+const policyContent = `# Card numbers never travel in tool arguments. Reviewed by the platform team.
+policy: content
+rules:
+  - name: no-card-numbers
+    condition: has_card_number(args)
+    effect: deny
+    reason: "the arguments carry a payment card number: pass the card vault's token instead"
+tests:
+  - name: a card number in an observation is blocked
+    tool: memory.create_entities
+    args: { entities: [{ name: acme-card, entityType: note, observations: ["pays with 4111 1111 1111 1111"] }] }
+    expect: deny
+  - name: a number that fails the Luhn check passes
+    tool: memory.create_entities
+    args: { entities: [{ name: acme-order, entityType: note, observations: ["order 4111 1111 1111 1112"] }] }
+    expect: allow
 `
 
 // The merged PR: create_relations gets a manifest, and finance must approve each call.
@@ -234,7 +259,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	s.report.Dir = s.dir
 	for _, step := range []func(context.Context) error{
 		s.prepare, s.controlPlane, s.repository, s.controller, s.registry, s.gateway,
-		s.blocked, s.mergePR, s.approve, s.runs, s.rollback, s.forged, s.handEdit, s.rbac,
+		s.blocked, s.mergePR, s.approve, s.runs, s.rollback, s.policyPR, s.forged, s.handEdit, s.rbac,
 	} {
 		if err := step(ctx); err != nil {
 			return &s.report, err
@@ -912,7 +937,7 @@ func (s *story) rollback(ctx context.Context) error {
 // forged: a commit that is not signed by a trusted committer loosens the rule; the controller
 // refuses it and the gateway keeps serving what it served.
 func (s *story) forged(ctx context.Context) error {
-	s.section("6. A forged (unsigned) commit never reaches the gateway")
+	s.section("7. A forged (unsigned) commit never reaches the gateway")
 	before := s.podDigest(ctx)
 	p := filepath.Join(s.repo, "registry")
 	if err := s.write(filepath.Join(p, "NOTICE"), "approvals are no longer needed\n"); err != nil {
@@ -960,7 +985,7 @@ func (s *story) forged(ctx context.Context) error {
 // ConfigMap by hand: create_relations without its approval rule, unsigned. The gateway
 // verifies every signature itself, refuses the edit and keeps enforcing what it had.
 func (s *story) handEdit(ctx context.Context) error {
-	s.section("7. A ConfigMap edited by hand, or an older rendering put back, is refused by the gateway itself")
+	s.section("8. A ConfigMap edited by hand, or an older rendering put back, is refused by the gateway itself")
 	ctrlProc := s.procs[0]
 	ctrlProc.Stop()
 	s.say("(the controller, pid %d, is stopped: nothing re-renders the ConfigMap)", ctrlProc.PID())
@@ -1063,7 +1088,7 @@ func (s *story) replay(ctx context.Context) (err error) {
 // rbac: the gateway's identity reads its own keys but no other Secret, and patches no pod
 // (only its pod's Lease).
 func (s *story) rbac(ctx context.Context) error {
-	s.section("8. The gateway's RBAC is its own")
+	s.section("9. The gateway's RBAC is its own")
 	if _, err := s.kubectlAs(ctx, s.gwKube, "", "get", "secret", "manifest-keys", "-n", Namespace, "-o", "name"); err != nil {
 		return err
 	}
@@ -1084,6 +1109,65 @@ func (s *story) rbac(ctx context.Context) error {
 	return nil
 }
 
+// policyPR: a signed commit adds a policy (published and signed in the registry like the
+// manifests); the running gateway blocks a call whose arguments carry a card number, and lets
+// one with a number that is no card's through.
+func (s *story) policyPR(ctx context.Context) error {
+	s.section("6. A PR adds a policy: a card number in the arguments is blocked")
+	if err := s.write(filepath.Join(s.repo, "policy", "content.yaml"), policyContent); err != nil {
+		return err
+	}
+	s.say("policy/content.yaml:\n%s", indent(policyContent))
+	if _, err := s.exec(ctx, s.repo, nil, "", s.bin, "test", "--policy", "policy", "-m", "registry"); err != nil {
+		return err
+	}
+	if _, err := s.exec(ctx, s.repo, nil, "", s.bin, "policy", "publish", "policy", "--registry", "registry",
+		"--by", "platform-team", "--key", filepath.Join(s.dir, "keys", "manifests.key"), "--status", "approved", "--note", "no card numbers in arguments"); err != nil {
+		return err
+	}
+	if _, err := s.git(ctx, "add", "-A"); err != nil {
+		return err
+	}
+	began := time.Now()
+	if _, err := s.git(ctx, "commit", "-q", "-m", "policy content: no card numbers in tool arguments (PR #9)"); err != nil {
+		return err
+	}
+	if _, err := s.kubectl(ctx, "annotate", "--overwrite", "manifestregistry/"+Registry, "-n", Namespace, v1alpha1.AnnotationRequestedAt+"="+time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		return err
+	}
+	card := func(name, text string) map[string]any {
+		return map[string]any{"entities": []any{map[string]any{"name": name, "entityType": "note", "observations": []any{text}}}}
+	}
+	var text string
+	if err := podrun.Poll(ctx, 30*time.Second, func() string {
+		t, isErr, err := s.call(ctx, "memory.create_entities", card("acme-card", "pays with 4111 1111 1111 1111"))
+		if err != nil {
+			return err.Error()
+		}
+		if !isErr || !strings.Contains(t, "card number") {
+			return "the card number still passes: " + oneLine(t, 200)
+		}
+		text = t
+		return ""
+	}); err != nil {
+		return err
+	}
+	s.report.PolicyEnforced = time.Since(began)
+	s.showCall("memory.create_entities", text, true)
+	s.report.PolicyBlocked = text
+	t, isErr, err := s.call(ctx, "memory.create_entities", card("acme-order", "order 4111 1111 1111 1112"))
+	if err != nil {
+		return err
+	}
+	s.showCall("memory.create_entities", t, isErr)
+	if isErr {
+		return fmt.Errorf("a number that fails the Luhn check was refused: %s", t)
+	}
+	s.report.PolicyPassed = t
+	s.say("git commit → policy enforced by the running gateway in %s", s.report.PolicyEnforced.Round(time.Millisecond))
+	return nil
+}
+
 func (s *story) summary() {
 	r := s.report
 	s.section("Summary")
@@ -1095,6 +1179,7 @@ func (s *story) summary() {
 	s.say("  once         the same call again was held for a new request: one approval, one call")
 	s.say("  audit        kubectl get reversiruns shows run %s, with who approved and the one use as records", r.Run)
 	s.say("  rollback     kubectl patch … spec.rollback.confirm=true: %s", r.RollbackPhase)
+	s.say("  policy       a signed commit added a policy: a card number in the arguments was blocked %s later", r.PolicyEnforced.Round(time.Millisecond))
 	kept := "and the gateway kept the rules of the last signed commit"
 	if !r.ForgedDigestKept {
 		kept = "but the gateway's digest changed"

@@ -91,11 +91,18 @@ func TestDemoStory(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.GraphAfterRollback), &graph); err != nil || len(graph.Entities) != 0 || len(graph.Relations) != 0 {
 		t.Errorf("the graph after the rollback: %v %q", err, r.GraphAfterRollback)
 	}
-	// 6. The forged commit never reached the gateway.
+	// 6. The policy PR: a card number is blocked by the running gateway, a non-card number passes.
+	if !strings.HasPrefix(r.PolicyBlocked, "Blocked by Reversi: the arguments carry a payment card number") || r.PolicyPassed == "" {
+		t.Errorf("after the policy PR: %q, then %q", r.PolicyBlocked, r.PolicyPassed)
+	}
+	if r.PolicyEnforced <= 0 || r.PolicyEnforced > 5*time.Second {
+		t.Errorf("the policy took %s to be enforced, want under 5 s", r.PolicyEnforced)
+	}
+	// 7. The forged commit never reached the gateway.
 	if !strings.Contains(r.Forged, "not signed") || !r.ForgedDigestKept || !strings.Contains(r.StillHeld, "requires approval") {
 		t.Errorf("after the unsigned commit: registry %q, digest kept %v, gateway answers %q", r.Forged, r.ForgedDigestKept, r.StillHeld)
 	}
-	// 7. A ConfigMap edited by hand (unsigned, looser) is refused by the gateway itself.
+	// 8. A ConfigMap edited by hand (unsigned, looser) is refused by the gateway itself.
 	if !strings.Contains(r.HandEdit, "memory.create_relations") || !strings.Contains(r.HandEdit, "not signed") ||
 		!strings.Contains(r.HandEditHeld, "memory.create_relations requires approval") {
 		t.Errorf("after the hand edit: pod reports %q, gateway answers %q", r.HandEdit, r.HandEditHeld)
@@ -104,7 +111,7 @@ func TestDemoStory(t *testing.T) {
 		!strings.Contains(r.ReplayHeld, "memory.create_relations requires approval") {
 		t.Errorf("after the older rendering was put back: pod reports %q, gateway answers %q", r.Replay, r.ReplayHeld)
 	}
-	// 8. The ServiceAccount reads no other Secret.
+	// 9. The ServiceAccount reads no other Secret.
 	if !strings.Contains(r.Forbidden, "Forbidden") || !strings.Contains(r.Forbidden, "system:serviceaccount:"+demo.Namespace+":"+demo.Gateway+"-gateway") {
 		t.Errorf("reading Secret committers as the gateway: %q", r.Forbidden)
 	}
