@@ -9,9 +9,9 @@
 // script returns a table `hs` with `hs.status` one of Healthy, Progressing, Degraded,
 // Suspended or Missing (anything else is Unknown) and `hs.message`.
 //
-// The scripts are the files health/<kind in lowercase>.lua, embedded. Each is self-contained
-// (Argo CD has no shared prelude): the block between "-- BEGIN common" and "-- END common" is
-// the same in all of them and reads the kstatus conditions (DESIGN.md, "Custom resources"):
+// The scripts are the files health/<kind in lowercase>.lua, embedded. Argo CD has no prelude
+// shared by scripts, so HealthScript puts health/common.lua, the kstatus reading (DESIGN.md,
+// "Custom resources"), in front of each kind's code:
 // no status, or status.observedGeneration (else the Ready condition's) behind
 // metadata.generation → Progressing; Stalled=True → Degraded; Reconciling=True → Progressing;
 // Ready=True → Healthy; Ready=False → Degraded. Each kind adds its own states before that
@@ -38,13 +38,23 @@ func HealthKey(kind string) string {
 	return "resource.customizations.health." + v1alpha1.GroupVersion.Group + "_" + kind
 }
 
-// HealthScript is the Lua health check of kind (one of Kinds), as Argo CD runs it.
+// HealthScript is the Lua health check of kind (one of Kinds), as Argo CD runs it: the kind
+// file's leading comment, health/common.lua, then the kind's code.
 func HealthScript(kind string) (string, error) {
 	b, err := scripts.ReadFile("health/" + strings.ToLower(kind) + ".lua")
 	if err != nil {
 		return "", fmt.Errorf("no Argo CD health check for kind %q: %w", kind, err)
 	}
-	return string(b), nil
+	common, err := scripts.ReadFile("health/common.lua")
+	if err != nil {
+		return "", err
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	i := 0
+	for i < len(lines) && strings.HasPrefix(lines[i], "--") {
+		i++
+	}
+	return strings.Join(lines[:i], "") + string(common) + strings.Join(lines[i:], ""), nil
 }
 
 // ConfigMapData renders the health checks as the `data:` of argocd-cm, a YAML mapping of
