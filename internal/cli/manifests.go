@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os/user"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -365,58 +363,12 @@ func newDiffCmd() *cobra.Command {
 	return cmd
 }
 
-// diffManifests lists `- path: old` / `+ path: new` for every leaf field that differs.
+// diffManifests lists `- path: old` / `+ path: new` for every leaf field of the manifests'
+// canonical JSON that differs (a list is one leaf).
 func diffManifests(a, b *manifest.Manifest) []string {
-	fa, fb := flatten(a), flatten(b)
-	keys := map[string]bool{}
-	for k := range fa {
-		keys[k] = true
-	}
-	for k := range fb {
-		keys[k] = true
-	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
-	var out []string
-	for _, k := range sorted {
-		va, inA := fa[k]
-		vb, inB := fb[k]
-		if inA && inB && va == vb {
-			continue
-		}
-		if inA {
-			out = append(out, fmt.Sprintf("- %s: %s", k, va))
-		}
-		if inB {
-			out = append(out, fmt.Sprintf("+ %s: %s", k, vb))
-		}
-	}
-	return out
-}
-
-// flatten maps each leaf of the manifest's canonical JSON to its JSON text.
-func flatten(m *manifest.Manifest) map[string]string {
-	b, _ := manifest.CanonicalJSON(m)
-	var v any
-	_ = json.Unmarshal(b, &v)
-	out := map[string]string{}
-	var walk func(prefix string, v any)
-	walk = func(prefix string, v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			for k, e := range x {
-				walk(strings.TrimPrefix(prefix+"."+k, "."), e)
-			}
-		default:
-			j, _ := json.Marshal(x)
-			out[prefix] = string(j)
-		}
-	}
-	walk("", v)
-	return out
+	ca, _ := manifest.CanonicalJSON(a)
+	cb, _ := manifest.CanonicalJSON(b)
+	return diffFlat(flattenJSON(ca, false), flattenJSON(cb, false))
 }
 
 func newVerifyCmd() *cobra.Command {

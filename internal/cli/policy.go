@@ -142,7 +142,7 @@ func newPolicyDiffCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "--- %s v%d\n+++ %s v%d\n", args[0], vs[0].Version, args[0], vs[1].Version)
-			for _, l := range diffFlat(flattenJSON(vs[0].Canonical), flattenJSON(vs[1].Canonical)) {
+			for _, l := range diffFlat(flattenJSON(vs[0].Canonical, true), flattenJSON(vs[1].Canonical, true)) {
 				fmt.Fprintln(out, l)
 			}
 			return nil
@@ -198,8 +198,9 @@ func newPolicyVerifyCmd() *cobra.Command {
 	return cmd
 }
 
-// flattenJSON maps each leaf of a JSON document to its JSON text, by path (`rules[0].effect`).
-func flattenJSON(b []byte) map[string]string {
+// flattenJSON maps each leaf of a JSON document to its JSON text, by path: `a.b`, and with
+// intoLists `rules[0].effect` (else a list is one leaf).
+func flattenJSON(b []byte, intoLists bool) map[string]string {
 	var v any
 	_ = json.Unmarshal(b, &v)
 	out := map[string]string{}
@@ -211,6 +212,11 @@ func flattenJSON(b []byte) map[string]string {
 				walk(strings.TrimPrefix(prefix+"."+k, "."), e)
 			}
 		case []any:
+			if !intoLists {
+				j, _ := json.Marshal(x)
+				out[prefix] = string(j)
+				return
+			}
 			for i, e := range x {
 				walk(fmt.Sprintf("%s[%d]", prefix, i), e)
 			}
