@@ -85,8 +85,30 @@ func (r *Registry) readVersion(fsys fs.FS, tool string, want Entry, trust *signi
 	if err != nil {
 		return nil, &Problem{File: IndexFile, Tool: tool, Message: err.Error() + ": index.json was edited; restore it"}
 	}
+	canonical, err := readVersionFile(fsys, rel, tool, tool, "manifest", want, func(data []byte) (string, int, Entry, json.RawMessage, error) {
+		var vf VersionFile
+		err := strictJSON(data, &vf)
+		return vf.Tool, vf.Version, vf.Entry, vf.Manifest, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	m, err := VerifyEntry(tool, want, canonical, trust, full)
+	if err != nil {
+		return nil, &Problem{File: rel, Tool: tool, Version: want.Version, Message: err.Error(), Err: err}
+	}
+	return &Version{Tool: tool, Entry: want, Manifest: m, Canonical: canonical}, nil
+}
+
+// readVersionFile reads the version file rel of name (problems name label: the tool, or
+// "policy <name>") and checks it against its index entry want: it exists inside the registry,
+// is strict JSON (decode reads its name, version, entry and document), names the same name and
+// version, and agrees with index.json. It returns the document compacted: the bytes the
+// checksum and signature cover (the file holds them indented). what ("manifest", "policy")
+// names the document in messages.
+func readVersionFile(fsys fs.FS, rel, label, name, what string, want Entry, decode func(data []byte) (string, int, Entry, json.RawMessage, error)) ([]byte, error) {
 	bad := func(format string, args ...any) error {
-		return &Problem{File: rel, Tool: tool, Version: want.Version, Message: fmt.Sprintf(format, args...)}
+		return &Problem{File: rel, Tool: label, Version: want.Version, Message: fmt.Sprintf(format, args...)}
 	}
 	data, err := fs.ReadFile(fsys, rel)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -95,27 +117,25 @@ func (r *Registry) readVersion(fsys fs.FS, tool string, want Entry, trust *signi
 	if err != nil {
 		return nil, bad("%v", err)
 	}
-	var vf VersionFile
-	if err := strictJSON(data, &vf); err != nil {
+	gotName, gotVersion, entry, doc, err := decode(data)
+	if err != nil {
 		return nil, bad("%v: the file is damaged; restore it from version control", err)
 	}
-	if vf.Tool != tool || vf.Version != want.Version {
-		return nil, bad("the file holds %s v%d: restore it from version control", vf.Tool, vf.Version)
+	if gotName != name || gotVersion != want.Version {
+		held := gotName
+		if label != name {
+			held = what + " " + gotName
+		}
+		return nil, bad("the file holds %s v%d: restore it from version control", held, gotVersion)
 	}
-	if vf.Entry != want {
-		return nil, &Problem{File: IndexFile, Tool: tool, Version: want.Version, Message: fmt.Sprintf("index.json disagrees with %s (%s): index.json was edited; restore it", rel, entryDiff(want, vf.Entry))}
+	if entry != want {
+		return nil, &Problem{File: IndexFile, Tool: label, Version: want.Version, Message: fmt.Sprintf("index.json disagrees with %s (%s): index.json was edited; restore it", rel, entryDiff(want, entry))}
 	}
-	// The stored manifest is its canonical JSON, indented in the file: compacted, it is the
-	// bytes the checksum and signature cover.
 	var compact bytes.Buffer
-	if err := json.Compact(&compact, vf.Manifest); err != nil {
-		return nil, bad("the manifest is not JSON: %v", err)
+	if err := json.Compact(&compact, doc); err != nil {
+		return nil, bad("the %s is not JSON: %v", what, err)
 	}
-	m, err := VerifyEntry(tool, vf.Entry, compact.Bytes(), trust, full)
-	if err != nil {
-		return nil, &Problem{File: rel, Tool: tool, Version: want.Version, Message: err.Error(), Err: err}
-	}
-	return &Version{Tool: tool, Entry: vf.Entry, Manifest: m, Canonical: compact.Bytes()}, nil
+	return compact.Bytes(), nil
 }
 
 // VerifyEntry checks one version from its entry and the manifest's canonical JSON bytes: the

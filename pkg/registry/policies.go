@@ -138,35 +138,19 @@ func (r *Registry) readPolicyVersion(fsys fs.FS, name string, want Entry, trust 
 	if err != nil {
 		return nil, &Problem{File: IndexFile, Tool: label, Message: err.Error() + ": index.json was edited; restore it"}
 	}
-	bad := func(format string, args ...any) error {
-		return &Problem{File: rel, Tool: label, Version: want.Version, Message: fmt.Sprintf(format, args...)}
-	}
-	data, err := fs.ReadFile(fsys, rel)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, bad("the version file is missing: restore it from version control")
-	}
+	canonical, err := readVersionFile(fsys, rel, label, name, "policy", want, func(data []byte) (string, int, Entry, json.RawMessage, error) {
+		var vf PolicyVersionFile
+		err := strictJSON(data, &vf)
+		return vf.Policy, vf.Version, vf.Entry, vf.Document, err
+	})
 	if err != nil {
-		return nil, bad("%v", err)
+		return nil, err
 	}
-	var vf PolicyVersionFile
-	if err := strictJSON(data, &vf); err != nil {
-		return nil, bad("%v: the file is damaged; restore it from version control", err)
-	}
-	if vf.Policy != name || vf.Version != want.Version {
-		return nil, bad("the file holds policy %s v%d: restore it from version control", vf.Policy, vf.Version)
-	}
-	if vf.Entry != want {
-		return nil, &Problem{File: IndexFile, Tool: label, Version: want.Version, Message: fmt.Sprintf("index.json disagrees with %s (%s): index.json was edited; restore it", rel, entryDiff(want, vf.Entry))}
-	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, vf.Document); err != nil {
-		return nil, bad("the policy is not JSON: %v", err)
-	}
-	p, err := VerifyPolicyEntry(name, vf.Entry, compact.Bytes(), trust, full)
+	p, err := VerifyPolicyEntry(name, want, canonical, trust, full)
 	if err != nil {
 		return nil, &Problem{File: rel, Tool: label, Version: want.Version, Message: err.Error(), Err: err}
 	}
-	return &PolicyVersion{Name: name, Entry: vf.Entry, Policy: p, Canonical: compact.Bytes()}, nil
+	return &PolicyVersion{Name: name, Entry: want, Policy: p, Canonical: canonical}, nil
 }
 
 func (idx *Index) policyNames() []string {
