@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
 
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/store"
@@ -173,6 +175,29 @@ func (k *killable) hold(t *testing.T, on bool) {
 	}
 }
 
+// waitInput waits until the upstream's stdin pipe holds bytes it has not read (a message the
+// gateway wrote while the upstream is stopped).
+func (k *killable) waitInput(t *testing.T) {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/fd/0", k.pid(t))) // the same pipe, read end
+	if err != nil {
+		t.Fatalf("the upstream's stdin: %v", err)
+	}
+	defer f.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCINQ) // FIONREAD
+		if err != nil {
+			t.Fatalf("FIONREAD on the upstream's stdin: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway wrote nothing to the stopped upstream")
+		}
+	}
+}
+
 // kill sends sig to the upstream process.
 func (k *killable) kill(t *testing.T, sig syscall.Signal) {
 	t.Helper()
@@ -246,6 +271,9 @@ func TestReadyzKilledUpstream(t *testing.T) {
 			t.Fatal("the call's intent was not journaled")
 		}
 	}
+	// The intent is durable before the request is written: wait until the request is in the
+	// stopped upstream's stdin (the pipe, opened again through /proc, holds unread bytes).
+	mem.waitInput(t)
 	mem.kill(t, syscall.SIGKILL)
 	killed := time.Now()
 	if res := <-done; !res.IsError || !strings.Contains(strings.Join(texts(res), ""), "outcome is uncertain") {
