@@ -77,6 +77,16 @@ if all_ok "${out_dir}"; then
 fi
 
 mkdir -p "$(dirname "${out_dir}")"
+# One build at a time per cache folder: a second caller (another test package, another shell)
+# waits for the first and then finds the binaries in place.
+if command -v flock >/dev/null 2>&1; then
+	exec 9>"${out_dir}.lock"
+	flock 9
+	if all_ok "${out_dir}"; then
+		printf '%s\n' "${out_dir}"
+		exit 0
+	fi
+fi
 # Build into a private folder next to the final one and rename into place, so an interrupted
 # or concurrent run never leaves a half-written binary or CRD set in out_dir.
 work=$(mktemp -d "${out_dir}.tmp.XXXXXX")

@@ -186,7 +186,9 @@ func start(t testing.TB, name, bin string, args, env []string, dir string) *podr
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		began := time.Now()
 		p.Stop()
+		t.Logf("%s stopped in %s", name, time.Since(began).Round(time.Millisecond))
 		if t.Failed() {
 			t.Logf("%s log (end):\n%s", name, p.Tail(16<<10))
 		}

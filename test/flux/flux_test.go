@@ -1,6 +1,9 @@
 package flux_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -46,6 +50,7 @@ func TestFluxSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
+	t.Logf("control plane up in %s", env.Took.Round(time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	c := env.Client
@@ -106,6 +111,9 @@ data:
 	sum := sha256.Sum256(body)
 	if got := hex.EncodeToString(sum[:]); got != want {
 		t.Fatalf("the artifact at %s has sha256 %s, status says %s", artURL, got, want)
+	}
+	if got := tarFile(t, body, "deploy/configmap.yaml"); !strings.Contains(got, "hello from flux") {
+		t.Fatalf("the artifact's deploy/configmap.yaml is %q", got)
 	}
 	t.Logf("artifact %s: %d bytes, %s, revision %s", artURL, len(body), digest, revision)
 
@@ -200,6 +208,34 @@ func fetch(t *testing.T, u string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// tarFile is the content of the file name in the gzipped tarball b (failing when absent).
+func tarFile(t *testing.T, b []byte, name string) string {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the artifact is not gzip: %v", err)
+	}
+	tr := tar.NewReader(zr)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			t.Fatalf("the artifact has no %s (it has %v)", name, names)
+		}
+		if err != nil {
+			t.Fatalf("reading the artifact: %v", err)
+		}
+		names = append(names, h.Name)
+		if path.Clean(h.Name) == name {
+			content, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(content)
+		}
+	}
 }
 
 func parentDir(dir string) string { return filepath.Dir(dir) }

@@ -4,6 +4,11 @@
 // go.mod carries (replaces apply only in the main module, so a wrapper must repeat them);
 // its other one, `source-controller/api => ./api`, is met by requiring the published api
 // module at the same version.
+//
+// v1.9.0 and not v1.9.6: v1.9.4 and later need github.com/fluxcd/pkg/artifact v0.18.2/v0.18.3,
+// which the module proxy here refuses ("not available"); v1.9.0 needs v0.18.0, which it serves.
+// Update with `go mod tidy -e`: tidy also walks source-controller's tests, whose
+// github.com/fluxcd/pkg/helmtestserver the proxy refuses too; the build does not need it.
 module github.com/reversi-gitops/reversi/hack/tools/flux-source
 
 go 1.26.0
