@@ -866,12 +866,21 @@ func (r *ReversiGatewayReconciler) attestGateway(gw *v1alpha1.ReversiGateway, b 
 	s := bundle.Snapshot{Source: src, Kind: bundle.KindGateway, Digest: b.Digest(), Sources: b.Sources(), Unsigned: unsigned,
 		Policies: b.PolicyDigest(), PolicyNames: enforce}
 	var recordedSnaps []bundle.Snapshot
-	if p, ok := prev.snapshots[src]; ok {
+	p, havePrev := prev.snapshots[src]
+	if havePrev {
 		recordedSnaps = append(recordedSnaps, p)
 	}
 	if st := gw.Status.Manifests; st != nil { // what status says, in the shape of s
 		rec := s
 		rec.Sequence, rec.Digest, rec.Sources = st.Sequence, st.DesiredRevision, st.Sources
+		// Status records no policies: it vouches only for those of the verified previous
+		// rendering, and without one for none, so a change of only the policies or of
+		// spec.policies.names always gets a new sequence (an older rendering at the same
+		// sequence would enforce other policies: gateway pods refuse two such states).
+		rec.Policies, rec.PolicyNames = "", nil
+		if havePrev {
+			rec.Policies, rec.PolicyNames = p.Policies, p.PolicyNames
+		}
 		recordedSnaps = append(recordedSnaps, rec)
 	}
 	seq := sequenceFor(s, recordedSnaps...)

@@ -292,15 +292,24 @@ func (m *Manifests) Load(ctx context.Context) (proxy.Loaded, error) {
 	l := proxy.Loaded{Manifests: v.Manifests, Policy: set}
 	if m.o.ControllerKeys != nil { // verified snapshots only: nothing unsigned is shown or kept
 		l.Revision = b.Revision()
-		for _, ss := range b.Snapshots {
-			s := ss.Snapshot
-			l.Marks = append(l.Marks, store.HighWater{Source: s.Source, Sequence: s.Sequence, Revision: s.Revision, Digest: s.Digest})
-			if name := s.IndexMark(); name != "" {
-				l.Marks = append(l.Marks, store.HighWater{Source: name, Sequence: s.Index.Sequence, Revision: s.Revision, Digest: s.Digest})
-			}
-		}
+		l.Marks = marks(b)
 	}
 	return l, nil
+}
+
+// marks are the high-water marks of a verified rendering: one per snapshot, and one per
+// Registry snapshot's writer index. Their digests cover the policies the snapshots bind and
+// enforce (Snapshot.MarkDigest), so a policy-only change cannot be rolled back at one sequence.
+func marks(b bundle.Bundle) []store.HighWater {
+	var out []store.HighWater
+	for _, ss := range b.Snapshots {
+		s := ss.Snapshot
+		out = append(out, store.HighWater{Source: s.Source, Sequence: s.Sequence, Revision: s.Revision, Digest: s.MarkDigest()})
+		if name := s.IndexMark(); name != "" {
+			out = append(out, store.HighWater{Source: name, Sequence: s.Index.Sequence, Revision: s.Revision, Digest: s.MarkDigest()})
+		}
+	}
+	return out
 }
 
 // Target is the gateway Run reloads: *proxy.Gateway.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/reversi-gitops/reversi/pkg/registry"
 	"github.com/reversi-gitops/reversi/pkg/signing"
@@ -153,6 +154,22 @@ func (s Snapshot) IndexMark() string {
 		return ""
 	}
 	return s.Source + " index " + s.Index.ID + " since " + cmp.Or(s.AcceptedRevision, "the first apply")
+}
+
+// MarkDigest is the digest a gateway's high-water mark of s records: the entries' Digest and,
+// when s binds policies, " policies <Policies>" and (KindGateway) " enforcing <names>". Two
+// snapshots of one sequence that differ in what they enforce then cannot both be served (a
+// rendering whose only change was its policies or spec.policies.names, put back after the
+// newer one). Without policies it is Digest, as marks stored before policies say.
+func (s Snapshot) MarkDigest() string {
+	d := s.Digest
+	if s.Policies != "" {
+		d += " policies " + s.Policies
+	}
+	if s.Kind == KindGateway && (s.Policies != "" || len(s.PolicyNames) > 0) {
+		d += " enforcing " + strings.Join(s.PolicyNames, ",")
+	}
+	return d
 }
 
 // Describe is how logs, status and pod annotations name a verified snapshot:

@@ -34,6 +34,8 @@ import (
 var (
 	ErrCELSyntax = errors.New("CEL syntax error")
 	ErrCELType   = errors.New("CEL type error")
+	// ErrSetCost: the set's conditions may together cost more than SetCostLimit in one call.
+	ErrSetCost = errors.New("policy set too costly")
 )
 
 // Set is a compiled policy set: every rule of every policy, in evaluation order (policies by
@@ -56,7 +58,10 @@ type rule struct {
 	// staticCost is the condition's worst-case cost when CEL bounds it statically below
 	// CostLimit (evaluated without runtime tracking); 0 when it is tracked at runtime.
 	staticCost uint64
-	args       []string // argument paths the condition reads
+	// worst is the most the condition may cost in one evaluation: staticCost, or CostLimit
+	// when it is tracked at runtime (0 without a condition).
+	worst uint64
+	args  []string // argument paths the condition reads
 }
 
 // RuleInfo describes a compiled rule, for coverage reports and lint.
@@ -84,6 +89,9 @@ func Compile(ps []*apipolicy.Policy) (*Set, []error) {
 	rules, errs := compileAll(ps)
 	if len(errs) > 0 {
 		return nil, errs
+	}
+	if err := checkSetCost(rules); err != nil {
+		return nil, []error{err}
 	}
 	sorted := sortedPolicies(ps)
 	sum, err := apipolicy.SetChecksum(sorted)
@@ -145,6 +153,32 @@ func compileAll(ps []*apipolicy.Policy) ([]*rule, []error) {
 	return rules, errs
 }
 
+// checkSetCost refuses a set whose conditions may together cost more than SetCostLimit in one
+// call (CostLimit bounds each condition, not their sum: thousands of costly rules, advise
+// ones included, would hold every call for minutes). It names the costliest policies.
+func checkSetCost(rules []*rule) error {
+	var total uint64
+	per := map[string]uint64{}
+	for _, r := range rules {
+		total += r.worst
+		per[r.policy.Name] += r.worst
+	}
+	if total <= SetCostLimit {
+		return nil
+	}
+	names := make([]string, 0, len(per))
+	for n := range per {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(per[b], per[a]), cmp.Compare(a, b)) })
+	var parts []string
+	for _, n := range names[:min(3, len(names))] {
+		parts = append(parts, fmt.Sprintf("%s %d", n, per[n]))
+	}
+	return fmt.Errorf("%w: the conditions may cost %d in one call, more than %d (a condition CEL cannot bound statically counts %d); the costliest: %s: merge rules, bound their inputs, or drop some",
+		ErrSetCost, total, SetCostLimit, CostLimit, strings.Join(parts, ", "))
+}
+
 func rulePath(i int) string { return fmt.Sprintf("rules[%d]", i) }
 
 func compileRule(env *cel.Env, p *apipolicy.Policy, i int) (*rule, []error) {
@@ -195,8 +229,9 @@ func compileRule(env *cel.Env, p *apipolicy.Policy, i int) (*rule, []error) {
 	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
 	if est, err := env.EstimateCost(checked, noEstimates{}); err != nil || est.Max > CostLimit {
 		opts = append(opts, cel.CostLimit(CostLimit))
+		r.worst = CostLimit
 	} else {
-		r.staticCost = est.Max
+		r.staticCost, r.worst = est.Max, est.Max
 	}
 	prg, err := env.Program(checked, opts...)
 	if err != nil {

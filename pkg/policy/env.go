@@ -105,7 +105,11 @@ const (
 // most), so evaluation takes no context. The content functions cost one unit each; their own
 // work is linear in the size of the value, which the gateway bounds.
 const (
-	CostLimit            = 100_000
+	CostLimit = 100_000
+	// SetCostLimit bounds the sum of a set's conditions' worst-case costs (CostLimit for one
+	// CEL cannot bound statically), so one call's evaluation stays bounded however many rules
+	// a signed policy ships: Compile refuses a set above it (ErrSetCost).
+	SetCostLimit         = 100 * CostLimit
 	parserRecursionLimit = 100
 )
 
