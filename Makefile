@@ -23,13 +23,17 @@ demo:
 ## The envtest control plane (kube-apiserver, etcd, kubectl) comes from hack/setup-envtest.sh,
 ## which builds it once into a cache outside the repository. The real MCP servers (npm, pinned in
 ## test/upstreams/package-lock.json) come from hack/upstreams.sh (npm ci into test/upstreams/node_modules).
+## Flux's source-controller and kustomize-controller come from hack/setup-flux.sh (built once from
+## their modules into the same cache, before go test: the first build outlasts a test's timeout).
 test: fmt-check vet
 	@hack/system-packages.sh && \
 	assets=$$(hack/setup-envtest.sh) && \
 	echo "KUBEBUILDER_ASSETS=$$assets" && \
+	flux=$$(hack/setup-flux.sh) && \
+	echo "REVERSI_FLUX=$$flux" && \
 	upstreams=$$(hack/upstreams.sh) && \
 	echo "REVERSI_UPSTREAMS=$$upstreams" && \
-	KUBEBUILDER_ASSETS="$$assets" REVERSI_UPSTREAMS="$$upstreams" $(GO) test -count=1 ./...
+	KUBEBUILDER_ASSETS="$$assets" REVERSI_FLUX="$$flux" REVERSI_UPSTREAMS="$$upstreams" $(GO) test -count=1 ./...
 
 ## generate: the deepcopy methods of api/v1alpha1 (zz_generated.deepcopy.go).
 generate:
