@@ -45,6 +45,8 @@ type Set struct {
 	rules    []*rule
 	checksum string
 	adapter  types.Adapter // the CEL environment's: turns the variables into CEL values
+	// runReaders are the rules whose condition may read `run` (ReadsRun).
+	runReaders []*rule
 }
 
 // rule is one compiled rule.
@@ -102,7 +104,7 @@ func Compile(ps []*apipolicy.Policy) (*Set, []error) {
 	if err != nil {
 		return nil, []error{err}
 	}
-	return &Set{policies: sorted, rules: rules, checksum: sum, adapter: env.CELTypeAdapter()}, nil
+	return &Set{policies: sorted, rules: rules, checksum: sum, adapter: env.CELTypeAdapter(), runReaders: readers(rules, "run")}, nil
 }
 
 // Load reads the policy files and folders given (api/policy.ReadPaths) and compiles them:
