@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -249,5 +251,37 @@ func TestPolicyLimitWithoutCounterDenies(t *testing.T) {
 	d := e.Decide(context.Background(), Call{Run: "run-1", Actor: "a", Tool: "memory.delete_relations", Args: map[string]any{"relations": []any{}}})
 	if d.Action != Block || !strings.Contains(d.Reason, "no counter") {
 		t.Fatalf("%+v", d)
+	}
+}
+
+// A rule that reads `run` on a run whose steps cannot be read (the store failed, or the run is
+// past the gateway's bound) denies the call: the policy fails closed. Calls no such rule
+// matches do not read the run at all.
+func TestPolicyRunUnreadableDenies(t *testing.T) {
+	dir := t.TempDir()
+	src := "policy: runs\nrules:\n  - name: three-deletions\n    match: { tools: [\"memory.delete_*\"] }\n" +
+		"    condition: 'run.steps.size() >= 3'\n    effect: deny\n    reason: three deletions are enough\n"
+	if err := os.WriteFile(filepath.Join(dir, "runs.yaml"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	set, errs := policy.Load(dir)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	st := store.NewMemory(nil)
+	defer st.Close()
+	reads := 0
+	e, err := New(Config{Manifests: fixtureManifests(t), Store: st, Policy: set, Counter: policy.NewMemoryCounter(),
+		RunSteps: func(context.Context, string) ([]policy.Step, error) { reads++; return nil, errors.New("too long") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d := e.Decide(ctx, Call{Run: "run-1", Actor: "a", Tool: "memory.delete_relations", Args: map[string]any{"relations": []any{}}})
+	if d.Action != Block || d.Category != CategoryPolicy || !strings.Contains(d.Reason, "could not read the run's steps: too long") {
+		t.Fatalf("%+v", d)
+	}
+	if d := e.Decide(ctx, Call{Run: "run-1", Actor: "a", Tool: "memory.read_graph"}); d.Action != Allow || reads != 1 {
+		t.Fatalf("a call no run rule matches: %+v, %d reads", d, reads)
 	}
 }

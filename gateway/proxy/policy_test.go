@@ -332,3 +332,50 @@ func TestPolicyEnvironmentUnsetWarns(t *testing.T) {
 		_ = st.Close()
 	}
 }
+
+// The `run` variable is read whole from the store for every call a rule reading it matches:
+// a run past MaxPolicyRecords records is refused (the rule then denies) instead of read, so a
+// long run cannot make every call cost its whole journal. Intents are folded into steps with
+// their outcomes' statuses.
+func TestRunStepsIsBounded(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(nil)
+	defer st.Close()
+	g := &Gateway{store: st}
+	if steps, err := g.runSteps(ctx, "no-such-run"); err != nil || steps != nil {
+		t.Fatalf("a run's first call: %v %v", steps, err)
+	}
+	run, err := st.CreateRun(ctx, store.Run{Actor: "a", Gateway: "gw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step, err := st.RecordIntent(ctx, store.Intent{Run: run.ID, Tool: "memory.delete_entities", Mode: "enforce", Decision: "allow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RecordOutcome(ctx, run.ID, step, store.StepOutcome{Status: store.Succeeded}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RecordIntent(ctx, store.Intent{Run: run.ID, Tool: "memory.read_graph", Mode: "enforce", Decision: "allow"}); err != nil {
+		t.Fatal(err)
+	}
+	steps, err := g.runSteps(ctx, run.ID)
+	want := []policy.Step{{Tool: "memory.delete_entities", Status: "succeeded"}, {Tool: "memory.read_graph", Status: "in_flight"}}
+	if err != nil || !slices.Equal(steps, want) {
+		t.Fatalf("steps %v %v, want %v", steps, err, want)
+	}
+	for i := 4; i <= MaxPolicyRecords; i++ { // three records so far
+		if _, err := st.AppendEvent(ctx, store.Event{Run: run.ID, Kind: store.KindNote, Note: "n"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.runSteps(ctx, run.ID); err != nil {
+		t.Fatalf("a run of exactly MaxPolicyRecords records: %v", err)
+	}
+	if _, err := st.AppendEvent(ctx, store.Event{Run: run.ID, Kind: store.KindNote, Note: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.runSteps(ctx, run.ID); err == nil || !strings.Contains(err.Error(), "more than 20000 records") {
+		t.Fatalf("a run past the bound: %v", err)
+	}
+}
