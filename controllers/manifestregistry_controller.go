@@ -85,6 +85,9 @@ type ManifestRegistryReconciler struct {
 	// server never answers holds one worker for at most that long.
 	SourceMaxTimeout time.Duration
 	Concurrent       int
+	// NoCrossNamespaceRefs refuses a spec.sourceRef to another namespace (Ready=False,
+	// AccessDenied), as Flux's --no-cross-namespace-refs does for its own references.
+	NoCrossNamespaceRefs bool
 }
 
 // stepError is a failed step: the Ready reason, a message saying what to do, and whether
@@ -105,14 +108,17 @@ func fail(reason string, stalled bool, format string, args ...any) *stepError {
 // SetupWithManager registers the reconciler: registries, the ConfigMaps they own, and the
 // Secrets they reference (a changed key re-verifies at once).
 func (r *ManifestRegistryReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ManifestRegistry{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deleting))).
 		Owns(&corev1.ConfigMap{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.registriesForSecret)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Concurrent, DefaultConcurrent)}).
-		Named("manifestregistry").
-		Complete(r)
+		Named("manifestregistry")
+	if err := r.watchFluxSources(mgr, b); err != nil {
+		return err
+	}
+	return b.Complete(r)
 }
 
 // deleting passes the update that marks an object for deletion.
@@ -212,6 +218,8 @@ func (r *ManifestRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 
 // Defaults of the registry reconciler's bounds (see ManifestRegistryReconciler).
 const (
+	// DefaultBranch is the branch of a registry without spec.ref.
+	DefaultBranch           = "main"
 	DefaultSourceMaxTimeout = 2 * time.Minute
 	DefaultConcurrent       = 4
 )
@@ -284,57 +292,38 @@ func retryAfter(reg *v1alpha1.ManifestRegistry) time.Duration {
 // load (manifests, signatures, the seed's rules), index sequence (never lower), attest (the
 // signed snapshot), render (ConfigMaps, restoring any edited one).
 func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha1.ManifestRegistry) (ctrl.Result, *stepError) {
-	setCondition(reg, v1alpha1.ConditionReconciling, metav1.ConditionTrue, v1alpha1.ReasonProgressing, "fetching "+reg.Spec.URL)
 	last := r.lastApplied(ctx, reg)
-	opts, err := r.sourceOptions(ctx, reg)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	opts.Since = last.since() // the history back to what was applied: ancestry and Chain
 	inputs, err := r.inputsDigest(ctx, reg)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-
-	// Skip the clone when the remote revision and the inputs are what was rendered, and the
-	// ConfigMaps still hold exactly that rendering (any edit is rendered again at once).
-	remote, rerr := source.RemoteRevision(ctx, opts)
-	if rerr != nil {
-		return ctrl.Result{}, sourceFailure(rerr)
+	fetchStep := r.fetchGit
+	if reg.Spec.SourceRef != nil {
+		fetchStep = r.fetchFlux
 	}
-	reg.Status.LastAttemptedRevision = remote
-	if a := reg.Status.Artifact; a != nil && a.Revision == remote && r.renderedInputs(ctx, reg) == inputs &&
-		a.RenderingDigest != "" && liveRenderingDigest(ctx, r.Client, reg, a.ConfigMaps) == a.RenderingDigest &&
-		slices.Equal(r.ownedShards(ctx, reg), a.ConfigMaps) && last.snap != nil && last.snap.Revision == remote {
-		msg := fmt.Sprintf("stored artifact for revision %s (unchanged)", remote)
-		setCondition(reg, v1alpha1.ConditionArtifactInStorage, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, msg)
-		markReady(reg, v1alpha1.ReasonSucceeded, msg)
+	rev, err := fetchStep(ctx, reg, last, inputs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if rev == nil { // unchanged
 		return ctrl.Result{RequeueAfter: interval(reg)}, nil
 	}
-
-	art, ferr := source.Fetch(ctx, opts)
-	if ferr != nil {
-		return ctrl.Result{}, sourceFailure(ferr)
+	defer rev.cleanup()
+	accepted := reg.Annotations[v1alpha1.AnnotationAcceptRevision] == rev.revision
+	if rev.git != nil {
+		// A Flux artifact has no history: its ancestry is the source's (see docs/flux.md).
+		if serr := last.checkAncestry(rev.git, accepted); serr != nil {
+			return ctrl.Result{}, serr
+		}
 	}
-	defer art.Cleanup()
-	reg.Status.LastAttemptedRevision = art.Revision
-
-	signer, serr := r.verifyCommit(ctx, reg, art)
-	if serr != nil {
-		return ctrl.Result{}, serr
-	}
-	accepted := reg.Annotations[v1alpha1.AnnotationAcceptRevision] == art.Revision
-	if serr := last.checkAncestry(art, accepted); serr != nil {
-		return ctrl.Result{}, serr
-	}
-	b, kind, index, lerr := r.load(ctx, reg, art)
+	b, kind, index, lerr := r.load(ctx, reg, rev.revision, rev.files)
 	if lerr != nil {
 		return ctrl.Result{}, lerr
 	}
-	if serr := last.checkIndex(art.Revision, index, accepted); serr != nil {
+	if serr := last.checkIndex(rev.revision, index, accepted); serr != nil {
 		return ctrl.Result{}, serr
 	}
-	if serr := r.attest(reg, &b, kind, art.Revision, signer, index, accepted, last); serr != nil {
+	if serr := r.attest(reg, &b, kind, rev.revision, rev.signer, index, accepted, last); serr != nil {
 		return ctrl.Result{}, serr
 	}
 	names, renderingDigest, werr := r.render(ctx, reg, b, inputs)
@@ -344,33 +333,124 @@ func (r *ManifestRegistryReconciler) reconcile(ctx context.Context, reg *v1alpha
 
 	snap := b.Snapshots[0].Snapshot
 	prev := reg.Status.Artifact
-	changed := prev == nil || prev.Revision != art.Revision || prev.Digest != snap.Digest || prev.Policies != int32(len(b.Policies))
+	changed := prev == nil || prev.Revision != rev.revision || prev.Digest != snap.Digest || prev.Policies != int32(len(b.Policies)) || prev.SourceDigest != rev.sourceDigest
 	if changed {
 		reg.Status.Artifact = &v1alpha1.RegistryArtifact{LastUpdateTime: metav1.Now()}
 	}
 	a := reg.Status.Artifact
-	a.Revision, a.Digest, a.Tools, a.ConfigMaps = art.Revision, snap.Digest, int32(len(b.Entries)), names
+	a.Revision, a.Digest, a.Tools, a.ConfigMaps = rev.revision, snap.Digest, int32(len(b.Entries)), names
 	a.Policies = int32(len(b.Policies))
-	a.Sequence, a.RenderingDigest = snap.Sequence, renderingDigest
+	a.Sequence, a.RenderingDigest, a.SourceDigest = snap.Sequence, renderingDigest, rev.sourceDigest
 	if index != nil {
 		a.IndexSequence, a.RegistryID = index.Sequence, index.ID
 	}
 	if accepted {
-		reg.Status.AcceptedRevision = art.Revision
-		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventRevisionOverrideAccepted, art.Revision,
+		reg.Status.AcceptedRevision = rev.revision
+		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventRevisionOverrideAccepted, rev.revision,
 			fmt.Sprintf("applied because the annotation %s named it, although the ancestry, sequence or registry checks refuse it; the annotation was removed", v1alpha1.AnnotationAcceptRevision))
 	}
 	reg.Status.InvalidTools, reg.Status.InvalidToolCount = nil, 0
-	msg := fmt.Sprintf("stored artifact for revision %s: %d tools", art.Revision, len(b.Entries))
+	msg := fmt.Sprintf("stored artifact for revision %s: %d tools", rev.revision, len(b.Entries))
 	if len(b.Policies) > 0 {
 		msg += fmt.Sprintf(", %d policies", len(b.Policies))
 	}
 	setCondition(reg, v1alpha1.ConditionArtifactInStorage, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, msg)
 	markReady(reg, v1alpha1.ReasonSucceeded, msg)
 	if changed {
-		r.event(reg, corev1.EventTypeNormal, v1alpha1.EventNewArtifact, art.Revision, fmt.Sprintf("stored %d tools in %s, digest %s, sequence %d", len(b.Entries), strings.Join(names, ", "), snap.Digest, snap.Sequence))
+		r.event(reg, corev1.EventTypeNormal, v1alpha1.EventNewArtifact, rev.revision, fmt.Sprintf("stored %d tools in %s, digest %s, sequence %d", len(b.Entries), strings.Join(names, ", "), snap.Digest, snap.Sequence))
 	}
 	return ctrl.Result{RequeueAfter: interval(reg)}, nil
+}
+
+// fetchedRevision is what the fetch step hands to the others: a verified revision and its
+// files. git is the fetched repository (nil for a Flux artifact, which has no history).
+type fetchedRevision struct {
+	revision     string
+	files        fs.FS
+	signer       string // who the commit verification found signed it, "" for none
+	sourceDigest string // the Flux artifact's digest, "" for git
+	git          *source.Artifact
+	cleanup      func()
+}
+
+// fetchGit is the fetch step of a registry with spec.url: the remote's revision, nil when it
+// and the inputs are what is rendered (and the ConfigMaps hold exactly that), else the fetched
+// commit with its signature verified (spec.verify.commit).
+func (r *ManifestRegistryReconciler) fetchGit(ctx context.Context, reg *v1alpha1.ManifestRegistry, last applied, inputs string) (*fetchedRevision, *stepError) {
+	setCondition(reg, v1alpha1.ConditionReconciling, metav1.ConditionTrue, v1alpha1.ReasonProgressing, "fetching "+reg.Spec.URL)
+	opts, err := r.sourceOptions(ctx, reg)
+	if err != nil {
+		return nil, err
+	}
+	opts.Since = last.since() // the history back to what was applied: ancestry and Chain
+	remote, rerr := source.RemoteRevision(ctx, opts)
+	if rerr != nil {
+		return nil, sourceFailure(rerr)
+	}
+	reg.Status.LastAttemptedRevision = remote
+	if r.unchanged(ctx, reg, last, remote, "", inputs) {
+		return nil, nil
+	}
+	art, ferr := source.Fetch(ctx, opts)
+	if ferr != nil {
+		return nil, sourceFailure(ferr)
+	}
+	reg.Status.LastAttemptedRevision = art.Revision
+	signer, serr := r.verifyCommit(ctx, reg, art)
+	if serr != nil {
+		art.Cleanup()
+		return nil, serr
+	}
+	files, ferr := art.FS()
+	if ferr != nil {
+		art.Cleanup()
+		if errors.Is(ferr, source.ErrTooLarge) {
+			return nil, sourceFailure(ferr)
+		}
+		return nil, fail(v1alpha1.ReasonLoadFailed, false, "reading revision %s: %v", art.Revision, ferr)
+	}
+	return &fetchedRevision{revision: art.Revision, files: files, signer: signer, git: art, cleanup: func() { art.Cleanup() }}, nil
+}
+
+// fetchFlux is the fetch step of a registry with spec.sourceRef: the Flux source's artifact
+// (checked by readFluxSource), nil when it and the inputs are what is rendered, else
+// downloaded with its digest checked.
+func (r *ManifestRegistryReconciler) fetchFlux(ctx context.Context, reg *v1alpha1.ManifestRegistry, last applied, inputs string) (*fetchedRevision, *stepError) {
+	setCondition(reg, v1alpha1.ConditionReconciling, metav1.ConditionTrue, v1alpha1.ReasonProgressing, "fetching the artifact of "+sourceName(reg))
+	src, serr := r.readFluxSource(ctx, reg)
+	if serr != nil {
+		return nil, serr
+	}
+	a := src.GetArtifact()
+	reg.Status.LastAttemptedRevision = a.Revision
+	if r.unchanged(ctx, reg, last, a.Revision, a.Digest, inputs) {
+		return nil, nil
+	}
+	fa, serr := r.fetchFluxArtifact(ctx, reg, src)
+	if serr != nil {
+		return nil, serr
+	}
+	signer := ""
+	if v := reg.Spec.Verify; v != nil && v.Commit != nil {
+		signer = sourceName(reg) + " (SourceVerified)"
+	}
+	return &fetchedRevision{revision: fa.revision, files: fa.files(), signer: signer, sourceDigest: fa.digest, cleanup: fa.cleanup}, nil
+}
+
+// unchanged says whether revision (and, for a Flux artifact, its digest) and the inputs are
+// what was rendered, and the ConfigMaps still hold exactly that rendering (any edit is
+// rendered again at once); it then marks the registry Ready.
+func (r *ManifestRegistryReconciler) unchanged(ctx context.Context, reg *v1alpha1.ManifestRegistry, last applied, revision, sourceDigest, inputs string) bool {
+	a := reg.Status.Artifact
+	if a == nil || a.Revision != revision || a.SourceDigest != sourceDigest || r.renderedInputs(ctx, reg) != inputs ||
+		a.RenderingDigest == "" || liveRenderingDigest(ctx, r.Client, reg, a.ConfigMaps) != a.RenderingDigest ||
+		!slices.Equal(r.ownedShards(ctx, reg), a.ConfigMaps) || last.snap == nil || last.snap.Revision != revision {
+		return false
+	}
+	msg := fmt.Sprintf("stored artifact for revision %s (unchanged)", revision)
+	setCondition(reg, v1alpha1.ConditionArtifactInStorage, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, msg)
+	markReady(reg, v1alpha1.ReasonSucceeded, msg)
+	return true
 }
 
 // registrySource is how snapshots name a registry.
@@ -564,18 +644,11 @@ func (r *ManifestRegistryReconciler) sourceOptions(ctx context.Context, reg *v1a
 	// links in the repository are never followed and files elsewhere are never read.
 	o := source.Options{URL: reg.Spec.URL, TempDir: r.TempDir, Path: reg.Spec.Path, AllowFileURLs: r.AllowFileURLs,
 		MaxFileBytes: r.SourceMaxFileBytes, MaxTotalBytes: r.SourceMaxTotalBytes, MaxFiles: r.SourceMaxFiles, MaxRefs: r.SourceMaxRefs}
+	o.Ref = source.Ref{Branch: DefaultBranch}
 	if ref := reg.Spec.Ref; ref != nil {
 		o.Ref = source.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit}
 	}
-	o.Timeout = source.DefaultTimeout
-	if reg.Spec.Timeout != nil && reg.Spec.Timeout.Duration > 0 {
-		o.Timeout = reg.Spec.Timeout.Duration
-	}
-	limit := r.SourceMaxTimeout
-	if limit <= 0 {
-		limit = DefaultSourceMaxTimeout
-	}
-	o.Timeout = min(o.Timeout, limit)
+	o.Timeout = r.fetchTimeout(reg)
 	if reg.Spec.SecretRef != nil {
 		data, err := r.secretData(ctx, reg, reg.Spec.SecretRef.Name, "git credentials")
 		if err != nil {
@@ -593,6 +666,15 @@ func (r *ManifestRegistryReconciler) sourceOptions(ctx context.Context, reg *v1a
 		}
 	}
 	return o, nil
+}
+
+// fetchTimeout is spec.timeout (source.DefaultTimeout when unset) capped at SourceMaxTimeout.
+func (r *ManifestRegistryReconciler) fetchTimeout(reg *v1alpha1.ManifestRegistry) time.Duration {
+	t := source.DefaultTimeout
+	if reg.Spec.Timeout != nil && reg.Spec.Timeout.Duration > 0 {
+		t = reg.Spec.Timeout.Duration
+	}
+	return min(t, cmp.Or(max(r.SourceMaxTimeout, 0), DefaultSourceMaxTimeout))
 }
 
 // revisionCommit is the commit of a revision `<name>@sha1:<40 hex>` or `sha1:<40 hex>`, or
@@ -742,8 +824,8 @@ func short(s string) string {
 // load reads spec.path of the fetched commit as a signed registry or as plain manifest files
 // and returns the verified (not yet attested) bundle, the snapshot kind and, for a registry,
 // its index proof. Every problem is reported, with the invalid tools listed.
-func (r *ManifestRegistryReconciler) load(ctx context.Context, reg *v1alpha1.ManifestRegistry, art *source.Artifact) (bundle.Bundle, string, *registry.IndexProof, *stepError) {
-	b, index, serr := r.loadBundle(ctx, reg, art)
+func (r *ManifestRegistryReconciler) load(ctx context.Context, reg *v1alpha1.ManifestRegistry, revision string, files fs.FS) (bundle.Bundle, string, *registry.IndexProof, *stepError) {
+	b, index, serr := r.loadBundle(ctx, reg, revision, files)
 	if serr != nil {
 		return bundle.Bundle{}, "", nil, serr
 	}
@@ -753,20 +835,13 @@ func (r *ManifestRegistryReconciler) load(ctx context.Context, reg *v1alpha1.Man
 	return b, bundle.KindRegistry, index, nil
 }
 
-func (r *ManifestRegistryReconciler) loadBundle(ctx context.Context, reg *v1alpha1.ManifestRegistry, art *source.Artifact) (bundle.Bundle, *registry.IndexProof, *stepError) {
-	files, err := art.FS()
-	if errors.Is(err, source.ErrTooLarge) {
-		return bundle.Bundle{}, nil, sourceFailure(err)
-	}
-	if err != nil {
-		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonLoadFailed, false, "reading revision %s: %v", art.Revision, err)
-	}
+func (r *ManifestRegistryReconciler) loadBundle(ctx context.Context, reg *v1alpha1.ManifestRegistry, revision string, files fs.FS) (bundle.Bundle, *registry.IndexProof, *stepError) {
 	dir := path.Clean(strings.TrimPrefix(reg.Spec.Path, "./"))
 	if dir == "" || !fs.ValidPath(dir) {
 		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonInvalidSpec, true, "spec.path %q must be a folder inside the repository", reg.Spec.Path)
 	}
 	if fi, err := fs.Stat(files, dir); err != nil || !fi.IsDir() {
-		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonLoadFailed, false, "spec.path %q is not a folder at revision %s: fix the path or the repository", reg.Spec.Path, art.Revision)
+		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonLoadFailed, false, "spec.path %q is not a folder at revision %s: fix the path or the repository", reg.Spec.Path, revision)
 	}
 	sub, err := fs.Sub(files, dir)
 	if err != nil {
@@ -779,7 +854,7 @@ func (r *ManifestRegistryReconciler) loadBundle(ctx context.Context, reg *v1alph
 			return bundle.Bundle{}, nil, fail(v1alpha1.ReasonInvalidSpec, true, "%v", &registry.PlainTrustError{
 				Manifests: fmt.Sprintf("spec.path %q (format: Plain)", reg.Spec.Path), Setting: "spec.verify.manifestKeysSecretRef"})
 		}
-		b, serr := loadPlain(registrySource(reg), art, files, dir)
+		b, serr := loadPlain(registrySource(reg), revision, files, dir)
 		return b, nil, serr
 	}
 	var trust *signing.TrustSet
@@ -798,7 +873,7 @@ func (r *ManifestRegistryReconciler) loadBundle(ctx context.Context, reg *v1alph
 		}
 	}
 	if !registry.IsRegistryFS(sub) {
-		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonLoadFailed, false, "spec.path %q has no %s at revision %s: publish with reversi manifests publish, or set format: Plain", reg.Spec.Path, registry.IndexFile, art.Revision)
+		return bundle.Bundle{}, nil, fail(v1alpha1.ReasonLoadFailed, false, "spec.path %q has no %s at revision %s: publish with reversi manifests publish, or set format: Plain", reg.Spec.Path, registry.IndexFile, revision)
 	}
 	snap, errs := registry.NewFS(dir, sub).Load(trust)
 	if len(errs) > 0 {
@@ -806,7 +881,7 @@ func (r *ManifestRegistryReconciler) loadBundle(ctx context.Context, reg *v1alph
 		if sigErr != nil {
 			setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, reason, sigErr.Error())
 		}
-		return bundle.Bundle{}, nil, loadFailure(reason, art.Revision, errs)
+		return bundle.Bundle{}, nil, loadFailure(reason, revision, errs)
 	}
 	return bundle.FromSnapshot(registrySource(reg), snap), &snap.Index, nil
 }
@@ -840,9 +915,9 @@ const PlainPolicyDir = "policy"
 
 // loadPlain reads plain manifest files (and the policies of PlainPolicyDir) from the commit; files are named by their path in the
 // repository, and links are refused (never followed).
-func loadPlain(src string, art *source.Artifact, files fs.FS, dir string) (bundle.Bundle, *stepError) {
+func loadPlain(src, revision string, files fs.FS, dir string) (bundle.Bundle, *stepError) {
 	if registry.IsRegistryFS(mustSub(files, dir)) {
-		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "the folder holds a signed registry (%s) at revision %s: set format: Registry", registry.IndexFile, art.Revision)
+		return bundle.Bundle{}, fail(v1alpha1.ReasonLoadFailed, false, "the folder holds a signed registry (%s) at revision %s: set format: Registry", registry.IndexFile, revision)
 	}
 	pdir := path.Join(dir, PlainPolicyDir)
 	docs, errs := manifest.ReadFSSkipping(files, dir, "", pdir)
@@ -861,7 +936,7 @@ func loadPlain(src string, art *source.Artifact, files fs.FS, dir string) (bundl
 	}
 	if len(errs) > 0 {
 		manifest.SortErrors(errs)
-		return bundle.Bundle{}, loadFailure(v1alpha1.ReasonValidationFailed, art.Revision, errs)
+		return bundle.Bundle{}, loadFailure(v1alpha1.ReasonValidationFailed, revision, errs)
 	}
 	b, err := bundle.FromManifests(src, ms)
 	if err == nil {

@@ -75,7 +75,9 @@ func TestRegistryRendersAndFollowsNewCommits(t *testing.T) {
 	k := newKey(t)
 	repo := signedRegistryRepo(t, k)
 	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
-	create(t, newRegistry(ns, "payments", repo.FileURL(), withKeys("manifest-keys")))
+	// No spec.ref: the controller follows the branch main (the API server defaults none, so
+	// that a registry with sourceRef has none either).
+	create(t, newRegistry(ns, "payments", repo.FileURL(), func(r *v1alpha1.ManifestRegistry) { withKeys("manifest-keys")(r); r.Spec.Ref = nil }))
 
 	rev := "main@sha1:" + repo.Rev("HEAD")
 	reg := waitReady(t, ns, "payments", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, rev)

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,8 +56,14 @@ func (e *ManifestRegistryAdmissionError) Error() string {
 	for i, m := range e.Missing {
 		why[i] = m.String()
 	}
-	return fmt.Sprintf("ManifestRegistry %s/%s: user %q %s: the controller reads these Secrets for the registry (and sends its git credentials to spec.url), so its author must be allowed to read them by hand",
-		e.Namespace, e.Name, e.User, strings.Join(why, "; "))
+	what := "these Secrets"
+	for _, m := range e.Missing {
+		if m.Resource != "secrets" {
+			what = "these objects (a Flux source's files are rendered into this namespace)"
+		}
+	}
+	return fmt.Sprintf("ManifestRegistry %s/%s: user %q %s: the controller reads %s for the registry (and sends its git credentials to spec.url), so its author must be allowed to read them by hand",
+		e.Namespace, e.Name, e.User, strings.Join(why, "; "), what)
 }
 
 // ValidateCreate checks the author's rights.
@@ -90,14 +97,24 @@ func (w *ManifestRegistryWebhook) validate(ctx context.Context, reg *v1alpha1.Ma
 		name = req.Name
 	}
 	refs := reg.Spec.SecretRefs()
-	if len(refs) == 0 {
+	src := reg.Spec.SourceRef
+	if len(refs) == 0 && src == nil {
 		return nil
 	}
 	user := req.UserInfo
 	if user.Username == "" {
-		return fmt.Errorf("ManifestRegistry %s/%s: the API server sent no username: the author of a registry that names Secrets must be known to check their rights", ns, name)
+		return fmt.Errorf("ManifestRegistry %s/%s: the API server sent no username: the author of a registry that names Secrets or a Flux source must be known to check their rights", ns, name)
 	}
 	missing, err := missingRights(ctx, w.Client, user, ns, nil, refs)
+	if err == nil && src != nil {
+		// The controller renders the source's files into ConfigMaps of this namespace: its
+		// author must be allowed to read the source, wherever it is.
+		srcNs := cmp.Or(src.Namespace, ns)
+		var more []MissingPermission
+		more, err = reviewRights(ctx, w.Client, user, []MissingPermission{{Verb: "get", Resource: fluxResource(src.Kind),
+			Namespace: srcNs, Name: src.Name, Fields: []string{"spec.sourceRef"}}})
+		missing = append(missing, more...)
+	}
 	if err != nil {
 		return &AuthorizationCheckError{Kind: "ManifestRegistry", Namespace: ns, Name: name, User: user.Username, Err: err}
 	}
@@ -105,4 +122,14 @@ func (w *ManifestRegistryWebhook) validate(ctx context.Context, reg *v1alpha1.Ma
 		return nil
 	}
 	return &ManifestRegistryAdmissionError{Namespace: ns, Name: name, User: user.Username, Missing: missing}
+}
+
+// fluxResource is the "resource.group" of a Flux source kind (an unknown kind maps to a
+// resource no one holds, so the review refuses it).
+func fluxResource(kind string) string {
+	plural := map[string]string{v1alpha1.SourceKindGitRepository: "gitrepositories", v1alpha1.SourceKindOCIRepository: "ocirepositories", v1alpha1.SourceKindBucket: "buckets"}[kind]
+	if plural == "" {
+		plural = strings.ToLower(kind)
+	}
+	return plural + ".source.toolkit.fluxcd.io"
 }

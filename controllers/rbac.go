@@ -13,6 +13,10 @@ package controllers
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
+// Flux sources a ManifestRegistry's spec.sourceRef names are only read (their artifact is
+// downloaded from the URL in their status).
+// +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories;buckets,verbs=get;list;watch
+
 // What a ReversiGateway owns, and the RBAC its ServiceAccount gets (a Role can only grant
 // what its writer holds: the configmaps, secrets, leases and reversi.dev verbs of the gateway
 // Role are all held here).

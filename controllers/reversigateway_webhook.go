@@ -94,6 +94,9 @@ func (m MissingPermission) String() string {
 	if m.Resource == "secrets" {
 		return fmt.Sprintf("may not get secret %q (%s)", m.Name, strings.Join(m.Fields, ", "))
 	}
+	if m.Name != "" {
+		return fmt.Sprintf("may not %s %s %q in namespace %q (%s)", m.Verb, m.Resource, m.Name, m.Namespace, strings.Join(m.Fields, ", "))
+	}
 	return fmt.Sprintf("may not %s %s in namespace %q", m.Verb, m.Resource, m.Namespace)
 }
 
@@ -223,6 +226,13 @@ func missingRights(ctx context.Context, c client.Client, user authnv1.UserInfo, 
 		bySecret[r.Name] = len(checks)
 		checks = append(checks, MissingPermission{Verb: "get", Resource: "secrets", Namespace: ns, Name: r.Name, Fields: []string{r.Field}})
 	}
+	return reviewRights(ctx, c, user, checks)
+}
+
+// reviewRights asks the API server (SubjectAccessReviews, at most sarConcurrency at once)
+// whether user holds each permission of checks ("resource.group" names a group's resource) and
+// returns those refused, in order. Errors: a review that could not be made.
+func reviewRights(ctx context.Context, c client.Client, user authnv1.UserInfo, checks []MissingPermission) ([]MissingPermission, error) {
 	extra := map[string]authzv1.ExtraValue{}
 	for k, v := range user.Extra {
 		extra[k] = authzv1.ExtraValue(v)
@@ -238,7 +248,7 @@ func missingRights(ctx context.Context, c client.Client, user authnv1.UserInfo, 
 			}
 			sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
 				User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
-				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: chk.Verb, Group: group, Resource: resource, Name: chk.Name},
+				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: chk.Namespace, Verb: chk.Verb, Group: group, Resource: resource, Name: chk.Name},
 			}}
 			if err := c.Create(gctx, sar); err != nil {
 				return fmt.Errorf("SubjectAccessReview of %s %s %q: %w", chk.Verb, chk.Resource, chk.Name, err)

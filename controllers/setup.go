@@ -64,6 +64,9 @@ type Options struct {
 	// registries reconcile at once (0: 4).
 	SourceMaxTimeout time.Duration
 	Concurrent       int
+	// NoCrossNamespaceRefs refuses ManifestRegistries whose spec.sourceRef names a Flux source
+	// in another namespace (`reversi controller --no-cross-namespace-refs`, as Flux's flag).
+	NoCrossNamespaceRefs bool
 	// WatchNamespaces are the only namespaces the controller works in (`reversi controller
 	// --watch-namespaces`); empty: every namespace. The manager's cache must be limited to
 	// the same namespaces (cache.Options.DefaultNamespaces): Setup cannot change the cache, but
@@ -102,7 +105,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
 		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader(), AllowFileURLs: o.AllowFileURLs,
 		SourceMaxFileBytes: o.SourceMaxFileBytes, SourceMaxTotalBytes: o.SourceMaxTotalBytes, SourceMaxFiles: o.SourceMaxFiles, SourceMaxRefs: o.SourceMaxRefs,
-		SourceMaxTimeout: o.SourceMaxTimeout, Concurrent: o.Concurrent,
+		SourceMaxTimeout: o.SourceMaxTimeout, Concurrent: o.Concurrent, NoCrossNamespaceRefs: o.NoCrossNamespaceRefs,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -41,23 +41,37 @@ const (
 // ManifestRegistrySpec says where the manifests are, how to check them and how often.
 //
 // +kubebuilder:validation:XValidation:rule="self.format != 'Registry' || (has(self.verify) && has(self.verify.manifestKeysSecretRef))",message="format Registry needs verify.manifestKeysSecretRef: name the Secret with the Ed25519 public keys every version must be signed by (or use format Plain)"
-// +kubebuilder:validation:XValidation:rule="!has(self.verify) || !has(self.verify.commit) || self.verify.commit.mode in ['HEAD', 'Chain'] || (has(self.ref) && (has(self.ref.tag) || has(self.ref.semver)))",message="verify.commit.mode Tag and TagAndHEAD need ref.tag or ref.semver: a branch or a commit has no tag to verify"
+// +kubebuilder:validation:XValidation:rule="has(self.sourceRef) || !has(self.verify) || !has(self.verify.commit) || self.verify.commit.mode in ['HEAD', 'Chain'] || (has(self.ref) && (has(self.ref.tag) || has(self.ref.semver)))",message="verify.commit.mode Tag and TagAndHEAD need ref.tag or ref.semver: a branch or a commit has no tag to verify"
+// +kubebuilder:validation:XValidation:rule="has(self.url) != has(self.sourceRef)",message="set exactly one of url (the controller fetches the git repository) and sourceRef (a Flux source fetches it)"
+// +kubebuilder:validation:XValidation:rule="!has(self.sourceRef) || (!has(self.ref) && !has(self.secretRef))",message="ref and secretRef are set on the Flux source named by sourceRef, not on the ManifestRegistry: remove them"
+// +kubebuilder:validation:XValidation:rule="!has(self.sourceRef) || !has(self.verify) || !has(self.verify.commit) || self.verify.commit.mode != 'Chain'",message="verify.commit.mode Chain needs the git history, which a Flux artifact does not carry: use HEAD, Tag or TagAndHEAD (as set on the Flux source's spec.verify)"
+// +kubebuilder:validation:XValidation:rule="!has(self.sourceRef) || self.sourceRef.kind != 'Bucket' || !has(self.verify) || !has(self.verify.commit)",message="verify.commit cannot be checked for a Bucket (Flux verifies no signature of a bucket): remove verify.commit or use a GitRepository or OCIRepository"
 type ManifestRegistrySpec struct {
 	// URL of the git repository: https://host/path, ssh://[user@]host[:port]/path,
 	// user@host:path (scp-like SSH) or file:///path (a repository on the controller's file
 	// system: refused unless the controller runs with --allow-file-urls). http:// is accepted
 	// only for a loopback host (127.0.0.1, [::1] or localhost),
 	// for tests and local development: credentials must not cross a network in clear text.
-	// +required
+	// Exactly one of url and sourceRef.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^((https|ssh|file)://[^\s]+|http://(127\.0\.0\.1|\[::1\]|localhost)(:[0-9]+)?(/[^\s]*)?|[A-Za-z0-9._~-]+@[A-Za-z0-9.-]+:[^\s]+)$`
-	URL string `json:"url"`
+	URL string `json:"url,omitempty"`
+
+	// SourceRef names a Flux source (source.toolkit.fluxcd.io/v1 GitRepository,
+	// OCIRepository or Bucket) whose artifact holds the manifests: the controller downloads
+	// status.artifact.url, checks it against status.artifact.digest, and runs the same checks
+	// on it as on a repository it fetched itself. ref and secretRef are then the source's.
+	// With verify.commit the source must report SourceVerified=True for its current
+	// generation, with the same mode and only keys that verify.commit.secretRef also lists.
+	// Exactly one of url and sourceRef.
+	// +optional
+	SourceRef *SourceReference `json:"sourceRef,omitempty"`
 
 	// Ref is the git reference to follow: exactly one of branch, tag, semver or commit.
-	// Defaults to the branch main.
+	// Defaults to the branch main (not with sourceRef, whose source has its own ref).
 	// +optional
-	// +kubebuilder:default={branch: "main"}
 	Ref *GitRef `json:"ref,omitempty"`
 
 	// Path of the folder inside the repository that holds the manifests, relative to the
@@ -113,6 +127,36 @@ type ManifestRegistrySpec struct {
 	// Suspend stops fetching and rendering; the last rendering stays in place.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+}
+
+// Kinds of Flux sources a ManifestRegistry may consume (group source.toolkit.fluxcd.io, v1).
+const (
+	SourceKindGitRepository = "GitRepository"
+	SourceKindOCIRepository = "OCIRepository"
+	SourceKindBucket        = "Bucket"
+)
+
+// SourceReference names a Flux source, as Flux's own CrossNamespaceSourceReference does.
+type SourceReference struct {
+	// Kind of the source: GitRepository, OCIRepository or Bucket (source.toolkit.fluxcd.io/v1).
+	// +required
+	// +kubebuilder:validation:Enum=GitRepository;OCIRepository;Bucket
+	Kind string `json:"kind"`
+
+	// Name of the source.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// Namespace of the source; defaults to the ManifestRegistry's. Another namespace is refused
+	// (Ready=False, reason AccessDenied) when the controller runs with
+	// --no-cross-namespace-refs, as Flux's own controllers do, and needs an author who may get
+	// the source there (admission).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // GitRef is the git reference a ManifestRegistry follows. Exactly one field is set.
@@ -284,6 +328,12 @@ type RegistryArtifact struct {
 	// +optional
 	RegistryID string `json:"registryID,omitempty"`
 
+	// SourceDigest is the digest of the Flux artifact rendered (sourceRef only), as the source
+	// reported it and the download matched: the same revision with another digest (a changed
+	// ignore rule, say) is rendered again.
+	// +optional
+	SourceDigest string `json:"sourceDigest,omitempty"`
+
 	// RenderingDigest is `sha256:<hex>` over the data of the rendered ConfigMaps, in shard
 	// order: a ConfigMap whose data differs was changed by someone else and is rendered again.
 	// +optional
@@ -315,6 +365,7 @@ type InvalidTool struct {
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.url`,priority=1
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.sourceRef.name`,priority=1
 // +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`,priority=1
 
 // ManifestRegistry is a git repository of tool manifests. The controller fetches it, verifies

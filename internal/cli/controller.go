@@ -29,7 +29,7 @@ func init() { register(newControllerCmd) }
 func newControllerCmd() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey, stampKey, gatewayImage string
 	var gatewayIdentities, watchNamespaces, gatewayImages []string
-	var leaderElect, devLog, webhooks, allowFileURLs bool
+	var leaderElect, devLog, webhooks, allowFileURLs, noCrossNamespaceRefs bool
 	var maxFileBytes, maxTotalBytes int64
 	var maxFiles, maxRefs, concurrent, apiBurst int
 	var apiQPS float32
@@ -86,7 +86,8 @@ func newControllerCmd() *cobra.Command {
 			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks, SigningKey: key,
 				StampKey: stamp, GatewayIdentities: ids, WatchNamespaces: watched, GatewayImage: gatewayImage, GatewayImages: images,
 				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes,
-				SourceMaxFiles: maxFiles, SourceMaxRefs: maxRefs, SourceMaxTimeout: maxTimeout, Concurrent: concurrent}); err != nil {
+				SourceMaxFiles: maxFiles, SourceMaxRefs: maxRefs, SourceMaxTimeout: maxTimeout, Concurrent: concurrent,
+				NoCrossNamespaceRefs: noCrossNamespaceRefs}); err != nil {
 				return err
 			}
 			if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -112,6 +113,7 @@ func newControllerCmd() *cobra.Command {
 	f.IntVar(&maxFiles, "source-max-files", source.DefaultMaxFiles, "the most files and folders a registry may hold under spec.path")
 	f.IntVar(&maxRefs, "source-max-refs", source.DefaultMaxRefs, "the most refs a git server may advertise")
 	f.DurationVar(&maxTimeout, "source-max-timeout", controllers.DefaultSourceMaxTimeout, "the longest a registry's fetch may take, whatever its spec.timeout says")
+	f.BoolVar(&noCrossNamespaceRefs, "no-cross-namespace-refs", false, "refuse a ManifestRegistry whose spec.sourceRef names a Flux source in another namespace (as Flux's own flag: multi-tenant clusters set both)")
 	f.IntVar(&concurrent, "concurrent", controllers.DefaultConcurrent, "how many ManifestRegistries reconcile at once")
 	f.Float32Var(&apiQPS, "kube-api-qps", 50, "requests per second to the API server (client-side limit)")
 	f.IntVar(&apiBurst, "kube-api-burst", 300, "burst of requests to the API server (client-side limit)")

@@ -140,7 +140,9 @@ func TestDefaults(t *testing.T) {
 	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "r"}, &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.Spec.Ref == nil || r.Spec.Ref.Branch != "main" || r.Spec.Path != "." || r.Spec.Interval.Duration != v1alpha1.DefaultRegistryInterval || r.Spec.Timeout.Duration != v1alpha1.DefaultRegistryTimeout {
+	// No ref: the controller follows the branch main (controllers.DefaultBranch) when none is
+	// set, so that a registry with sourceRef, whose ref is the Flux source's, has none.
+	if r.Spec.Ref != nil || r.Spec.Path != "." || r.Spec.Interval.Duration != v1alpha1.DefaultRegistryInterval || r.Spec.Timeout.Duration != v1alpha1.DefaultRegistryTimeout {
 		t.Errorf("ManifestRegistry defaults: %+v", r.Spec)
 	}
 	var g v1alpha1.ReversiGateway
@@ -226,6 +228,14 @@ func TestSchemaRefusals(t *testing.T) {
 		{"zero interval", registry("r9", `{url: "file:///srv/m", format: Plain, interval: 0s}`), `interval must be positive`},
 		{"unknown format", registry("r10", `{url: "file:///srv/m", format: Zip}`), `Unsupported value: "Zip"`},
 		{"scp-like ssh url", registry("r11", `{url: "git@git.example.com:platform/m.git", format: Plain, ref: {semver: ">=1.0.0"}, verify: {commit: {mode: TagAndHEAD, secretRef: {name: k}}}}`), ``},
+		{"neither url nor sourceRef", registry("r13", `{format: Plain}`), `set exactly one of url (the controller fetches the git repository) and sourceRef`},
+		{"url and sourceRef", registry("r14", `{url: "file:///srv/m", format: Plain, sourceRef: {kind: GitRepository, name: m}}`), `set exactly one of url`},
+		{"sourceRef with a ref", registry("r15", `{sourceRef: {kind: GitRepository, name: m}, format: Plain, ref: {branch: main}}`), `ref and secretRef are set on the Flux source`},
+		{"sourceRef with git credentials", registry("r16", `{sourceRef: {kind: GitRepository, name: m}, format: Plain, secretRef: {name: git}}`), `ref and secretRef are set on the Flux source`},
+		{"sourceRef with mode Chain", registry("r17", `{sourceRef: {kind: GitRepository, name: m}, format: Plain, verify: {commit: {mode: Chain, secretRef: {name: k}}}}`), `verify.commit.mode Chain needs the git history`},
+		{"a Bucket with commit verification", registry("r18", `{sourceRef: {kind: Bucket, name: m}, format: Plain, verify: {commit: {secretRef: {name: k}}}}`), `verify.commit cannot be checked for a Bucket`},
+		{"sourceRef of another kind", registry("r19", `{sourceRef: {kind: HelmRepository, name: m}, format: Plain}`), `Unsupported value: "HelmRepository"`},
+		{"sourceRef with tag verification", registry("r20", `{sourceRef: {kind: GitRepository, name: m, namespace: flux-system}, format: Plain, verify: {commit: {mode: TagAndHEAD, secretRef: {name: k}}}}`), ``},
 		{"http url on loopback", registry("r12", `{url: "http://127.0.0.1:8080/m.git", format: Plain, ref: {commit: 0123456789abcdef0123456789abcdef01234567}}`), ``},
 
 		// The other kinds.

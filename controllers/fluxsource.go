@@ -1,0 +1,368 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/http/fetch"
+	"github.com/fluxcd/pkg/tar"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/pkg/source"
+)
+
+// ReasonAccessDenied is the Ready reason of a registry whose sourceRef names another namespace
+// while the controller runs with --no-cross-namespace-refs (Flux's reason for the same rule).
+const ReasonAccessDenied = "AccessDenied"
+
+// Ready reasons of a registry with a sourceRef.
+const (
+	// ReasonSourceNotReady: the Flux source is missing, not Ready for its generation, or has no
+	// artifact yet; the registry retries and reconciles when the source changes.
+	ReasonSourceNotReady = "SourceNotReady"
+	// ReasonArtifactFailed: downloading, checking the digest of or unpacking the artifact failed.
+	ReasonArtifactFailed = "ArtifactFailed"
+)
+
+// sourceRefIndex indexes ManifestRegistries by the Flux source they name ("Kind/ns/name").
+const sourceRefIndex = ".spec.sourceRef"
+
+// fluxKinds are the Flux source kinds a sourceRef may name, with an empty object of each.
+var fluxKinds = map[string]func() fluxSource{
+	v1alpha1.SourceKindGitRepository: func() fluxSource { return &sourcev1.GitRepository{} },
+	v1alpha1.SourceKindOCIRepository: func() fluxSource { return &sourcev1.OCIRepository{} },
+	v1alpha1.SourceKindBucket:        func() fluxSource { return &sourcev1.Bucket{} },
+}
+
+// fluxSource is what the controller reads of a Flux source: its artifact and conditions.
+type fluxSource interface {
+	client.Object
+	GetArtifact() *meta.Artifact
+	GetConditions() []metav1.Condition
+}
+
+// sourceKey is the sourceRefIndex value of a registry's sourceRef, "" without one.
+func sourceKey(reg *v1alpha1.ManifestRegistry) string {
+	ref := reg.Spec.SourceRef
+	if ref == nil {
+		return ""
+	}
+	return ref.Kind + "/" + sourceNamespace(reg) + "/" + ref.Name
+}
+
+func sourceNamespace(reg *v1alpha1.ManifestRegistry) string {
+	if ns := reg.Spec.SourceRef.Namespace; ns != "" {
+		return ns
+	}
+	return reg.Namespace
+}
+
+func sourceName(reg *v1alpha1.ManifestRegistry) string {
+	return fmt.Sprintf("%s %s/%s", reg.Spec.SourceRef.Kind, sourceNamespace(reg), reg.Spec.SourceRef.Name)
+}
+
+// watchFluxSources makes a new artifact (or a change of a source's Ready or SourceVerified)
+// reconcile the registries naming that source at once. Only the kinds the API server serves
+// are watched (Flux is optional): a registry naming a kind installed later is still
+// reconciled every interval, reading the source uncached.
+func (r *ManifestRegistryReconciler) watchFluxSources(mgr ctrl.Manager, b *builder.TypedBuilder[reconcile.Request]) error {
+	if err := sourcev1.AddToScheme(mgr.GetScheme()); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ManifestRegistry{}, sourceRefIndex, func(o client.Object) []string {
+		if k := sourceKey(o.(*v1alpha1.ManifestRegistry)); k != "" {
+			return []string{k}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	kinds := make([]string, 0, len(fluxKinds))
+	for k := range fluxKinds {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	for _, kind := range kinds {
+		gk := schema.GroupKind{Group: sourcev1.GroupVersion.Group, Kind: kind}
+		if _, err := mgr.GetRESTMapper().RESTMapping(gk, sourcev1.GroupVersion.Version); err != nil {
+			log.Log.Info("Flux source kind not served: registries naming it are reconciled every interval, not on change", "kind", kind, "reason", err.Error())
+			continue
+		}
+		b.Watches(fluxKinds[kind](), handler.EnqueueRequestsFromMapFunc(r.registriesForSource(kind)),
+			builder.WithPredicates(sourceChanged))
+	}
+	return nil
+}
+
+// registriesForSource maps a Flux source to the registries that name it.
+func (r *ManifestRegistryReconciler) registriesForSource(kind string) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		var regs v1alpha1.ManifestRegistryList
+		key := kind + "/" + obj.GetNamespace() + "/" + obj.GetName()
+		if err := r.List(ctx, &regs, client.MatchingFields{sourceRefIndex: key}); err != nil {
+			log.FromContext(ctx).Error(err, "listing the registries of a Flux source", "source", key)
+			return nil
+		}
+		reqs := make([]reconcile.Request, len(regs.Items))
+		for i := range regs.Items {
+			reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: regs.Items[i].Namespace, Name: regs.Items[i].Name}}
+		}
+		return reqs
+	}
+}
+
+// sourceChanged passes the updates of a Flux source that can change what a registry renders:
+// another artifact, or another status of Ready or SourceVerified.
+var sourceChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	o, ok1 := e.ObjectOld.(fluxSource)
+	n, ok2 := e.ObjectNew.(fluxSource)
+	if !ok1 || !ok2 {
+		return true
+	}
+	if !artifactEqual(o.GetArtifact(), n.GetArtifact()) || o.GetGeneration() != n.GetGeneration() {
+		return true
+	}
+	for _, t := range []string{meta.ReadyCondition, sourcev1.SourceVerifiedCondition} {
+		if conditionStatus(o.GetConditions(), t) != conditionStatus(n.GetConditions(), t) {
+			return true
+		}
+	}
+	return false
+}}
+
+func artifactEqual(a, b *meta.Artifact) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Revision == b.Revision && a.Digest == b.Digest && a.URL == b.URL
+}
+
+func conditionStatus(conds []metav1.Condition, t string) metav1.ConditionStatus {
+	if c := apimeta.FindStatusCondition(conds, t); c != nil {
+		return c.Status
+	}
+	return ""
+}
+
+// readFluxSource reads the source of reg.Spec.SourceRef from the API server and checks that
+// it may be used: the namespace rule, Ready for its current generation with an artifact, and
+// with verify.commit its SourceVerified (checkFluxVerification).
+func (r *ManifestRegistryReconciler) readFluxSource(ctx context.Context, reg *v1alpha1.ManifestRegistry) (fluxSource, *stepError) {
+	ref := reg.Spec.SourceRef
+	ns := sourceNamespace(reg)
+	if ns != reg.Namespace && r.NoCrossNamespaceRefs {
+		return nil, fail(ReasonAccessDenied, true, "spec.sourceRef names %s in another namespace, which this controller refuses (--no-cross-namespace-refs): use a source in namespace %s", sourceName(reg), reg.Namespace)
+	}
+	newObj, ok := fluxKinds[ref.Kind]
+	if !ok {
+		return nil, fail(v1alpha1.ReasonInvalidSpec, true, "spec.sourceRef.kind %q is not a Flux source kind: use GitRepository, OCIRepository or Bucket", ref.Kind)
+	}
+	src := newObj()
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, src); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, fail(ReasonSourceNotReady, false, "%s was not found: create it, or fix spec.sourceRef", sourceName(reg))
+		case apimeta.IsNoMatchError(err):
+			return nil, fail(ReasonSourceNotReady, false, "%s cannot be read: the API server does not serve %s (install Flux's source-controller CRDs, then restart the controller so it watches them)", sourceName(reg), sourcev1.GroupVersion.WithKind(ref.Kind))
+		default:
+			return nil, fail(ReasonSourceNotReady, false, "reading %s: %v", sourceName(reg), err)
+		}
+	}
+	ready := apimeta.FindStatusCondition(src.GetConditions(), meta.ReadyCondition)
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration != src.GetGeneration() {
+		why := "it has no Ready condition yet"
+		if ready != nil {
+			why = fmt.Sprintf("its Ready is %s%s: %s", ready.Status, staleGeneration(ready, src), ready.Message)
+		}
+		return nil, fail(ReasonSourceNotReady, false, "%s is not ready, %s; the last good rendering stays", sourceName(reg), why)
+	}
+	if a := src.GetArtifact(); a == nil || a.URL == "" || a.Digest == "" || a.Revision == "" {
+		return nil, fail(ReasonSourceNotReady, false, "%s has no artifact (with url, digest and revision) yet", sourceName(reg))
+	}
+	if serr := r.checkFluxVerification(ctx, reg, src); serr != nil {
+		return nil, serr
+	}
+	return src, nil
+}
+
+// checkFluxVerification enforces verify.commit on a Flux source: the source verifies
+// signatures itself (spec.verify), with the same mode, with no key that
+// verify.commit.secretRef does not list (a GitRepository's author cannot swap the keys), and
+// reports SourceVerified=True for the generation whose artifact it serves. Without
+// verify.commit nothing is required. A failure sets SourceVerified=False.
+func (r *ManifestRegistryReconciler) checkFluxVerification(ctx context.Context, reg *v1alpha1.ManifestRegistry, src fluxSource) *stepError {
+	v := reg.Spec.Verify
+	if v == nil || v.Commit == nil {
+		removeCondition(reg, v1alpha1.ConditionSourceVerified)
+		return nil
+	}
+	refuse := func(format string, args ...any) *stepError {
+		e := fail(v1alpha1.ReasonCommitVerificationFailed, false, "%s: %s; the last good rendering stays", sourceName(reg), fmt.Sprintf(format, args...))
+		setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, e.reason, e.msg)
+		return e
+	}
+	mode, keysRef := "", ""
+	switch s := src.(type) {
+	case *sourcev1.GitRepository:
+		if s.Spec.Verification == nil {
+			return refuse("spec.verify.commit is set but the GitRepository verifies no signature: set its spec.verify (mode %s, secretRef %s)", v.Commit.Mode, v.Commit.SecretRef.Name)
+		}
+		mode, keysRef = strings.ToUpper(string(s.Spec.Verification.GetMode())), s.Spec.Verification.SecretRef.Name
+		if want := strings.ToUpper(v.Commit.Mode); mode != want {
+			return refuse("the GitRepository verifies mode %s, spec.verify.commit.mode is %s: make them the same", s.Spec.Verification.GetMode(), v.Commit.Mode)
+		}
+	case *sourcev1.OCIRepository:
+		if s.Spec.Verify == nil || s.Spec.Verify.SecretRef == nil {
+			return refuse("spec.verify.commit is set but the OCIRepository verifies no signature with keys: set its spec.verify with a secretRef (keyless verification cannot be tied to spec.verify.commit.secretRef)")
+		}
+		keysRef = s.Spec.Verify.SecretRef.Name
+	default:
+		return refuse("a %s carries no verified signature: remove spec.verify.commit or use a GitRepository or OCIRepository", reg.Spec.SourceRef.Kind)
+	}
+	if serr := r.checkFluxKeys(ctx, reg, src.GetNamespace(), keysRef); serr != nil {
+		setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, serr.reason, serr.msg)
+		return serr
+	}
+	c := apimeta.FindStatusCondition(src.GetConditions(), sourcev1.SourceVerifiedCondition)
+	if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != src.GetGeneration() {
+		why := "it has no SourceVerified condition"
+		if c != nil {
+			why = fmt.Sprintf("its SourceVerified is %s%s: %s", c.Status, staleGeneration(c, src), c.Message)
+		}
+		return refuse("%s", why)
+	}
+	setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionTrue, v1alpha1.ReasonVerified,
+		fmt.Sprintf("%s verified revision %s with the keys of Secret %s/%s: %s", sourceName(reg), src.GetArtifact().Revision, src.GetNamespace(), keysRef, c.Message))
+	return nil
+}
+
+// checkFluxKeys refuses a source whose verification Secret holds a key that
+// spec.verify.commit.secretRef does not: every data value of the source's Secret must also be a
+// data value of ours (compared without surrounding white space). The same Secret passes.
+func (r *ManifestRegistryReconciler) checkFluxKeys(ctx context.Context, reg *v1alpha1.ManifestRegistry, ns, name string) *stepError {
+	ours, serr := r.secretData(ctx, reg, reg.Spec.Verify.Commit.SecretRef.Name, "commit verification keys")
+	if serr != nil {
+		return serr
+	}
+	var theirs map[string][]byte
+	if ns == reg.Namespace && name == reg.Spec.Verify.Commit.SecretRef.Name {
+		theirs = ours
+	} else {
+		// Uncached: the source may be in a namespace the controller's cache does not hold.
+		var s corev1.Secret
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
+			return fail(v1alpha1.ReasonCommitVerificationFailed, false, "reading Secret %s/%s, the keys %s verifies with: %v", ns, name, sourceName(reg), err)
+		}
+		theirs = s.Data
+	}
+	trusted := map[string]bool{}
+	for _, v := range ours {
+		trusted[strings.TrimSpace(string(v))] = true
+	}
+	var extra []string
+	for _, k := range sortedKeys(theirs) {
+		if !trusted[strings.TrimSpace(string(theirs[k]))] {
+			extra = append(extra, k)
+		}
+	}
+	if len(extra) > 0 {
+		return fail(v1alpha1.ReasonCommitVerificationFailed, false, "%s verifies with keys of Secret %s/%s that spec.verify.commit.secretRef (%s) does not list (%s): a signature by them is not one the registry trusts; put the same keys in both, or name the same Secret",
+			sourceName(reg), ns, name, reg.Spec.Verify.Commit.SecretRef.Name, strings.Join(extra, ", "))
+	}
+	return nil
+}
+
+// fluxArtifact is a downloaded, digest-checked and unpacked Flux artifact.
+type fluxArtifact struct {
+	dir      string
+	revision string
+	digest   string
+}
+
+// fetchFluxArtifact downloads the source's artifact with Flux's own fetcher (digest checked
+// before anything is unpacked; links skipped), bounded like a git fetch: the archive and the
+// unpacked files at SourceMaxTotalBytes, the entries at SourceMaxFiles, one file at
+// SourceMaxFileBytes, the time at the registry's timeout.
+func (r *ManifestRegistryReconciler) fetchFluxArtifact(ctx context.Context, reg *v1alpha1.ManifestRegistry, src fluxSource) (*fluxArtifact, *stepError) {
+	a := src.GetArtifact()
+	maxTotal := r.SourceMaxTotalBytes
+	if maxTotal <= 0 {
+		maxTotal = source.DefaultMaxTotalBytes
+	}
+	maxFile := r.SourceMaxFileBytes
+	if maxFile <= 0 {
+		maxFile = source.DefaultMaxFileBytes
+	}
+	maxFiles := r.SourceMaxFiles
+	if maxFiles <= 0 {
+		maxFiles = source.DefaultMaxFiles
+	}
+	dir, err := os.MkdirTemp(r.TempDir, "reversi-artifact-")
+	if err != nil {
+		return nil, fail(ReasonArtifactFailed, false, "making a folder for the artifact of %s: %v", sourceName(reg), err)
+	}
+	var entries atomic.Int64
+	var tooLarge atomic.Value
+	filter := func(p string, fi os.FileInfo) bool {
+		if entries.Add(1) > int64(maxFiles) {
+			tooLarge.CompareAndSwap(nil, fmt.Sprintf("it has more than %d entries", maxFiles))
+			return true
+		}
+		if fi.Mode().IsRegular() && fi.Size() > maxFile {
+			tooLarge.CompareAndSwap(nil, fmt.Sprintf("%s is %d bytes, more than %d", p, fi.Size(), maxFile))
+			return true
+		}
+		return false
+	}
+	fetcher := fetch.New(fetch.WithRetries(1), fetch.WithMaxDownloadSize(int(maxTotal)),
+		fetch.WithUntar(tar.WithMaxUntarSize(int(maxTotal)), tar.WithFilter(filter)), fetch.WithLogger(nil))
+	fctx, cancel := context.WithTimeout(ctx, r.fetchTimeout(reg))
+	defer cancel()
+	if err := fetcher.FetchWithContext(fctx, a.URL, a.Digest, dir); err != nil {
+		os.RemoveAll(dir)
+		if errors.Is(err, fetch.ErrFileNotFound) {
+			return nil, fail(ReasonArtifactFailed, false, "the artifact of %s (revision %s) is gone from %s (the source stored a newer one?): retrying", sourceName(reg), a.Revision, a.URL)
+		}
+		return nil, fail(ReasonArtifactFailed, false, "the artifact of %s (revision %s, digest %s) was refused: %v; the last good rendering stays", sourceName(reg), a.Revision, a.Digest, err)
+	}
+	if why, _ := tooLarge.Load().(string); why != "" {
+		os.RemoveAll(dir)
+		return nil, fail(v1alpha1.ReasonSourceTooLarge, false, "the artifact of %s (revision %s) is too large: %s; the last good rendering stays", sourceName(reg), a.Revision, why)
+	}
+	return &fluxArtifact{dir: dir, revision: a.Revision, digest: a.Digest}, nil
+}
+
+// files is the unpacked artifact as a file system.
+func (f *fluxArtifact) files() fs.FS { return os.DirFS(f.dir) }
+
+func (f *fluxArtifact) cleanup() { os.RemoveAll(f.dir) }
+
+// staleGeneration says, when c describes an older generation than src's, which ("" otherwise).
+func staleGeneration(c *metav1.Condition, src client.Object) string {
+	if c.ObservedGeneration == src.GetGeneration() {
+		return ""
+	}
+	return fmt.Sprintf(" for generation %d (the source is at %d)", c.ObservedGeneration, src.GetGeneration())
+}
