@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/pkg/registry"
@@ -28,7 +25,7 @@ import (
 // pod reports the new digest). Target: p50 under 2 s, p99 under 5 s (issue 10).
 func BenchmarkPRToEnforcement(b *testing.B) {
 	w := startWorld(b)
-	k8s, ctx, ns, must := w.k8s, w.ctx, w.ns, w.must
+	must := w.must
 	desired := w.desired1
 	var lat, rendered, reloaded []time.Duration
 	for i := 0; b.Loop(); i++ { // b.Loop: the set-up runs once
@@ -45,12 +42,8 @@ func BenchmarkPRToEnforcement(b *testing.B) {
 		must(err)
 		b.StartTimer()
 		began := time.Now()
-		w.repo.Commit(fmt.Sprintf("PR %d: create_entities needs %s", i, perm))
-		reg := &v1alpha1.ManifestRegistry{}
-		must(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "memory"}, reg))
-		patch := client.MergeFrom(reg.DeepCopy())
-		reg.Annotations = map[string]string{v1alpha1.AnnotationRequestedAt: time.Now().Format(time.RFC3339Nano)}
-		must(k8s.Patch(ctx, reg, patch))
+		w.commit(fmt.Sprintf("PR %d: create_entities needs %s", i, perm))
+		w.requestFetch()
 		var tRendered, tReloaded time.Duration
 		for n := 0; ; n++ {
 			if tRendered == 0 {

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	fluxmeta "github.com/fluxcd/pkg/apis/meta"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -43,6 +45,7 @@ import (
 	"github.com/reversi-gitops/reversi/pkg/registry"
 	"github.com/reversi-gitops/reversi/pkg/signing/signingtest"
 	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
+	"github.com/reversi-gitops/reversi/test/flux"
 	"github.com/reversi-gitops/reversi/test/syncbuf"
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
@@ -139,15 +142,37 @@ type world struct {
 	stop         func()
 	stderr       *syncbuf.Buffer
 	desired1     string
+	// commit commits the repository (signed, with Flux); requestFetch asks for the new commit
+	// at once, as a git webhook would: the registry's requestedAt annotation, or with Flux the
+	// GitRepository's.
+	commit       func(msg string) string
+	requestFetch func()
 }
 
-func startWorld(t testing.TB) *world {
+// worldOptions change how startWorld delivers the registry.
+type worldOptions struct {
+	// flux: a real source-controller fetches the repository over `git http-backend` and
+	// verifies each commit's SSH signature (GitRepository spec.verify), and the ManifestRegistry
+	// consumes its artifact through spec.sourceRef with spec.verify.commit (issue 22).
+	flux bool
+}
+
+func startWorld(t testing.TB) *world { return startWorldWith(t, worldOptions{}) }
+
+func startWorldWith(t testing.TB, o worldOptions) *world {
 	env, err := testenv.Start(testenv.Options{Webhooks: true})
 	if err != nil {
 		t.Fatalf("control plane: %v", err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
 	k8s := env.Client
+	if o.flux {
+		// Before the manager starts: it watches the Flux kinds the API server serves then.
+		flux.Start(t, env.Environment, flux.Options{SkipKustomize: true})
+		if err := sourcev1.AddToScheme(env.Scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
 	mgrCtx, stopMgr := context.WithCancel(context.Background())
 	t.Cleanup(stopMgr)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, WebhookServer: env.WebhookServer()})
@@ -179,7 +204,12 @@ func startWorld(t testing.TB) *world {
 	v1 := parseManifests(t, memoryManifests)
 	_, err = registry.New(regDir).Publish(v1, manifest.Approved, registry.WriteOptions{By: "alice", Signer: key.Signer})
 	must(err)
-	repo.Commit("memory tools")
+	commitKey := sourcetest.NewSSHKey(t)
+	commit := repo.Commit
+	if o.flux {
+		commit = func(msg string) string { return repo.CommitSigned(msg, commitKey) }
+	}
+	commit("memory tools")
 
 	// The agent's API key and the Secrets.
 	entry, secret, err := auth.NewKey("agent-7", auth.Agent, nil, nil)
@@ -190,13 +220,30 @@ func startWorld(t testing.TB) *world {
 		"manifest-keys": {"alice.pem": key.PublicPEM},
 		"gateway-keys":  {"keys.json": keyFile},
 		"unrelated":     {"password": []byte("hunter2")},
+		"commit-keys":   {"alice.sshpub": commitKey.AuthorizedKey},
 	} {
 		must(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}))
 	}
-	must(k8s.Create(ctx, &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "memory"},
-		Spec: v1alpha1.ManifestRegistrySpec{URL: repo.FileURL(), Ref: &v1alpha1.GitRef{Branch: "main"}, Path: "reg",
-			Interval: &metav1.Duration{Duration: time.Hour},
-			Verify:   &v1alpha1.RegistryVerification{ManifestKeysSecretRef: &v1alpha1.LocalObjectReference{Name: "manifest-keys"}}}}))
+	regSpec := v1alpha1.ManifestRegistrySpec{URL: repo.FileURL(), Ref: &v1alpha1.GitRef{Branch: "main"}, Path: "reg",
+		Interval: &metav1.Duration{Duration: time.Hour},
+		Verify:   &v1alpha1.RegistryVerification{ManifestKeysSecretRef: &v1alpha1.LocalObjectReference{Name: "manifest-keys"}}}
+	requestFetch := func() {
+		requestAt(t, ctx, k8s, &v1alpha1.ManifestRegistry{}, ns, "memory", v1alpha1.AnnotationRequestedAt)
+	}
+	if o.flux {
+		srv := sourcetest.ServeHTTP(t, filepath.Dir(repo.Dir), sourcetest.HTTPAuth{})
+		must(k8s.Create(ctx, &sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "memory"},
+			Spec: sourcev1.GitRepositorySpec{URL: srv.RepoURL(t, repo.Dir), Reference: &sourcev1.GitRepositoryRef{Branch: "main"},
+				Interval: metav1.Duration{Duration: time.Hour}, Timeout: &metav1.Duration{Duration: 30 * time.Second},
+				Verification: &sourcev1.GitRepositoryVerification{Mode: sourcev1.ModeGitHEAD, SecretRef: fluxmeta.LocalObjectReference{Name: "commit-keys"}}}}))
+		regSpec.URL, regSpec.Ref = "", nil
+		regSpec.SourceRef = &v1alpha1.SourceReference{Kind: v1alpha1.SourceKindGitRepository, Name: "memory"}
+		regSpec.Verify.Commit = &v1alpha1.CommitVerification{Mode: v1alpha1.CommitVerifyHEAD, SecretRef: v1alpha1.LocalObjectReference{Name: "commit-keys"}}
+		requestFetch = func() {
+			requestAt(t, ctx, k8s, &sourcev1.GitRepository{}, ns, "memory", fluxmeta.ReconcileRequestAnnotation)
+		}
+	}
+	must(k8s.Create(ctx, &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "memory"}, Spec: regSpec}))
 
 	node, args, uenv := upstreams.Memory(t)
 	var upEnv []v1alpha1.ValueFrom
@@ -367,12 +414,26 @@ func startWorld(t testing.TB) *world {
 	}
 	return &world{env: env, k8s: k8s, ctx: ctx, ns: ns, must: must, key: key, repo: repo, regDir: regDir, v1: v1, cs: cs,
 		gwStatus: gwStatus, annotations: annotations, createEntity: createEntity, stopMgr: stopMgr, mgrDone: mgrDone,
-		stop: stop, stderr: stderr, desired1: desired1}
+		stop: stop, stderr: stderr, desired1: desired1, commit: commit, requestFetch: requestFetch}
+}
+
+// requestAt sets the annotation (a requestedAt: reversi.dev's or Flux's) on the object to now,
+// which makes its controller reconcile it at once.
+func requestAt(t testing.TB, ctx context.Context, k8s client.Client, obj client.Object, ns, name, annotation string) {
+	t.Helper()
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	obj.SetAnnotations(map[string]string{annotation: time.Now().Format(time.RFC3339Nano)})
+	if err := k8s.Patch(ctx, obj, patch); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestReversiGatewayEndToEnd(t *testing.T) {
 	w := startWorld(t)
-	k8s, ctx, ns, must, key, repo, regDir, v1 := w.k8s, w.ctx, w.ns, w.must, w.key, w.repo, w.regDir, w.v1
+	k8s, ctx, ns, must, key, regDir, v1 := w.k8s, w.ctx, w.ns, w.must, w.key, w.regDir, w.v1
 	gwStatus, annotations, createEntity, stopMgr, mgrDone, stop, stderr, desired1 := w.gwStatus, w.annotations, w.createEntity, w.stopMgr, w.mgrDone, w.stop, w.stderr, w.desired1
 	var err error
 
@@ -380,13 +441,9 @@ func TestReversiGatewayEndToEnd(t *testing.T) {
 	v2 := parseManifests(t, strings.Replace(memoryManifests, "  permission: memory:write\n  compensation:", "  permission: memory:admin\n  compensation:", 1))
 	_, err = registry.New(regDir).Publish(v2[1:2], manifest.Approved, registry.WriteOptions{By: "alice", Signer: key.Signer})
 	must(err)
-	repo.Commit("create_entities needs memory:admin")
+	w.commit("create_entities needs memory:admin")
 	began := time.Now()
-	reg := &v1alpha1.ManifestRegistry{}
-	must(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "memory"}, reg))
-	patch := client.MergeFrom(reg.DeepCopy())
-	reg.Annotations = map[string]string{v1alpha1.AnnotationRequestedAt: began.Format(time.RFC3339Nano)}
-	must(k8s.Patch(ctx, reg, patch))
+	w.requestFetch()
 	var desired2 string
 	eventually(t, 30*time.Second, func() string {
 		desired2 = gwStatus().Status.Manifests.DesiredRevision
@@ -483,6 +540,92 @@ func apimetaReady(gw *v1alpha1.ReversiGateway) *metav1.Condition {
 	for i := range gw.Status.Conditions {
 		if gw.Status.Conditions[i].Type == v1alpha1.ConditionReady {
 			return &gw.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// TestReversiGatewayWithFlux is delivery path 1 of issue 22: a real source-controller fetches
+// the registry over `git http-backend` and verifies each commit's SSH signature, the
+// ManifestRegistry consumes its artifact (spec.sourceRef, with spec.verify.commit), and the
+// running gateway enforces what a signed commit says; an unsigned commit changes nothing.
+func TestReversiGatewayWithFlux(t *testing.T) {
+	w := startWorldWith(t, worldOptions{flux: true})
+	k8s, ctx, ns, must := w.k8s, w.ctx, w.ns, w.must
+	source := func() *sourcev1.GitRepository {
+		gr := &sourcev1.GitRepository{}
+		must(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "memory"}, gr))
+		return gr
+	}
+	registryStatus := func() *v1alpha1.ManifestRegistry {
+		reg := &v1alpha1.ManifestRegistry{}
+		must(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "memory"}, reg))
+		return reg
+	}
+	art := source().Status.Artifact
+	reg := registryStatus()
+	if reg.Status.Artifact == nil || reg.Status.Artifact.Revision != art.Revision || reg.Status.Artifact.SourceDigest != art.Digest {
+		t.Fatalf("registry artifact %+v, want the GitRepository's revision %s and digest %s", reg.Status.Artifact, art.Revision, art.Digest)
+	}
+	if c := findCondition(reg.Status.Conditions, v1alpha1.ConditionSourceVerified); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("registry SourceVerified %+v, want True", c)
+	}
+
+	// A signed merge: create_entities needs memory:admin, which the gateway's scope lacks.
+	v2 := parseManifests(t, strings.Replace(memoryManifests, "  permission: memory:write\n  compensation:", "  permission: memory:admin\n  compensation:", 1))
+	_, err := registry.New(w.regDir).Publish(v2[1:2], manifest.Approved, registry.WriteOptions{By: "alice", Signer: w.key.Signer})
+	must(err)
+	head := w.commit("create_entities needs memory:admin")
+	began := time.Now()
+	w.requestFetch()
+	eventually(t, 60*time.Second, func() string {
+		d := w.gwStatus().Status.Manifests.DesiredRevision
+		if a := w.annotations(); d == w.desired1 || a[v1alpha1.AnnotationManifestDigest] != d {
+			return fmt.Sprintf("pod serves %s, desired %s", a[v1alpha1.AnnotationManifestDigest], d)
+		}
+		return ""
+	})
+	res := w.createEntity("bob")
+	t.Logf("signed commit → GitRepository artifact → ManifestRegistry → enforced by the running gateway: %s", time.Since(began).Round(time.Millisecond))
+	if !res.IsError || !strings.Contains(text(res), "Blocked by Reversi") {
+		t.Fatalf("the signed v2 must block memory.create_entities: %s", text(res))
+	}
+	if got := registryStatus().Status.Artifact.Revision; got != "main@sha1:"+head {
+		t.Fatalf("registry revision %s, want the signed head main@sha1:%s", got, head)
+	}
+	desired2 := w.gwStatus().Status.Manifests.DesiredRevision
+
+	// An unsigned commit (the manifest itself signed by alice) loosens the rule again: Flux
+	// refuses the commit, the registry keeps v2 and says why, the gateway keeps blocking.
+	_, err = registry.New(w.regDir).Publish(w.v1[1:2], manifest.Approved, registry.WriteOptions{By: "alice", Signer: w.key.Signer})
+	must(err)
+	unsigned := w.repo.Commit("create_entities back to memory:write, unsigned")
+	w.requestFetch()
+	eventually(t, 60*time.Second, func() string {
+		reg := registryStatus()
+		c := findCondition(reg.Status.Conditions, v1alpha1.ConditionReady)
+		if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "GitRepository "+ns+"/memory") {
+			return fmt.Sprintf("registry Ready %+v (GitRepository %+v)", c, source().Status.Conditions)
+		}
+		return ""
+	})
+	reg = registryStatus()
+	t.Logf("unsigned commit %s refused: %s", unsigned[:12], findCondition(reg.Status.Conditions, v1alpha1.ConditionReady).Message)
+	if reg.Status.Artifact.Revision != "main@sha1:"+head {
+		t.Fatalf("after the unsigned commit the registry serves %s, want the signed main@sha1:%s", reg.Status.Artifact.Revision, head)
+	}
+	if d := w.gwStatus().Status.Manifests.DesiredRevision; d != desired2 {
+		t.Fatalf("the gateway's desired rendering changed to %s after an unsigned commit", d)
+	}
+	if res := w.createEntity("mallory"); !res.IsError || !strings.Contains(text(res), "Blocked by Reversi") {
+		t.Fatalf("an unsigned commit loosened the rule: %s", text(res))
+	}
+}
+
+func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
 		}
 	}
 	return nil
