@@ -97,7 +97,7 @@ func (w *ManifestRegistryWebhook) validate(ctx context.Context, reg *v1alpha1.Ma
 	if user.Username == "" {
 		return fmt.Errorf("ManifestRegistry %s/%s: the API server sent no username: the author of a registry that names Secrets must be known to check their rights", ns, name)
 	}
-	missing, err := missingRights(ctx, w.Client, user, ns, nil, refs)
+	missing, err := missingRights(ctx, w.Client, user, ns, nil, refs, nil)
 	if err != nil {
 		return &AuthorizationCheckError{Kind: "ManifestRegistry", Namespace: ns, Name: name, User: user.Username, Err: err}
 	}
