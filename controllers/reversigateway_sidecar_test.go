@@ -84,7 +84,7 @@ func memPodSpec(ns, configDigest string) corev1.PodSpec {
 		InitContainers: []corev1.Container{
 			{ // copies the bridge: the gateway image, `reversi copy-binary`
 				Name: "reversi-bin", Image: "reversi:latest", Args: []string{"copy-binary", "/reversi-bin/reversi"},
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"cpu": q("10m"), "memory": q("32Mi")}, Limits: corev1.ResourceList{"memory": q("128Mi")}},
+				Resources:       corev1.ResourceRequirements{Requests: corev1.ResourceList{"cpu": q("10m"), "memory": q("32Mi")}, Limits: corev1.ResourceList{"memory": q("128Mi")}},
 				VolumeMounts:    []corev1.VolumeMount{{Name: "reversi-bin", MountPath: "/reversi-bin"}},
 				SecurityContext: restricted(true), ImagePullPolicy: corev1.PullAlways,
 				TerminationMessagePath: "/dev/termination-log", TerminationMessagePolicy: corev1.TerminationMessageReadFile,
