@@ -66,11 +66,18 @@ type ImageNotAllowedError struct {
 	Image    string
 	Patterns []string
 	Invalid  error
+	// Upstream is set for the image of a container upstream (issue 23), checked against the
+	// policy of --upstream-images.
+	Upstream bool
 }
 
 func (e *ImageNotAllowedError) Error() string {
 	if e.Invalid != nil {
 		return fmt.Sprintf("%s %q is not a valid image reference (%v): write REPOSITORY[:TAG][@DIGEST]", e.Field, e.Image, e.Invalid)
+	}
+	if e.Upstream {
+		return fmt.Sprintf("%s %q is not allowed: the controller runs upstream container images matching %s (reversi controller --upstream-images, by default the --gateway-images patterns): use such an image, or ask the controller's operator to allow this one",
+			e.Field, e.Image, strings.Join(e.Patterns, ", "))
 	}
 	return fmt.Sprintf("%s %q is not allowed: the controller runs gateway images matching %s (reversi controller --gateway-images): use such an image, or ask the controller's operator to allow this one",
 		e.Field, e.Image, strings.Join(e.Patterns, ", "))

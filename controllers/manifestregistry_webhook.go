@@ -105,7 +105,7 @@ func (w *ManifestRegistryWebhook) validate(ctx context.Context, reg *v1alpha1.Ma
 	if user.Username == "" {
 		return fmt.Errorf("ManifestRegistry %s/%s: the API server sent no username: the author of a registry that names Secrets or a Flux source must be known to check their rights", ns, name)
 	}
-	missing, err := missingRights(ctx, w.Client, user, ns, nil, refs)
+	missing, err := missingRights(ctx, w.Client, user, ns, nil, refs, nil)
 	if err == nil && src != nil {
 		// The controller renders the source's files into ConfigMaps of this namespace: its
 		// author must be allowed to read the source, wherever it is.

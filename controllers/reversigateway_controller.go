@@ -61,6 +61,9 @@ type ReversiGatewayReconciler struct {
 	// them is Stalled with reason ImageNotAllowed and nothing is rendered. Nil:
 	// DefaultGatewayImages of the default image.
 	Images *ImagePolicy
+	// UpstreamImages are the images container upstreams may run (issue 23): a gateway with an
+	// upstream image outside them is Stalled with reason ImageNotAllowed too. Nil: Images.
+	UpstreamImages *ImagePolicy
 	// MaxShardBytes is the manifest bytes per rendered ConfigMap (bundle.MaxShardBytes when 0).
 	MaxShardBytes int
 	// Key signs the snapshot of the selected ToolManifests and verifies the registries'
@@ -212,6 +215,16 @@ func (r *ReversiGatewayReconciler) checkImage(gw *v1alpha1.ReversiGateway) *step
 		field = "the controller's default gateway image (--gateway-image)"
 	}
 	if err := images.Check(field, r.image(gw)); err != nil {
+		return fail(v1alpha1.ReasonImageNotAllowed, true, "%v; nothing was rendered or changed", err)
+	}
+	if r.UpstreamImages != nil {
+		images = r.UpstreamImages
+	}
+	refused, err := checkUpstreamImages(images, gw)
+	if err == nil && len(refused) > 0 {
+		err = errors.New(joinImageErrors(refused))
+	}
+	if err != nil {
 		return fail(v1alpha1.ReasonImageNotAllowed, true, "%v; nothing was rendered or changed", err)
 	}
 	return nil

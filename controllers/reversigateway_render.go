@@ -107,6 +107,9 @@ type renderedConfig struct {
 // gateway would refuse at start is reported on the ReversiGateway instead of in a crash loop.
 func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 	var rc renderedConfig
+	if err := checkContainerUpstreams(gw); err != nil {
+		return rc, err
+	}
 	s := gw.Spec
 	doc := map[string]any{}
 	if s.Mode != "" {
@@ -163,7 +166,13 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 		if u.NamespaceTools != nil {
 			up["namespace"] = *u.NamespaceTools
 		}
-		if u.URL != "" {
+		switch {
+		case u.Container != nil:
+			// The sidecar's bridge listens there (issue 23); the session is written out, as
+			// it is the bridge's too.
+			up["socket"] = BridgeSocket(u.Name)
+			up["session"] = bridgeSession(u)
+		case u.URL != "":
 			up["url"] = u.URL
 			if len(u.Headers) > 0 {
 				h := map[string]any{}
@@ -172,7 +181,7 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 				}
 				up["headers"] = h
 			}
-		} else {
+		default:
 			up["command"] = u.Command
 			if len(u.Args) > 0 {
 				args := make([]string, len(u.Args))
@@ -236,7 +245,7 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 	for _, e := range rc.env {
 		defined[e.Name] = true
 	}
-	if _, errs := config.Parse(GatewayConfigKey, data, func(name string) (string, bool) { return "set", defined[name] }); len(errs) > 0 {
+	if _, errs := config.Parse(GatewayConfigKey, checkable(doc, data), func(name string) (string, bool) { return "set", defined[name] }); len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {
 			msgs[i] = e.Error()
@@ -361,7 +370,7 @@ func gatewayPodSpec(gw *v1alpha1.ReversiGateway, image string, rc renderedConfig
 			TimeoutSeconds: 3, PeriodSeconds: 10, FailureThreshold: failures, SuccessThreshold: 1,
 		}
 	}
-	return corev1.PodSpec{
+	pod := corev1.PodSpec{
 		ServiceAccountName:           n.object,
 		AutomountServiceAccountToken: ptr.To(true),
 		SecurityContext: &corev1.PodSecurityContext{
@@ -386,6 +395,10 @@ func gatewayPodSpec(gw *v1alpha1.ReversiGateway, image string, rc renderedConfig
 		}},
 		Volumes: volumes,
 	}
+	if hasContainerUpstreams(gw) {
+		addSidecars(&pod, gw, image)
+	}
+	return pod
 }
 
 // configDigest hashes what a running pod read at start (gateway.yaml and the container

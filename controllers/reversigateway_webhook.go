@@ -36,6 +36,11 @@ const maxSecretsPerSpec = 64
 // tooManySecrets is the refusal of a spec naming more than maxSecretsPerSpec distinct Secrets
 // (nil when it names fewer), made before any review.
 func tooManySecrets(kind, ns, name string, refs []v1alpha1.GatewaySecretRef) error {
+	return tooManyObjects(kind, ns, name, "Secret", refs)
+}
+
+// tooManyObjects is tooManySecrets for refs to objects of another kind (what: "ConfigMap").
+func tooManyObjects(kind, ns, name, what string, refs []v1alpha1.GatewaySecretRef) error {
 	names := map[string]bool{}
 	for _, r := range refs {
 		names[r.Name] = true
@@ -43,8 +48,8 @@ func tooManySecrets(kind, ns, name string, refs []v1alpha1.GatewaySecretRef) err
 	if len(names) <= maxSecretsPerSpec {
 		return nil
 	}
-	return fmt.Errorf("%s %s/%s: the spec names %d Secrets, more than %d: the author's right to read each is checked at admission; keep the values in fewer Secrets (one Secret holds many keys)",
-		kind, ns, name, len(names), maxSecretsPerSpec)
+	return fmt.Errorf("%s %s/%s: the spec names %d %ss, more than %d: the author's right to read each is checked at admission; keep the values in fewer %ss (one %s holds many keys)",
+		kind, ns, name, len(names), what, maxSecretsPerSpec, what, what)
 }
 
 // ReversiGatewayWebhook admits a ReversiGateway only when it allows its author no more than
@@ -70,6 +75,8 @@ type ReversiGatewayWebhook struct {
 	Client client.Client
 	// Images are the images a gateway may run (required).
 	Images *ImagePolicy
+	// UpstreamImages are the images container upstreams may run (issue 23). Nil: Images.
+	UpstreamImages *ImagePolicy
 }
 
 // SetupWebhookWithManager registers the validating webhook (ValidateReversiGatewayPath) on the
@@ -91,8 +98,11 @@ type MissingPermission struct {
 }
 
 func (m MissingPermission) String() string {
-	if m.Resource == "secrets" {
+	switch m.Resource {
+	case "secrets":
 		return fmt.Sprintf("may not get secret %q (%s)", m.Name, strings.Join(m.Fields, ", "))
+	case "configmaps":
+		return fmt.Sprintf("may not get configmap %q (%s)", m.Name, strings.Join(m.Fields, ", "))
 	}
 	if m.Name != "" {
 		return fmt.Sprintf("may not %s %s %q in namespace %q (%s)", m.Verb, m.Resource, m.Name, m.Namespace, strings.Join(m.Fields, ", "))
@@ -106,6 +116,8 @@ type ReversiGatewayAdmissionError struct {
 	Namespace, Name, User string
 	Missing               []MissingPermission
 	Image                 *ImageNotAllowedError
+	// UpstreamImages are the container upstreams' images outside the policy (issue 23).
+	UpstreamImages []*ImageNotAllowedError
 }
 
 func (e *ReversiGatewayAdmissionError) Error() string {
@@ -120,6 +132,9 @@ func (e *ReversiGatewayAdmissionError) Error() string {
 	}
 	if e.Image != nil {
 		parts = append(parts, e.Image.Error())
+	}
+	if len(e.UpstreamImages) > 0 {
+		parts = append(parts, joinImageErrors(e.UpstreamImages))
 	}
 	return fmt.Sprintf("ReversiGateway %s/%s: %s", e.Namespace, e.Name, strings.Join(parts, "; "))
 }
@@ -182,6 +197,10 @@ func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.Rever
 	if err := tooManySecrets("ReversiGateway", ns, name, refs); err != nil {
 		return err
 	}
+	cms := gw.Spec.ConfigMapRefs()
+	if err := tooManyObjects("ReversiGateway", ns, name, "ConfigMap", cms); err != nil {
+		return err
+	}
 	refusal := &ReversiGatewayAdmissionError{Namespace: ns, Name: name, User: user.Username}
 	if gw.Spec.Image != "" {
 		if err := w.Images.Check("spec.image", gw.Spec.Image); err != nil {
@@ -190,18 +209,25 @@ func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.Rever
 			}
 		}
 	}
+	upstreamImages := w.UpstreamImages
+	if upstreamImages == nil {
+		upstreamImages = w.Images
+	}
+	if refusal.UpstreamImages, err = checkUpstreamImages(upstreamImages, gw); err != nil {
+		return err
+	}
 	creates := []string{"deployments.apps"}
 	if storeType(gw) == v1alpha1.StoreSQLite {
 		// The sqlite store's PersistentVolumeClaim: of the size and storage class the spec
 		// says, bound to any volume that fits.
 		creates = append(creates, "persistentvolumeclaims")
 	}
-	missing, err := missingRights(ctx, w.Client, user, ns, creates, refs)
+	missing, err := missingRights(ctx, w.Client, user, ns, creates, refs, cms)
 	if err != nil {
 		return &AuthorizationCheckError{Namespace: ns, Name: name, User: user.Username, Err: err}
 	}
 	refusal.Missing = missing
-	if refusal.Image == nil && len(missing) == 0 {
+	if refusal.Image == nil && len(refusal.UpstreamImages) == 0 && len(missing) == 0 {
 		return nil
 	}
 	return refusal
@@ -209,22 +235,28 @@ func (w *ReversiGatewayWebhook) validate(ctx context.Context, gw *v1alpha1.Rever
 
 // missingRights asks the API server (SubjectAccessReviews with c, at most sarConcurrency at
 // once) whether user may create each resource of creates ("deployments.apps",
-// "persistentvolumeclaims") in ns and get each Secret of refs, and returns what is refused:
-// the creates first, in order, then the Secrets in the order of refs (one entry per Secret,
-// with every field that names it). Errors: a review that could not be made.
-func missingRights(ctx context.Context, c client.Client, user authnv1.UserInfo, ns string, creates []string, refs []v1alpha1.GatewaySecretRef) ([]MissingPermission, error) {
+// "persistentvolumeclaims") in ns, get each Secret of refs and each ConfigMap of configMaps,
+// and returns what is refused: the creates first, in order, then the Secrets in the order of
+// refs (one entry per Secret, with every field that names it), then the ConfigMaps likewise.
+// Errors: a review that could not be made.
+func missingRights(ctx context.Context, c client.Client, user authnv1.UserInfo, ns string, creates []string, refs, configMaps []v1alpha1.GatewaySecretRef) ([]MissingPermission, error) {
 	var checks []MissingPermission
 	for _, res := range creates {
 		checks = append(checks, MissingPermission{Verb: "create", Resource: res, Namespace: ns})
 	}
-	bySecret := map[string]int{}
-	for _, r := range refs {
-		if i, ok := bySecret[r.Name]; ok {
-			checks[i].Fields = append(checks[i].Fields, r.Field)
-			continue
+	for _, g := range []struct {
+		resource string
+		refs     []v1alpha1.GatewaySecretRef
+	}{{"secrets", refs}, {"configmaps", configMaps}} {
+		byName := map[string]int{}
+		for _, r := range g.refs {
+			if i, ok := byName[r.Name]; ok {
+				checks[i].Fields = append(checks[i].Fields, r.Field)
+				continue
+			}
+			byName[r.Name] = len(checks)
+			checks = append(checks, MissingPermission{Verb: "get", Resource: g.resource, Namespace: ns, Name: r.Name, Fields: []string{r.Field}})
 		}
-		bySecret[r.Name] = len(checks)
-		checks = append(checks, MissingPermission{Verb: "get", Resource: "secrets", Namespace: ns, Name: r.Name, Fields: []string{r.Field}})
 	}
 	return reviewRights(ctx, c, user, checks)
 }

@@ -48,6 +48,10 @@ type Options struct {
 	// (ImagePolicy; issue 17). Empty: DefaultGatewayImages of GatewayImage (its repository,
 	// with any tag or digest). They must allow GatewayImage; Setup fails otherwise.
 	GatewayImages []string
+	// UpstreamImages are the glob patterns of the images container upstreams of
+	// ReversiGateways may run (issue 23), checked at admission and before rendering. Empty:
+	// the GatewayImages policy.
+	UpstreamImages []string
 	// SigningKey signs the snapshot of every rendering (EnsureSigningKey reads it from its
 	// Secret). Nil: a key for this process only (EphemeralSigningKey), for tests.
 	SigningKey *SigningKey
@@ -83,6 +87,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
+	upstreamImages := images
+	if len(o.UpstreamImages) > 0 {
+		if upstreamImages, err = NewImagePolicy(o.UpstreamImages); err != nil {
+			return fmt.Errorf("--upstream-images: %w", err)
+		}
+	}
 	mgr, err = WatchedNamespaces(mgr, o.WatchNamespaces)
 	if err != nil {
 		return err
@@ -113,11 +123,11 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return err
 	}
 	if err := (&ReversiGatewayReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"),
-		Image: o.GatewayImage, Images: images, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+		Image: o.GatewayImage, Images: images, UpstreamImages: upstreamImages, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if o.Webhooks {
-		if err := (&ReversiGatewayWebhook{Client: mgr.GetClient(), Images: images}).SetupWebhookWithManager(mgr); err != nil {
+		if err := (&ReversiGatewayWebhook{Client: mgr.GetClient(), Images: images, UpstreamImages: upstreamImages}).SetupWebhookWithManager(mgr); err != nil {
 			return err
 		}
 		if err := (&ManifestRegistryWebhook{Client: mgr.GetClient()}).SetupWebhookWithManager(mgr); err != nil {

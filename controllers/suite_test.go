@@ -54,6 +54,9 @@ var (
 // (Options.GatewayIdentities "*/agents"): it creates the tests' ApprovalRequests.
 const testGatewayUser = "gateway-agents"
 
+// testUpstreamImages are the images the tests' container upstreams may run (issue 23).
+var testUpstreamImages = []string{"mcp/*"}
+
 // TestMain starts one control plane and one manager running every reconciler for the tests
 // of this package.
 func TestMain(m *testing.M) {
@@ -76,7 +79,7 @@ func TestMain(m *testing.M) {
 	}
 	if err == nil {
 		err = Setup(mgr, Options{MaxShardBytes: testShardBytes, Webhooks: true, SigningKey: ctlKey, StampKey: stampKey, AllowFileURLs: true, SourceMaxFileBytes: testMaxFileBytes,
-			GatewayIdentities: GatewayIdentities{"*/agents": testGatewayUser}})
+			GatewayIdentities: GatewayIdentities{"*/agents": testGatewayUser}, UpstreamImages: testUpstreamImages})
 	}
 	if err != nil {
 		envErr = err

@@ -19,6 +19,8 @@ type GatewaySecretRef struct {
 //
 //   - spec.upstreams[i].headers[j].secretKeyRef (header values of url upstreams)
 //   - spec.upstreams[i].env[j].secretKeyRef (environment of command upstreams)
+//   - spec.upstreams[i].container.env[j].valueFrom.secretKeyRef and
+//     spec.upstreams[i].container.volumes[j].secret (a container upstream's sidecar)
 //   - spec.trustedKeysSecretRef (the gateway's trusted Ed25519 keys)
 //   - spec.store.postgres.urlSecretRef (the postgres store's URL)
 //   - spec.auth.keysSecretRef (the API key file)
@@ -41,6 +43,18 @@ func (s *ReversiGatewaySpec) SecretRefs() []GatewaySecretRef {
 		for j, e := range u.Env {
 			if e.SecretKeyRef != nil {
 				add(e.SecretKeyRef.Name, fmt.Sprintf("spec.upstreams[%d].env[%d].secretKeyRef", i, j))
+			}
+		}
+		if c := u.Container; c != nil {
+			for j, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					add(e.ValueFrom.SecretKeyRef.Name, fmt.Sprintf("spec.upstreams[%d].container.env[%d].valueFrom.secretKeyRef", i, j))
+				}
+			}
+			for j, v := range c.Volumes {
+				if v.Secret != nil {
+					add(v.Secret.Name, fmt.Sprintf("spec.upstreams[%d].container.volumes[%d].secret", i, j))
+				}
 			}
 		}
 	}

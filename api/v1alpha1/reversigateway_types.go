@@ -91,6 +91,7 @@ type ReversiGatewaySpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.filter(u, has(u.container)).size() <= 16",message="at most 16 container upstreams per gateway (each is a container of every gateway pod): split them across gateways"
 	Upstreams []GatewayUpstream `json:"upstreams"`
 
 	// Allow lists tool-name globs; when set, only matching tools may be called (and listed).
@@ -147,10 +148,14 @@ type ReversiGatewaySpec struct {
 	Port int32 `json:"port,omitempty"`
 }
 
-// GatewayUpstream is one upstream MCP server: exactly one of url (Streamable HTTP) or command
-// (stdio, run inside the gateway pod; the image must carry it).
+// GatewayUpstream is one upstream MCP server: exactly one of url (Streamable HTTP), command
+// (stdio, run inside the gateway container; the gateway image must carry it) or container
+// (stdio, an image of its own run as a native sidecar of the gateway pod, reached over a Unix
+// socket through `reversi stdio-bridge`).
 //
-// +kubebuilder:validation:ExactlyOneOf=url;command
+// +kubebuilder:validation:XValidation:rule="has(self.url) || has(self.command) || has(self.container)",message="set one of url (a Streamable HTTP server), command (a stdio server the gateway image carries) or container (a stdio server image, run as a sidecar of the gateway pod)"
+// +kubebuilder:validation:XValidation:rule="[has(self.url), has(self.command), has(self.container)].filter(x, x).size() <= 1",message="url, command and container exclude each other: keep one of them per upstream"
+// +kubebuilder:validation:XValidation:rule="!has(self.container) || (self.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.name) <= 54)",message="a container upstream's name names its sidecar (upstream-<name>): use lowercase letters, digits and '-' (no '_'), at most 54 characters"
 // +kubebuilder:validation:XValidation:rule="has(self.command) || (!has(self.args) && !has(self.env))",message="args and env are for command upstreams"
 // +kubebuilder:validation:XValidation:rule="has(self.url) || !has(self.headers)",message="headers are for url upstreams"
 type GatewayUpstream struct {
@@ -201,10 +206,21 @@ type GatewayUpstream struct {
 	// +optional
 	NamespaceTools *bool `json:"namespaceTools,omitempty"`
 
+	// Container runs a stdio server from an image of its own, as a native sidecar of the
+	// gateway pod (an init container with restartPolicy Always), its command wrapped by
+	// `reversi stdio-bridge` (copied into the pod by an init container of the gateway image),
+	// which the gateway reaches over the Unix socket /run/reversi/<name>.sock. The sidecar
+	// runs with secure defaults, sees only the environment and volumes written here, and gets
+	// no ServiceAccount token.
+	// +optional
+	Container *UpstreamContainer `json:"container,omitempty"`
+
 	// Session says how agent sessions map to upstream sessions: PerClient (one upstream session
 	// per agent session, so that progress, logs and the upstream's sampling, elicitation and
 	// roots requests reach the right agent) or Shared (one for all agents). Default PerClient
-	// for a url upstream, Shared for a command.
+	// for a url upstream, Shared for a command or a container. For a container it is also the
+	// bridge's: Shared runs one server process for the gateway's one connection, PerClient one
+	// process per agent session.
 	// +optional
 	// +kubebuilder:validation:Enum=Shared;PerClient
 	Session string `json:"session,omitempty"`

@@ -28,7 +28,7 @@ func init() { register(newControllerCmd) }
 
 func newControllerCmd() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey, stampKey, gatewayImage string
-	var gatewayIdentities, watchNamespaces, gatewayImages []string
+	var gatewayIdentities, watchNamespaces, gatewayImages, upstreamImages []string
 	var leaderElect, devLog, webhooks, allowFileURLs, noCrossNamespaceRefs bool
 	var maxFileBytes, maxTotalBytes int64
 	var maxFiles, maxRefs, concurrent, apiBurst int
@@ -45,6 +45,10 @@ func newControllerCmd() *cobra.Command {
 				return fmt.Errorf("--source-max-file-bytes, --source-max-total-bytes, --source-max-files, --source-max-refs, --source-max-timeout and --concurrent must be positive")
 			}
 			images, err := gatewayImagePatterns(gatewayImage, gatewayImages, cmd.Flags().Changed("gateway-images"))
+			if err != nil {
+				return err
+			}
+			upImages, err := upstreamImagePatterns(upstreamImages, cmd.Flags().Changed("upstream-images"))
 			if err != nil {
 				return err
 			}
@@ -84,7 +88,7 @@ func newControllerCmd() *cobra.Command {
 				return err
 			}
 			if err := controllers.Setup(mgr, controllers.Options{TempDir: tempDir, ToolManifestKeysSecret: keysSecret, Webhooks: webhooks, SigningKey: key,
-				StampKey: stamp, GatewayIdentities: ids, WatchNamespaces: watched, GatewayImage: gatewayImage, GatewayImages: images,
+				StampKey: stamp, GatewayIdentities: ids, WatchNamespaces: watched, GatewayImage: gatewayImage, GatewayImages: images, UpstreamImages: upImages,
 				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes,
 				SourceMaxFiles: maxFiles, SourceMaxRefs: maxRefs, SourceMaxTimeout: maxTimeout, Concurrent: concurrent,
 				NoCrossNamespaceRefs: noCrossNamespaceRefs}); err != nil {
@@ -122,6 +126,7 @@ func newControllerCmd() *cobra.Command {
 	f.StringArrayVar(&gatewayIdentities, "gateway-identity", nil, "NAMESPACE/GATEWAY=USERNAME: the user a standalone gateway (reversi gateway --kubeconfig) named GATEWAY authenticates as; it may create that gateway's ApprovalRequests and ReversiRuns and write its runs' status (NAMESPACE * for every namespace; repeatable). A ReversiGateway's own ServiceAccount needs no flag")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs")
 	f.StringVar(&gatewayImage, "gateway-image", controllers.DefaultGatewayImage, "the image of ReversiGateways without spec.image (it runs reversi gateway)")
+	f.StringSliceVar(&upstreamImages, "upstream-images", nil, "the images a ReversiGateway's container upstreams (spec.upstreams[].container.image, run as sidecars of the gateway pod) may run: glob patterns as for --gateway-images, comma-separated or repeated, e.g. registry.example/mcp/*. Admission refuses an image outside them and the controller renders nothing for one (reason ImageNotAllowed). Default: the --gateway-images patterns; set it so that server images need not be allowed as gateway images")
 	f.StringSliceVar(&gatewayImages, "gateway-images", nil, "the images a ReversiGateway may run: glob patterns matched against the whole image string as spec.image writes it, with Go's path.Match (* is any run of characters but /, ? one character but /, [a-z] a class, \\ quotes), comma-separated or repeated, e.g. ghcr.io/acme/reversi:*,ghcr.io/acme/reversi@sha256:*. Admission refuses a spec.image outside them and the controller renders nothing for one (reason ImageNotAllowed). They must allow --gateway-image (default: its repository with no tag, any tag or any digest, e.g. reversi,reversi:*,reversi@sha256:*)")
 	f.BoolVar(&webhooks, "webhooks", true, "serve the admission webhooks of Approvals, ApprovalRequests, ReversiRuns, ReversiGateways and ManifestRegistries (needs a serving certificate in --webhook-cert-dir)")
 	f.IntVar(&webhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS)")
@@ -181,6 +186,25 @@ func gatewayImagePatterns(image string, vals []string, given bool) ([]string, er
 	}
 	if _, err := controllers.GatewayImagePolicy(image, patterns); err != nil {
 		return nil, err
+	}
+	return patterns, nil
+}
+
+// upstreamImagePatterns reads --upstream-images (controllers.ParseImagePatterns); nil when not
+// given (the --gateway-images policy applies). A flag given but empty is an error.
+func upstreamImagePatterns(vals []string, given bool) ([]string, error) {
+	if !given {
+		return nil, nil
+	}
+	patterns, err := controllers.ParseImagePatterns(vals)
+	if err == nil && len(patterns) == 0 {
+		return nil, fmt.Errorf("--upstream-images is empty: every container upstream would be refused; leave it out for the default (the --gateway-images patterns)")
+	}
+	if err == nil {
+		_, err = controllers.NewImagePolicy(patterns)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--upstream-images: %w", err)
 	}
 	return patterns, nil
 }

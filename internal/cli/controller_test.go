@@ -38,6 +38,25 @@ func TestWatchNamespaces(t *testing.T) {
 	}
 }
 
+// --upstream-images (issue 23): not given, nil (the --gateway-images policy applies); given,
+// comma-separated or repeated patterns, of which there must be one, each valid.
+func TestUpstreamImagePatterns(t *testing.T) {
+	if got, err := upstreamImagePatterns(nil, false); err != nil || got != nil {
+		t.Errorf("the default: %q %v", got, err)
+	}
+	if got, err := upstreamImagePatterns([]string{"mcp/*,registry.example/mcp/*", "reversi:*"}, true); err != nil || len(got) != 3 {
+		t.Errorf("three patterns: %q %v", got, err)
+	}
+	if _, err := upstreamImagePatterns(nil, true); err == nil || !strings.Contains(err.Error(), "--upstream-images is empty") {
+		t.Errorf("given empty: %v", err)
+	}
+	for vals, want := range map[string]string{"mcp/[x": `--upstream-images: gateway image pattern "mcp/[x"`, "a,,b": "--upstream-images: gateway image patterns"} {
+		if _, err := upstreamImagePatterns([]string{vals}, true); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", vals, err, want)
+		}
+	}
+}
+
 // --gateway-images (issue 17): comma-separated or repeated patterns, checked before the
 // controller connects: empty, malformed, or refusing --gateway-image is an error.
 func TestGatewayImagePatterns(t *testing.T) {

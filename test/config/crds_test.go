@@ -172,6 +172,11 @@ func registry(name, spec string) string {
 	return `{apiVersion: reversi.dev/v1alpha1, kind: ManifestRegistry, metadata: {name: ` + name + `}, spec: ` + spec + `}`
 }
 
+// gateway is a ReversiGateway with one upstream (a YAML flow mapping).
+func gateway(name, upstream string) string {
+	return `{apiVersion: reversi.dev/v1alpha1, kind: ReversiGateway, metadata: {name: ` + name + `}, spec: {upstreams: [` + upstream + `]}}`
+}
+
 const digest = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
 // The API server refuses what the schemas forbid, each time with a message that says what is
@@ -244,7 +249,31 @@ func TestSchemaRefusals(t *testing.T) {
 		{"escalation without roles", `{apiVersion: reversi.dev/v1alpha1, kind: ApprovalRequest, metadata: {name: q1}, spec: {tool: t, argumentsDigest: "` + digest + `", run: r, actor: x, gateway: g, onTimeout: escalate}}`, `onTimeout escalate needs escalateTo`},
 		{"quorum without roles", `{apiVersion: reversi.dev/v1alpha1, kind: ApprovalRequest, metadata: {name: q2}, spec: {tool: t, argumentsDigest: "` + digest + `", run: r, actor: x, gateway: g, quorum: 2}}`, `a quorum above 1 needs roles`},
 		{"bad arguments digest", `{apiVersion: reversi.dev/v1alpha1, kind: ApprovalRequest, metadata: {name: q3}, spec: {tool: t, argumentsDigest: "md5:abc", run: r, actor: x, gateway: g}}`, `spec.argumentsDigest: Invalid value`},
-		{"upstream with url and command", `{apiVersion: reversi.dev/v1alpha1, kind: ReversiGateway, metadata: {name: g1}, spec: {upstreams: [{name: a, url: "https://mcp.example.com/mcp", command: a-mcp}]}}`, `exactly one of the fields in [url command] must be set`},
+		{"upstream with url and command", `{apiVersion: reversi.dev/v1alpha1, kind: ReversiGateway, metadata: {name: g1}, spec: {upstreams: [{name: a, url: "https://mcp.example.com/mcp", command: a-mcp}]}}`, `url, command and container exclude each other: keep one of them per upstream`},
+		// Issue 23: container upstreams.
+		{"upstream with neither url, command nor container", gateway("c1", `{name: a}`), `set one of url (a Streamable HTTP server), command (a stdio server the gateway image carries) or container (a stdio server image, run as a sidecar of the gateway pod)`},
+		{"upstream with command and container", gateway("c2", `{name: a, command: a-mcp, container: {image: "mcp/a:1", command: [a-mcp]}}`), `url, command and container exclude each other: keep one of them per upstream`},
+		{"upstream with url and container", gateway("c3", `{name: a, url: "https://mcp.example.com/mcp", container: {image: "mcp/a:1", command: [a-mcp]}}`), `url, command and container exclude each other: keep one of them per upstream`},
+		{"container upstream", gateway("c4", `{name: memory, session: PerClient, container: {image: "mcp/memory:1", command: [node, /app/dist/index.js], args: [--x], workingDir: /app,
+			env: [{name: A, value: "1"}, {name: T, valueFrom: {secretKeyRef: {name: s, key: t}}}, {name: L, valueFrom: {configMapKeyRef: {name: c, key: l}}}],
+			resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {memory: 256Mi}}, securityContext: {runAsUser: 1000, runAsGroup: 1000, readOnlyRootFilesystem: false},
+			volumes: [{name: data, mountPath: /data, emptyDir: {sizeLimit: 128Mi}}, {name: conf, mountPath: /etc/mem, configMap: {name: c}}, {name: creds, mountPath: /etc/creds, secret: {name: s}}]}}`), ``},
+		{"container without command", gateway("c5", `{name: a, container: {image: "mcp/a:1"}}`), `spec.upstreams[0].container.command: Required value`},
+		{"container upstream name with _", gateway("c6", `{name: my_mem, container: {image: "mcp/a:1", command: [a]}}`), `a container upstream's name names its sidecar (upstream-<name>)`},
+		{"container env from the downward API", gateway("c7", `{name: a, container: {image: "mcp/a:1", command: [a], env: [{name: P, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]}}`), `unknown field "spec.upstreams[0].container.env[0].valueFrom.fieldRef"`},
+		{"container env value and valueFrom", gateway("c8", `{name: a, container: {image: "mcp/a:1", command: [a], env: [{name: P, value: x, valueFrom: {secretKeyRef: {name: s, key: k}}}]}}`), `value and valueFrom exclude each other`},
+		{"container env from both", gateway("c9", `{name: a, container: {image: "mcp/a:1", command: [a], env: [{name: P, valueFrom: {secretKeyRef: {name: s, key: k}, configMapKeyRef: {name: c, key: k}}}]}}`), `set exactly one of secretKeyRef or configMapKeyRef`},
+		{"container privileged", gateway("c10", `{name: a, container: {image: "mcp/a:1", command: [a], securityContext: {privileged: true}}}`), `unknown field "spec.upstreams[0].container.securityContext.privileged"`},
+		{"container as root", gateway("c11", `{name: a, container: {image: "mcp/a:1", command: [a], securityContext: {runAsUser: 0}}}`), `spec.upstreams[0].container.securityContext.runAsUser: Invalid value`},
+		{"container volume on the socket", gateway("c12", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /run/reversi, emptyDir: {}}]}}`), `/tmp, /run/reversi and /reversi-bin are the sidecar's own`},
+		{"container volume on /tmp", gateway("c13", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /tmp, emptyDir: {}}]}}`), `/tmp, /run/reversi and /reversi-bin are the sidecar's own`},
+		{"container volume escaping", gateway("c14", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /data/../reversi-bin, emptyDir: {}}]}}`), `mountPath has no . or .. segments`},
+		{"container volume of two kinds", gateway("c16", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /data, emptyDir: {}, secret: {name: s}}]}}`), `set exactly one of emptyDir, configMap or secret`},
+		{"container volume hostPath", gateway("c17", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /data, hostPath: {path: /}}]}}`), `unknown field "spec.upstreams[0].container.volumes[0].hostPath"`},
+		{"container volumes on one path", gateway("c18", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /data, emptyDir: {}}, {name: w, mountPath: /data, emptyDir: {}}]}}`), `two volumes have the same mountPath`},
+		{"container volume named tmp", gateway("c19", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: tmp, mountPath: /scratch, emptyDir: {}}]}}`), `tmp is the sidecar's own /tmp volume`},
+		{"container gpu", gateway("c20", `{name: a, container: {image: "mcp/a:1", command: [a], resources: {limits: {nvidia.com/gpu: 1}}}}`), `requests and limits name cpu, memory or ephemeral-storage`},
+		{"container env for a url upstream", gateway("c21", `{name: a, url: "https://mcp.example.com/mcp", env: [{name: A, value: b}]}`), `args and env are for command upstreams`},
 		{"sqlite with two replicas", `{apiVersion: reversi.dev/v1alpha1, kind: ReversiGateway, metadata: {name: g2}, spec: {replicas: 2, upstreams: [{name: a, command: a-mcp}]}}`, `the sqlite store holds one replica's ledger`},
 		{"postgres without its secret", `{apiVersion: reversi.dev/v1alpha1, kind: ReversiGateway, metadata: {name: g3}, spec: {replicas: 2, store: {type: postgres}, upstreams: [{name: a, command: a-mcp}]}}`, `store.type postgres needs store.postgres.urlSecretRef`},
 		{"no upstream", `{apiVersion: reversi.dev/v1alpha1, kind: ReversiGateway, metadata: {name: g4}, spec: {upstreams: []}}`, `spec.upstreams: Invalid value`},
