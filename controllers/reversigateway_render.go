@@ -170,7 +170,7 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 		case u.Container != nil:
 			// The sidecar's bridge listens there (issue 23); the session is written out, as
 			// it is the bridge's too.
-			up["socket"] = BridgeSocket(u.Name)
+			up["socket"] = GatewaySocket(u.Name)
 			up["session"] = bridgeSession(u)
 		case u.URL != "":
 			up["url"] = u.URL

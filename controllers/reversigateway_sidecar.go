@@ -31,7 +31,9 @@ const (
 	// BridgeBinDir holds the bridge (the reversi binary), BridgeBinary is its path.
 	BridgeBinDir = "/reversi-bin"
 	BridgeBinary = BridgeBinDir + "/reversi"
-	// BridgeSocketDir holds the sockets, /run/reversi/<upstream>.sock.
+	// BridgeSocketDir holds a sidecar's socket, /run/reversi/<upstream>.sock. Each sidecar
+	// has its own folder (an emptyDir), so a server cannot reach or replace another's socket;
+	// the gateway container mounts each one at /run/reversi/<upstream>/ (GatewaySocket).
 	BridgeSocketDir = "/run/reversi"
 	// ServiceAccountDir is where client-go's in-cluster config reads the token, the CA and
 	// the namespace.
@@ -39,8 +41,7 @@ const (
 	// UpstreamContainerPrefix starts a sidecar's name: upstream-<upstream name>.
 	UpstreamContainerPrefix = "upstream-"
 
-	binVolume    = "reversi-bin"
-	socketVolume = "reversi-run"
+	binVolume = "reversi-bin"
 	apiVolume    = "kube-api-access"
 	// maxUpstreamEmptyDir bounds an upstream's emptyDir volume; defaultUpstreamEmptyDir is
 	// its size when unset.
@@ -51,8 +52,15 @@ const (
 	tokenExpirationSeconds = 3607
 )
 
-// BridgeSocket is the socket of the upstream name, in the sidecar and in the gateway container.
+// BridgeSocket is the socket of the upstream name in its sidecar (the bridge's --listen).
 func BridgeSocket(name string) string { return BridgeSocketDir + "/" + name + ".sock" }
+
+// GatewaySocket is the same socket in the gateway container (gateway.yaml's socket:), where
+// the sidecar's folder is mounted at /run/reversi/<name>/.
+func GatewaySocket(name string) string { return BridgeSocketDir + "/" + name + "/" + name + ".sock" }
+
+// socketVolume is the emptyDir of upstream i's socket folder.
+func socketVolume(i int) string { return upstreamVolumeName(i, "run") }
 
 // hasContainerUpstreams reports whether any upstream of gw is a container.
 func hasContainerUpstreams(gw *v1alpha1.ReversiGateway) bool {
@@ -129,10 +137,10 @@ func sidecar(i int, u v1alpha1.GatewayUpstream) (corev1.Container, []corev1.Volu
 	tmp := upstreamVolumeName(i, "tmp")
 	mounts := []corev1.VolumeMount{
 		{Name: binVolume, MountPath: BridgeBinDir, ReadOnly: true},
-		{Name: socketVolume, MountPath: BridgeSocketDir},
+		{Name: socketVolume(i), MountPath: BridgeSocketDir},
 		{Name: tmp, MountPath: "/tmp"},
 	}
-	volumes := []corev1.Volume{emptyDir(tmp, resource.MustParse(defaultUpstreamEmptyDir))}
+	volumes := []corev1.Volume{emptyDir(socketVolume(i), resource.MustParse("1Mi")), emptyDir(tmp, resource.MustParse(defaultUpstreamEmptyDir))}
 	for _, v := range c.Volumes {
 		name := upstreamVolumeName(i, v.Name)
 		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: v.MountPath, ReadOnly: v.EmptyDir == nil})
@@ -224,8 +232,8 @@ func apiAccessVolume() corev1.Volume {
 
 // addSidecars turns pod (gatewayPodSpec's, its first container the gateway's) into one with
 // gw's container upstreams: the copy init container (image: the gateway's), then one sidecar
-// per container upstream in spec order; the socket folder shared by them and the gateway
-// container; no automounted token, the gateway container's own projected at
+// per container upstream in spec order; each one's socket folder, mounted read-only in the
+// gateway container at /run/reversi/<name>; no automounted token, the gateway container's own projected at
 // ServiceAccountDir; no service links. Nothing of the gateway container (its env, Secrets, volumes) reaches a
 // sidecar.
 func addSidecars(pod *corev1.PodSpec, gw *v1alpha1.ReversiGateway, image string) {
@@ -236,8 +244,8 @@ func addSidecars(pod *corev1.PodSpec, gw *v1alpha1.ReversiGateway, image string)
 	pod.InitContainers = []corev1.Container{copyBinaryContainer(image)}
 	pod.Volumes = append(pod.Volumes,
 		emptyDir(binVolume, resource.MustParse("256Mi")),
-		emptyDir(socketVolume, resource.MustParse("1Mi")),
 		apiAccessVolume())
+	g := &pod.Containers[0]
 	for i, u := range gw.Spec.Upstreams {
 		if u.Container == nil {
 			continue
@@ -245,11 +253,10 @@ func addSidecars(pod *corev1.PodSpec, gw *v1alpha1.ReversiGateway, image string)
 		c, vols := sidecar(i, u)
 		pod.InitContainers = append(pod.InitContainers, c)
 		pod.Volumes = append(pod.Volumes, vols...)
+		// Read-only is enough to connect to a socket (only its creation writes).
+		g.VolumeMounts = append(g.VolumeMounts, corev1.VolumeMount{Name: socketVolume(i), MountPath: BridgeSocketDir + "/" + u.Name, ReadOnly: true})
 	}
-	g := &pod.Containers[0]
-	g.VolumeMounts = append(g.VolumeMounts,
-		corev1.VolumeMount{Name: socketVolume, MountPath: BridgeSocketDir, ReadOnly: true},
-		corev1.VolumeMount{Name: apiVolume, MountPath: ServiceAccountDir, ReadOnly: true})
+	g.VolumeMounts = append(g.VolumeMounts, corev1.VolumeMount{Name: apiVolume, MountPath: ServiceAccountDir, ReadOnly: true})
 }
 
 // upstreamImages are the images of gw's container upstreams with their fields.

@@ -100,7 +100,7 @@ func memPodSpec(ns, configDigest string) corev1.PodSpec {
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"memory": q("100Mi")}, Limits: corev1.ResourceList{"memory": q("300Mi"), "cpu": q("1")}},
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "reversi-bin", MountPath: "/reversi-bin", ReadOnly: true},
-					{Name: "reversi-run", MountPath: "/run/reversi"},
+					{Name: "upstream-1-run", MountPath: "/run/reversi"},
 					{Name: "upstream-1-tmp", MountPath: "/tmp"},
 					{Name: "upstream-1-data", MountPath: "/data"},
 					{Name: "upstream-1-settings", MountPath: "/etc/memory", ReadOnly: true},
@@ -114,7 +114,7 @@ func memPodSpec(ns, configDigest string) corev1.PodSpec {
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"cpu": q("50m"), "memory": q("64Mi")}, Limits: corev1.ResourceList{"memory": q("512Mi")}},
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "reversi-bin", MountPath: "/reversi-bin", ReadOnly: true},
-					{Name: "reversi-run", MountPath: "/run/reversi"},
+					{Name: "upstream-2-run", MountPath: "/run/reversi"},
 					{Name: "upstream-2-tmp", MountPath: "/tmp"},
 				},
 				SecurityContext: restricted(true), ImagePullPolicy: corev1.PullIfNotPresent,
@@ -138,7 +138,8 @@ func memPodSpec(ns, configDigest string) corev1.PodSpec {
 				{Name: "tmp", MountPath: "/tmp"},
 				{Name: "data", MountPath: "/var/lib/reversi"},
 				{Name: "auth", MountPath: "/etc/reversi/auth", ReadOnly: true},
-				{Name: "reversi-run", MountPath: "/run/reversi", ReadOnly: true},
+				{Name: "upstream-1-run", MountPath: "/run/reversi/memory", ReadOnly: true}, // each socket folder its own
+				{Name: "upstream-2-run", MountPath: "/run/reversi/everything", ReadOnly: true},
 				{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true},
 			},
 			StartupProbe: probe("/healthz", 30), LivenessProbe: probe("/healthz", 3), ReadinessProbe: probe("/readyz", 3),
@@ -155,15 +156,16 @@ func memPodSpec(ns, configDigest string) corev1.PodSpec {
 			{Name: "auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "gateway-keys", DefaultMode: ptr.To[int32](0o440),
 				Items: []corev1.KeyToPath{{Key: "keys.json", Path: "keys.json"}}}}},
 			emptyDir("reversi-bin", "256Mi"),
-			emptyDir("reversi-run", "1Mi"),
 			{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{DefaultMode: ptr.To[int32](0o444), Sources: []corev1.VolumeProjection{
 				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
 				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
 				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
 			}}}},
+			emptyDir("upstream-1-run", "1Mi"),
 			emptyDir("upstream-1-tmp", "64Mi"),
 			emptyDir("upstream-1-data", "128Mi"),
 			{Name: "upstream-1-settings", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "mem-files"}, DefaultMode: ptr.To[int32](0o444)}}},
+			emptyDir("upstream-2-run", "1Mi"),
 			emptyDir("upstream-2-tmp", "64Mi"),
 		},
 		RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: ptr.To[int64](30), DNSPolicy: corev1.DNSClusterFirst,
@@ -175,7 +177,8 @@ func memPodSpec(ns, configDigest string) corev1.PodSpec {
 // reversi-bin (the gateway image running `reversi copy-binary /reversi-bin/reversi`), then one
 // native sidecar per container upstream (restartPolicy Always) whose command is the bridge
 // from the shared volume in front of the server's command, listening on
-// /run/reversi/<name>.sock (shared with the gateway container, read-only there); the
+// /run/reversi/<name>.sock in a folder of its own (mounted read-only in the gateway container
+// at /run/reversi/<name>/, so no server reaches another's socket); the
 // sidecars run non-root with a read-only root, no privilege escalation, no capability and
 // RuntimeDefault seccomp, with an emptyDir /tmp; their env is their spec's alone (the
 // secretKeyRef only in the sidecar, the gateway's header Secret only in the gateway); no
@@ -200,8 +203,8 @@ func TestGatewayRendersContainerUpstreams(t *testing.T) {
 	}
 	wantUps := []map[string]any{
 		{"name": "tickets", "url": "http://tickets-mcp.tools.svc:8080/mcp", "headers": map[string]any{"Authorization": "${REVERSI_UPSTREAM_0_HEADER_0}"}},
-		{"name": "memory", "socket": "/run/reversi/memory.sock", "session": "per_client"},
-		{"name": "everything", "socket": "/run/reversi/everything.sock", "session": "shared"},
+		{"name": "memory", "socket": "/run/reversi/memory/memory.sock", "session": "per_client"},
+		{"name": "everything", "socket": "/run/reversi/everything/everything.sock", "session": "shared"},
 	}
 	if !reflect.DeepEqual(doc.Upstreams, wantUps) {
 		t.Errorf("gateway.yaml upstreams:\n%s", diff.Diff(wantUps, doc.Upstreams))

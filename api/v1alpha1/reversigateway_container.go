@@ -185,7 +185,7 @@ type UpstreamVolume struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=40
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-	// +kubebuilder:validation:XValidation:rule="self != 'tmp'",message="tmp is the sidecar's own /tmp volume: choose another name"
+	// +kubebuilder:validation:XValidation:rule="!(self in ['tmp', 'run'])",message="tmp and run are the sidecar's own /tmp and socket folder volumes: choose another name"
 	Name string `json:"name"`
 
 	// MountPath in the sidecar: absolute, not /, /tmp, or in /run/reversi or /reversi-bin
