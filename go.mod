@@ -8,6 +8,7 @@ require (
 	github.com/ProtonMail/go-crypto v1.1.6
 	github.com/coreos/go-oidc/v3 v3.21.0
 	github.com/distribution/reference v0.6.0
+	github.com/fluxcd/cli-utils v1.2.3
 	github.com/go-git/go-billy/v5 v5.9.2
 	github.com/go-git/go-git/v5 v5.19.3
 	github.com/go-jose/go-jose/v4 v4.1.9
