@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -147,6 +148,14 @@ func (w *writers) publicPEM() []byte {
 	return b
 }
 
+// document is the ToolManifest of tool in the YAML stream.
+func document(t *testing.T, stream, tool string) *v1alpha1.ToolManifest {
+	t.Helper()
+	var found *v1alpha1.ToolManifest
+	editDocument(t, stream, tool, func(tm *v1alpha1.ToolManifest) { found = tm.DeepCopy() })
+	return found
+}
+
 // editDocument rewrites the ToolManifest of tool in the YAML stream with edit, keeping its
 // annotations (the signature of the version before the edit): what someone with write
 // access to the repository but not the writers' key can commit.
@@ -214,20 +223,26 @@ func startControllers(t *testing.T, env *testenv.Env) *controllers.SigningKey {
 }
 
 // enforced describes db.wipe as a gateway pod would enforce it from a load: "absent",
-// "v1 approval required", "v2 no approval", …; a refused load is "refused: …".
+// "v1 approval required", "v2 no approval", …, followed by ", and <tool>" for each tool
+// other than db.read and db.wipe; a refused load is "refused: …".
 func enforced(ms []*manifest.Manifest, err error) string {
 	if err != nil {
 		return "refused: " + err.Error()
 	}
+	wipe, other := "absent", ""
 	for _, m := range ms {
-		if m.Tool == "db.wipe" {
+		switch m.Tool {
+		case "db.wipe":
+			wipe = fmt.Sprintf("v%d no approval", m.Version)
 			if m.Approval.Required {
-				return fmt.Sprintf("v%d approval required", m.Version)
+				wipe = fmt.Sprintf("v%d approval required", m.Version)
 			}
-			return fmt.Sprintf("v%d no approval", m.Version)
+		case "db.read":
+		default:
+			other += ", and " + m.Tool
 		}
 	}
-	return "absent"
+	return wipe + other
 }
 
 func tools(ms []*manifest.Manifest) []string {
@@ -410,15 +425,57 @@ func TestKustomizationAppliesSignedToolManifests(t *testing.T) {
 		return ""
 	})
 
-	// What the pod could load from the edit on: the signed v1, nothing, the signed v2; never
-	// the edited v1, and never a rendering it refuses.
-	for _, s := range seen() {
+	// ATTACK (repository write access, no writer key): a new ToolManifest, db.drop, carrying
+	// db.read's signature. A new object has no status yet: kstatus must not read it as
+	// Current (TestToolManifestKstatus), and our controller refuses it.
+	signed := wr.export()
+	forged := document(t, signed, "db.read")
+	forged.Name, forged.Spec.Tool, forged.Spec.Description = export.ObjectName("db.drop"), "db.drop", "Drop a table."
+	var withForged bytes.Buffer
+	withForged.WriteString(signed)
+	if err := export.WriteYAML(&withForged, forged); err != nil {
+		t.Fatal(err)
+	}
+	repo.WriteFile("toolmanifests/toolmanifests.yaml", withForged.String())
+	rev = "main@sha1:" + repo.Commit("db.drop (signed by nobody: db.read's signature)")
+	requestReconcile(ctx, t, c, gitRepositoryGVK, ns, "manifests")
+	began = time.Now()
+	ks = waitKustomization(ctx, t, c, ns, "toolmanifests", rev, "False")
+	if r := condition(ks, "Ready"); r["reason"] != "HealthCheckFailed" || !strings.Contains(fmt.Sprint(r["message"]), forged.Name) {
+		t.Errorf("Kustomization toolmanifests with the forged db.drop: Ready %v, want reason HealthCheckFailed naming %s", r, forged.Name)
+	}
+	t.Logf("Kustomization not Ready with the forged db.drop, %s after the commit: %s", time.Since(began).Round(time.Millisecond), message(ks))
+	if tm := getToolManifest(ctx, t, c, ns, forged.Name); verified(tm, metav1.ConditionFalse) != "" {
+		t.Errorf("the forged db.drop: %s", verified(tm, metav1.ConditionFalse))
+	}
+	// Removed from git, it is pruned, and the Kustomization is Ready again.
+	repo.WriteFile("toolmanifests/toolmanifests.yaml", signed)
+	rev = "main@sha1:" + repo.Commit("remove db.drop")
+	requestReconcile(ctx, t, c, gitRepositoryGVK, ns, "manifests")
+	began = time.Now()
+	waitKustomization(ctx, t, c, ns, "toolmanifests", rev, "True")
+	t.Logf("Kustomization Ready without db.drop in %s", time.Since(began).Round(time.Millisecond))
+	eventually(ctx, t, 30*time.Second, "db.drop pruned", func() string {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: forged.Name}, &v1alpha1.ToolManifest{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Sprintf("ToolManifest %s: %v", forged.Name, err)
+		}
+		return ""
+	})
+	if l, err := pod.Load(ctx); err != nil || !slices.Equal(tools(l.Manifests), []string{"db.read@v1", "db.wipe@v2"}) {
+		t.Errorf("the gateway pod after db.drop came and went: %v %v", tools(l.Manifests), err)
+	}
+
+	// What the pod could load from the first edit on: the signed v1, nothing, the signed v2;
+	// never the edited v1 or db.drop, and never a rendering it refuses.
+	states := seen()
+	for _, s := range states {
 		if s != "v1 approval required" && s != "absent" && s != "v2 no approval" {
 			t.Errorf("a gateway pod would have loaded db.wipe as %q", s)
 		}
 	}
-	if got := seen(); !slices.Contains(got, "absent") || !slices.Contains(got, "v2 no approval") {
-		t.Errorf("the watcher saw %v: it missed the states the test waited for", got)
+	if !slices.Contains(states, "absent") || !slices.Contains(states, "v2 no approval") {
+		t.Errorf("the watcher saw %v: it missed the states the test waited for", states)
 	}
 }
 
