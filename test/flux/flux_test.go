@@ -87,11 +87,8 @@ data:
 
 	createKustomization(ctx, t, c, ns, "configmaps", "./deploy", true, nil)
 	began = time.Now()
-	ks := waitReady(ctx, t, c, kustomizationGVK, ns, "configmaps")
+	waitKustomization(ctx, t, c, ns, "configmaps", revision, "True") // its lastAppliedRevision too
 	t.Logf("Kustomization Ready in %s", time.Since(began).Round(time.Millisecond))
-	if got, _, _ := unstructured.NestedString(ks.Object, "status", "lastAppliedRevision"); got != revision {
-		t.Errorf("Kustomization status.lastAppliedRevision = %q, want %q", got, revision)
-	}
 
 	var cm corev1.ConfigMap
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "from-git"}, &cm); err != nil {
