@@ -279,6 +279,10 @@ func tools(ms []*manifest.Manifest) []string {
 // edited object would be Ready, rendered, and refused by the pods — also a failure here). The
 // Kustomization is not Ready (HealthCheckFailed) while the object is not, and is Ready again
 // after the writers publish and export the change signed.
+//
+// ATTACK (same attacker): a new ToolManifest, db.drop, committed with db.read's signature. It
+// is SignatureVerified=False, fails the health check, is never loaded, and is pruned when
+// removed from git.
 func TestKustomizationAppliesSignedToolManifests(t *testing.T) {
 	const ns = "reversi-flux"
 	w := startWorld(t, ns, 4*time.Minute, testenv.Options{Webhooks: true})
