@@ -8,6 +8,7 @@ require (
 	github.com/ProtonMail/go-crypto v1.1.6
 	github.com/coreos/go-oidc/v3 v3.21.0
 	github.com/distribution/reference v0.6.0
+	github.com/fluxcd/cli-utils v1.2.3
 	github.com/fluxcd/pkg/apis/meta v1.30.0
 	github.com/fluxcd/pkg/http/fetch v0.25.0
 	github.com/fluxcd/pkg/tar v1.2.0

@@ -428,8 +428,11 @@ type ToolManifest struct {
 	// +required
 	Spec ToolManifestSpec `json:"spec"`
 
-	// Status is the observed state, written by the controller.
+	// Status is the observed state, written by the controller. Until the controller first
+	// writes it, it is served with observedGeneration 0 (the default), so kstatus, and with it
+	// Flux's health checks, reads a new object as in progress rather than as Current.
 	// +optional
+	// +kubebuilder:default={observedGeneration: 0}
 	Status ToolManifestStatus `json:"status,omitempty"`
 }
 

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reversi-gitops/reversi/internal/testenv"
@@ -38,30 +39,9 @@ var (
 // GitRepository over `git http-backend` on 127.0.0.1 becomes an artifact whose bytes match
 // its advertised digest, and a Kustomization applies a ConfigMap from it.
 func TestFluxSmoke(t *testing.T) {
-	began := time.Now()
-	dir, err := flux.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("Flux controllers in %s (%s)", dir, time.Since(began).Round(time.Millisecond))
-
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	t.Logf("control plane up in %s", env.Took.Round(time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	c := env.Client
-
 	const ns = "flux-smoke"
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	began = time.Now()
-	fx := flux.Start(t, env.Environment, flux.Options{Namespace: ns})
-	t.Logf("controllers ready in %s (storage %s)", time.Since(began).Round(time.Millisecond), fx.StorageAddr)
+	w := startWorld(t, ns, 3*time.Minute, testenv.Options{})
+	ctx, c, fx := w.ctx, w.c, w.fx
 
 	// A repository with a ConfigMap manifest, served over smart HTTP.
 	repo := sourcetest.NewRepo(t)
@@ -76,21 +56,9 @@ data:
 	commit := repo.Commit("a ConfigMap for Flux")
 	srv := sourcetest.ServeHTTP(t, parentDir(repo.Dir), sourcetest.HTTPAuth{})
 
-	gr := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"name": "manifests", "namespace": ns},
-		"spec": map[string]any{
-			"url":      srv.RepoURL(t, repo.Dir),
-			"ref":      map[string]any{"branch": "main"},
-			"interval": "1m",
-			"timeout":  "30s",
-		},
-	}}
-	gr.SetGroupVersionKind(gitRepositoryGVK)
-	if err := c.Create(ctx, gr); err != nil {
-		t.Fatal(err)
-	}
-	began = time.Now()
-	gr = waitReady(ctx, t, c, gitRepositoryGVK, ns, "manifests")
+	createGitRepository(ctx, t, c, ns, "manifests", srv.RepoURL(t, repo.Dir))
+	began := time.Now()
+	gr := waitReady(ctx, t, c, gitRepositoryGVK, ns, "manifests")
 	t.Logf("GitRepository Ready in %s", time.Since(began).Round(time.Millisecond))
 
 	artURL, _, _ := unstructured.NestedString(gr.Object, "status", "artifact", "url")
@@ -117,27 +85,10 @@ data:
 	}
 	t.Logf("artifact %s: %d bytes, %s, revision %s", artURL, len(body), digest, revision)
 
-	ks := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"name": "configmaps", "namespace": ns},
-		"spec": map[string]any{
-			"interval":  "1m",
-			"timeout":   "1m",
-			"path":      "./deploy",
-			"prune":     true,
-			"wait":      true,
-			"sourceRef": map[string]any{"kind": "GitRepository", "name": "manifests"},
-		},
-	}}
-	ks.SetGroupVersionKind(kustomizationGVK)
-	if err := c.Create(ctx, ks); err != nil {
-		t.Fatal(err)
-	}
+	createKustomization(ctx, t, c, ns, "configmaps", "./deploy", true, nil)
 	began = time.Now()
-	ks = waitReady(ctx, t, c, kustomizationGVK, ns, "configmaps")
+	waitKustomization(ctx, t, c, ns, "configmaps", revision, "True") // its lastAppliedRevision too
 	t.Logf("Kustomization Ready in %s", time.Since(began).Round(time.Millisecond))
-	if got, _, _ := unstructured.NestedString(ks.Object, "status", "lastAppliedRevision"); got != revision {
-		t.Errorf("Kustomization status.lastAppliedRevision = %q, want %q", got, revision)
-	}
 
 	var cm corev1.ConfigMap
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "from-git"}, &cm); err != nil {
@@ -149,6 +100,130 @@ data:
 	if cm.Labels["kustomize.toolkit.fluxcd.io/name"] != "configmaps" {
 		t.Errorf("ConfigMap labels = %v: not applied by the Kustomization", cm.Labels)
 	}
+}
+
+// world is a control plane with the project's CRDs, one namespace, and the real Flux
+// controllers watching that namespace.
+type world struct {
+	ctx context.Context
+	env *testenv.Env
+	c   client.Client
+	fx  *flux.Flux
+	ns  string
+}
+
+// startWorld starts the control plane (with opts), creates the namespace ns and starts Flux
+// watching it; ctx ends after timeout or with the test.
+func startWorld(t *testing.T, ns string, timeout time.Duration, opts testenv.Options) *world {
+	t.Helper()
+	began := time.Now()
+	dir, err := flux.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Flux controllers in %s (%s)", dir, time.Since(began).Round(time.Millisecond))
+
+	env, err := testenv.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	t.Logf("control plane up in %s", env.Took.Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	began = time.Now()
+	fx := flux.Start(t, env.Environment, flux.Options{Namespace: ns})
+	t.Logf("controllers ready in %s (storage %s)", time.Since(began).Round(time.Millisecond), fx.StorageAddr)
+	return &world{ctx: ctx, env: env, c: env.Client, fx: fx, ns: ns}
+}
+
+// createGitRepository creates a GitRepository of branch main of url (interval 1m: the tests
+// ask for reconciles with requestReconcile rather than waiting).
+func createGitRepository(ctx context.Context, t *testing.T, c client.Client, ns, name, url string) {
+	t.Helper()
+	gr := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{
+			"url":      url,
+			"ref":      map[string]any{"branch": "main"},
+			"interval": "1m",
+			"timeout":  "30s",
+		},
+	}}
+	gr.SetGroupVersionKind(gitRepositoryGVK)
+	if err := c.Create(ctx, gr); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createKustomization creates a pruning Kustomization of path in the GitRepository
+// "manifests", with wait as given; spec adds or overrides fields of its spec.
+func createKustomization(ctx context.Context, t *testing.T, c client.Client, ns, name, path string, wait bool, spec map[string]any) {
+	t.Helper()
+	s := map[string]any{
+		"interval":  "1m",
+		"timeout":   "1m",
+		"path":      path,
+		"prune":     true,
+		"wait":      wait,
+		"sourceRef": map[string]any{"kind": "GitRepository", "name": "manifests"},
+	}
+	for k, v := range spec {
+		s[k] = v
+	}
+	ks := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     s,
+	}}
+	ks.SetGroupVersionKind(kustomizationGVK)
+	if err := c.Create(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// requestReconcile sets reconcile.fluxcd.io/requestedAt on a Flux object, as
+// `flux reconcile` does, so its controller reconciles it now.
+func requestReconcile(ctx context.Context, t *testing.T, c client.Client, gvk schema.GroupVersionKind, ns, name string) {
+	t.Helper()
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gvk)
+	obj.SetNamespace(ns)
+	obj.SetName(name)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"reconcile.fluxcd.io/requestedAt":%q}}}`, time.Now().Format(time.RFC3339Nano))
+	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatalf("requesting a reconcile of %s %s/%s: %v", gvk.Kind, ns, name, err)
+	}
+}
+
+// eventually polls cond every 100 ms until it returns "" and fails the test with cond's last
+// answer when ctx ends or timeout passes first.
+func eventually(ctx context.Context, t *testing.T, timeout time.Duration, what string, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		why := cond()
+		if why == "" {
+			return
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			t.Fatalf("%s: not after %s: %s", what, timeout, why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// condition is the condition typ of obj's status.conditions (nil when absent).
+func condition(obj *unstructured.Unstructured, typ string) map[string]any {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == typ {
+			return m
+		}
+	}
+	return nil
 }
 
 // waitReady polls the object until its Ready condition is True for its current generation
