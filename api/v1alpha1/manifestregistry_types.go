@@ -380,8 +380,11 @@ type ManifestRegistry struct {
 	// +required
 	Spec ManifestRegistrySpec `json:"spec"`
 
-	// Status is the observed state, written by the controller.
+	// Status is the observed state, written by the controller. Until it first does, it is
+	// served with observedGeneration 0 (the default), so kstatus (Flux's health checks) reads
+	// a new object as in progress rather than as Current.
 	// +optional
+	// +kubebuilder:default={observedGeneration: 0}
 	Status ManifestRegistryStatus `json:"status,omitempty"`
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	kstatus "github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -405,5 +406,39 @@ func TestUnionValuesReachTheValidator(t *testing.T) {
 				t.Errorf("the validator says %q, want %q", msgs, c.want)
 			}
 		})
+	}
+}
+
+// A new ManifestRegistry, ToolManifest or ReversiGateway reads as InProgress under kstatus (the
+// fluxcd/cli-utils version kustomize-controller's health checks use) until its controller has
+// reported on it: the API server serves it with status.observedGeneration 0. Without that
+// default an object no controller has looked at has no status, which kstatus reads as Current,
+// and a Kustomization with wait: true would pass over an unchecked object.
+func TestNewObjectsAreInProgressForKstatus(t *testing.T) {
+	cp := env(t)
+	ctx := t.Context()
+	ns := namespace(t, "kstatus")
+	for _, doc := range []string{
+		`{apiVersion: reversi.dev/v1alpha1, kind: ManifestRegistry, metadata: {name: r}, spec: {url: "file:///srv/manifests", format: Plain}}`,
+		`{apiVersion: reversi.dev/v1alpha1, kind: ReversiGateway, metadata: {name: g}, spec: {upstreams: [{name: fs, command: fs-mcp}]}}`,
+		`{apiVersion: reversi.dev/v1alpha1, kind: ToolManifest, metadata: {name: notes-read}, spec: {tool: notes.read, description: Read notes., effect: read_only, permission: notes:read}}`,
+	} {
+		u := object(t, doc)
+		u.SetNamespace(ns)
+		if err := cp.Client.Create(ctx, u, strict); err != nil {
+			t.Fatalf("creating %s: %v", doc, err)
+		}
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(u.GroupVersionKind())
+		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(u), got); err != nil {
+			t.Fatal(err)
+		}
+		res, err := kstatus.Compute(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != kstatus.InProgressStatus {
+			t.Errorf("a new %s reads %s under kstatus (%s), want InProgress: status %v", u.GetKind(), res.Status, res.Message, got.Object["status"])
+		}
 	}
 }
