@@ -353,8 +353,8 @@ func (b *bridge) watch(ctx context.Context, finished <-chan struct{}) {
 
 // refuse closes a connection the bridge will not serve, saying why (rate-limited).
 func (b *bridge) refuse(c net.Conn, why string) {
-	_ = c.Close()
 	b.refusals.Do(func() { b.logf("refused a connection: %s", why) })
+	_ = c.Close()
 }
 
 // runShared is the shared mode's loop (see the package comment).

@@ -544,8 +544,9 @@ func TestProcessSignals(t *testing.T) {
 	}
 
 	stubborn := startProc(t, "--listen", "unix://"+filepath.Join(dir, "b.sock"), "--grace-period", "300ms",
-		"--", "/bin/sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`)
+		"--", "/bin/sh", "-c", `trap '' TERM; echo "pid $$"; while :; do sleep 0.05; done`)
 	child = stubborn.childPIDs()[0]
+	dialEcho(t, stubborn.path) // its first line comes after the trap is set
 	t0 := time.Now()
 	_ = stubborn.cmd.Process.Signal(syscall.SIGTERM)
 	if code := stubborn.wait(t); code != 128+int(syscall.SIGKILL) {
