@@ -35,8 +35,8 @@ var roles = []string{"agent", "auditor", "approver", "operator", "admin"}
 // Errors (each a *manifest.FieldError with file, line and field path): YAML or JSON syntax,
 // duplicate keys, unknown fields, wrong types, values outside the seed's enumerations (and
 // issue 19's output_schemas: advertise or hide), the upstream rules (unique names matching
-// ^[A-Za-z0-9_-]+$, exactly one of command or url, an http(s) url, stdio-only and HTTP-only
-// fields not mixed, an undefined ${NAME}), malformed
+// ^[A-Za-z0-9_-]+$, exactly one of command, url or socket, an http(s) url, an absolute socket
+// path, command-only and HTTP-only fields not mixed, an undefined ${NAME}), malformed
 // allow/deny globs, a port outside 1..65535, a non-loopback listen host without auth, and the
 // console rules (open needs a loopback listen host and a role other than admin; login needs
 // auth; open and login need listen).
