@@ -48,6 +48,7 @@ func newStdioBridgeCmd() *cobra.Command {
 			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 			defer signal.Stop(sigs)
 			o.Signals = sigs
+			o.Reap = true // this process is the bridge (a sidecar's PID 1): its servers' orphans are its to reap
 			code, err := stdiobridge.Run(context.Background(), o)
 			if err != nil {
 				return err

@@ -42,6 +42,8 @@
 //     Linux each child has SIGKILL as its parent-death signal, so a SIGKILLed bridge takes its
 //     children with it. (Processes those children started survive a SIGKILLed bridge; in a pod
 //     the container's end stops them.)
+//   - With Options.Reap (the CLI) the bridge is a child subreaper and reaps the processes its
+//     servers leave behind (as PID 1 of its container it gets them anyway).
 //   - The socket is created with mode 0660 (in a directory created 0750 if missing): owner and
 //     group may connect, others not. In a pod the gateway and the server sidecar may run as
 //     different users; they share the pod's fsGroup, which owns the emptyDir the socket is in
@@ -121,6 +123,10 @@ type Options struct {
 	Signals <-chan os.Signal
 	// Backoff is the shared child's restart backoff (zero: DefaultBackoff).
 	Backoff Backoff
+	// Reap makes the bridge reap the orphans its servers leave (Linux: it becomes a child
+	// subreaper; see startReaper). Only for a process that is the bridge and nothing else (the
+	// CLI): it waits for any exited child that is not a server.
+	Reap bool
 }
 
 // Check validates the options; each error names its flag.
@@ -216,6 +222,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	b.spawn = newSpawner()
 	defer b.spawn.close()
+	if o.Reap {
+		defer b.startReaper()()
+	}
 	acceptDone := make(chan struct{})
 	go b.accept(ln, acceptDone)
 	finished := make(chan struct{})
@@ -246,6 +255,7 @@ type bridge struct {
 	stop     chan struct{}  // closed by the first signal
 	refusals rate.Sometimes // bounds the log lines of refused connections
 
+	spawnMu  sync.Mutex // held from a child's start to its registration (the reaper must not take it)
 	mu       sync.Mutex
 	children map[*child]struct{} // running children, for signal forwarding
 	stopping bool

@@ -645,3 +645,47 @@ func TestCLIErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestProcessReapsOrphans: a process the server started and left (its parent exited) comes to
+// the bridge, a child subreaper as PID 1 of a container would be, and is reaped when it exits:
+// no zombie stays; the server itself is still waited for by the bridge (its exit is logged
+// with its status).
+func TestProcessReapsOrphans(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "r.sock")
+	p := startProc(t, "--listen", "unix://"+sock, "--", "/bin/sh", "-c", `(sleep 0.3 &); echo "pid $$"; read x; exit 5`)
+	c := dialEcho(t, sock)
+	zombies := func() []string {
+		var out []string
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			i := strings.LastIndexByte(string(stat), ')')
+			if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(p.cmd.Process.Pid) && f[0] == "Z" {
+				out = append(out, e.Name())
+			}
+		}
+		return out
+	}
+	waitFor(t, 10*time.Second, func() string {
+		if !strings.Contains(p.log.String(), "reaped process ") {
+			return fmt.Sprintf("the orphaned sleep was not reaped (zombies %v):\n%s", zombies(), p.log.String())
+		}
+		return ""
+	})
+	if z := zombies(); len(z) > 0 {
+		t.Errorf("zombies of the bridge: %v", z)
+	}
+	if _, err := io.WriteString(c, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	closed(t, c, "the server's connection")
+	waitFor(t, 10*time.Second, func() string {
+		if !strings.Contains(p.log.String(), fmt.Sprintf("the server (pid %d) exited (exit status 5)", c.pid)) {
+			return "the server's own exit was not seen:\n" + p.log.String()
+		}
+		return ""
+	})
+}

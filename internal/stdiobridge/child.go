@@ -38,9 +38,11 @@ func (b *bridge) startChild() (*child, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, b.o.Log
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.WaitDelay = StopWait // a process it left holding stderr must not hold Wait
+	b.spawnMu.Lock() // until it is registered: the reaper must not wait for it
 	err = b.spawn.start(cmd)
 	_, _ = inR.Close(), outW.Close()
 	if err != nil {
+		b.spawnMu.Unlock()
 		_, _ = inW.Close(), outR.Close()
 		return nil, err
 	}
@@ -51,6 +53,7 @@ func (b *bridge) startChild() (*child, error) {
 		c.signal(b.stopSig)
 	}
 	b.mu.Unlock()
+	b.spawnMu.Unlock()
 	b.logf("started the server (pid %d): %s", c.pid, strings.Join(b.o.Command, " "))
 	go func() {
 		_ = cmd.Wait()

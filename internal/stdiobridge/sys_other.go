@@ -9,3 +9,6 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// startReaper does nothing outside Linux (no child subreaper).
+func (b *bridge) startReaper() (stop func()) { return func() {} }
