@@ -38,7 +38,7 @@ func (b *bridge) startChild() (*child, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, b.o.Log
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.WaitDelay = StopWait // a process it left holding stderr must not hold Wait
-	b.spawnMu.Lock() // until it is registered: the reaper must not wait for it
+	b.spawnMu.Lock()         // until it is registered: the reaper must not wait for it
 	err = b.spawn.start(cmd)
 	_, _ = inR.Close(), outW.Close()
 	if err != nil {
