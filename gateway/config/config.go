@@ -184,8 +184,8 @@ type Console struct {
 	Role string
 }
 
-// Upstream is one entry of `upstreams:`. Exactly one of Command (stdio) or URL (Streamable
-// HTTP) is set. Args, Env and Headers hold the values after ${NAME} expansion.
+// Upstream is one entry of `upstreams:`. Exactly one of Command (stdio), URL (Streamable
+// HTTP) or Socket (stdio framing over a Unix socket, issue 23) is set. Args, Env and Headers hold the values after ${NAME} expansion.
 //
 // A stdio upstream does not inherit the gateway's environment: Env is all the process gets
 // (seed: "A stdio upstream does not inherit the gateway's environment, only what you list").
@@ -200,6 +200,11 @@ type Upstream struct {
 	// URL (http or https) and Headers describe a Streamable HTTP upstream.
 	URL     string
 	Headers map[string]string
+	// Socket is the absolute path of a Unix socket that speaks MCP's stdio framing
+	// (newline-delimited JSON-RPC), such as the one `reversi stdio-bridge --listen
+	// unix://<path>` serves in front of a stdio server in a sidecar (issue 23). The gateway
+	// dials it as it would start a command: one connection per upstream session.
+	Socket string
 	// Namespace exposes tools and prompts as <name>.<tool>; default true.
 	Namespace bool
 	// Session is `session:`: SessionPerClient (one upstream session per agent session, the
@@ -221,13 +226,15 @@ const (
 )
 
 // PerClient reports whether each agent session gets its own upstream session: `session:`,
-// or when it is not set ("") true for a url upstream and false for a stdio one.
+// or when it is not set ("") true for a url upstream and false for a stdio one (command or
+// socket).
 func (u *Upstream) PerClient() bool {
 	return u.Session == SessionPerClient || u.Session == "" && !u.Stdio()
 }
 
-// Stdio reports whether the upstream is a command rather than a URL.
-func (u *Upstream) Stdio() bool { return u.Command != "" }
+// Stdio reports whether the upstream speaks MCP's stdio framing: a command, or a socket.
+// Neither is a network destination (no egress check).
+func (u *Upstream) Stdio() bool { return u.Command != "" || u.Socket != "" }
 
 // Listen is `listen:`: host (default 127.0.0.1) and port (1 to 65535, required).
 type Listen struct {

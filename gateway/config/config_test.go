@@ -115,8 +115,14 @@ func TestEachRuleReportsFileLineAndPath(t *testing.T) {
 		{"missing name", "upstreams:\n  - command: srv\n", 2, "upstreams[0].name", "required: name the upstream"},
 		{"reserved name", "upstreams:\n  - name: reversi\n    command: srv\n", 2, "upstreams[0].name", "reserved for the gateway's own tools"},
 		{"duplicate name", "upstreams:\n  - name: fs\n    command: a\n  - name: fs\n    url: http://x\n", 4, "upstreams[1].name", `upstream "fs" is already defined at upstreams[0]`},
-		{"both command and url", "upstreams:\n  - name: fs\n    command: a\n    url: https://x\n", 4, "upstreams[0].url", "exactly one of command (stdio) or url (Streamable HTTP), not both"},
-		{"neither command nor url", "upstreams:\n  - name: fs\n", 2, "upstreams[0]", "give exactly one of command (stdio) or url"},
+		{"both command and url", "upstreams:\n  - name: fs\n    command: a\n    url: https://x\n", 4, "upstreams[0].url", "exactly one of command (stdio), url (Streamable HTTP) or socket (stdio over a Unix socket, e.g. reversi stdio-bridge), not both command and url"},
+		{"both command and socket", "upstreams:\n  - name: fs\n    command: a\n    socket: /run/reversi/fs.sock\n", 4, "upstreams[0].socket", "not both command and socket"},
+		{"both url and socket", "upstreams:\n  - name: fs\n    url: https://x\n    socket: /run/reversi/fs.sock\n", 4, "upstreams[0].socket", "not both url and socket"},
+		{"relative socket", "upstreams:\n  - name: fs\n    socket: run/fs.sock\n", 3, "upstreams[0].socket", `"run/fs.sock" is not an absolute path: give the Unix socket's full path, e.g. /run/reversi/fs.sock`},
+		{"empty socket", "upstreams:\n  - name: fs\n    socket: \"\"\n", 3, "upstreams[0].socket", "must not be empty"},
+		{"args on socket", "upstreams:\n  - name: fs\n    socket: /run/reversi/fs.sock\n    args: [x]\n", 4, "upstreams[0].args", "applies to a command (stdio) upstream only; this one has a socket"},
+		{"headers on socket", "upstreams:\n  - name: fs\n    socket: /run/reversi/fs.sock\n    headers: {X: y}\n", 4, "upstreams[0].headers", "applies to a url (Streamable HTTP) upstream only; this one has a socket"},
+		{"neither command nor url", "upstreams:\n  - name: fs\n", 2, "upstreams[0]", "give exactly one of command (stdio), url (Streamable HTTP) or socket"},
 		{"url scheme", "upstreams:\n  - name: gh\n    url: ftp://x/mcp\n", 3, "upstreams[0].url", `"ftp://x/mcp" is not an http or https URL`},
 		{"headers on stdio", "upstreams:\n  - name: fs\n    command: a\n    headers: {X: y}\n", 4, "upstreams[0].headers", "applies to a url (Streamable HTTP) upstream only"},
 		{"env on url", "upstreams:\n  - name: gh\n    url: https://x\n    env: {A: b}\n", 4, "upstreams[0].env", "applies to a command (stdio) upstream only"},
@@ -191,7 +197,7 @@ extra: 1
 	_, errs := Parse("gw.yaml", []byte(body), nil)
 	want := []string{
 		`gw.yaml:1: mode: "strict" is not one of enforce, advise, observe`,
-		"gw.yaml:5: upstreams[0].url: give exactly one of command (stdio) or url (Streamable HTTP), not both",
+		"gw.yaml:5: upstreams[0].url: give exactly one of command (stdio), url (Streamable HTTP) or socket (stdio over a Unix socket, e.g. reversi stdio-bridge), not both command and url",
 		`gw.yaml:6: upstreams[1].name: "bad name" is not a valid upstream name: use letters, digits, _ and - only`,
 		"gw.yaml:8: upstreams[1].headers.Authorization: environment variable MISSING is not set",
 		"gw.yaml:9: listen.port: 0 is not a port: use 1 to 65535",
@@ -262,14 +268,18 @@ func TestJSONAndNullsAndAuthOpensListen(t *testing.T) {
 }
 
 // TestSessionModes (issue 19): per_client is the default for url upstreams, shared for stdio
-// ones; session: and resources: override.
+// ones (command or socket, issue 23); session: and resources: override.
 func TestSessionModes(t *testing.T) {
 	g, errs := Parse("gw.yaml", []byte("upstreams:\n  - {name: a, command: srv}\n  - {name: b, url: http://x/mcp}\n"+
-		"  - {name: c, command: srv, session: per_client}\n  - {name: d, url: http://y/mcp, session: shared, resources: false}\n"), nil)
+		"  - {name: c, command: srv, session: per_client}\n  - {name: d, url: http://y/mcp, session: shared, resources: false}\n"+
+		"  - {name: e, socket: /run/reversi/e.sock}\n  - {name: f, socket: /run/reversi//f.sock, session: per_client}\n"), nil)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	for i, want := range []bool{false, true, true, false} {
+	if e, f := g.Upstreams[4], g.Upstreams[5]; e.Socket != "/run/reversi/e.sock" || f.Socket != "/run/reversi/f.sock" || !e.Stdio() || e.Command != "" || e.URL != "" {
+		t.Errorf("socket upstreams: %+v %+v", e, f)
+	}
+	for i, want := range []bool{false, true, true, false, false, true} {
 		if got := g.Upstreams[i].PerClient(); got != want {
 			t.Errorf("upstream %s: per_client %v, want %v", g.Upstreams[i].Name, got, want)
 		}

@@ -35,8 +35,8 @@ var roles = []string{"agent", "auditor", "approver", "operator", "admin"}
 // Errors (each a *manifest.FieldError with file, line and field path): YAML or JSON syntax,
 // duplicate keys, unknown fields, wrong types, values outside the seed's enumerations (and
 // issue 19's output_schemas: advertise or hide), the upstream rules (unique names matching
-// ^[A-Za-z0-9_-]+$, exactly one of command or url, an http(s) url, stdio-only and HTTP-only
-// fields not mixed, an undefined ${NAME}), malformed
+// ^[A-Za-z0-9_-]+$, exactly one of command, url or socket, an http(s) url, an absolute socket
+// path, command-only and HTTP-only fields not mixed, an undefined ${NAME}), malformed
 // allow/deny globs, a port outside 1..65535, a non-loopback listen host without auth, and the
 // console rules (open needs a loopback listen host and a role other than admin; login needs
 // auth; open and login need listen).
@@ -394,7 +394,7 @@ func (d *decoder) upstreams(m map[string]any) []Upstream {
 
 func (d *decoder) upstream(v any, p string) (Upstream, bool) {
 	u := Upstream{Namespace: true}
-	m := d.object(v, p, "name", "command", "args", "env", "cwd", "url", "headers", "namespace", "session", "resources")
+	m := d.object(v, p, "name", "command", "args", "env", "cwd", "url", "headers", "socket", "namespace", "session", "resources")
 	if m == nil {
 		return u, false
 	}
@@ -410,30 +410,51 @@ func (d *decoder) upstream(v any, p string) (Upstream, bool) {
 	u.Name = name
 	cmd, hasCmd := d.nonEmpty(m, p, "command")
 	rawURL, hasURL := d.nonEmpty(m, p, "url")
+	sock, hasSock := d.nonEmpty(m, p, "socket")
+	const one = "give exactly one of command (stdio), url (Streamable HTTP) or socket (stdio over a Unix socket, e.g. reversi stdio-bridge)"
 	switch {
 	case hasCmd && hasURL:
-		d.fail(join(p, "url"), "give exactly one of command (stdio) or url (Streamable HTTP), not both")
-	case !hasCmd && !hasURL && m["command"] == nil && m["url"] == nil:
-		d.fail(p, "give exactly one of command (stdio) or url (Streamable HTTP)")
+		d.fail(join(p, "url"), "%s, not both command and url", one)
+	case hasSock && hasCmd:
+		d.fail(join(p, "socket"), "%s, not both command and socket", one)
+	case hasSock && hasURL:
+		d.fail(join(p, "socket"), "%s, not both url and socket", one)
+	case !hasCmd && !hasURL && !hasSock && m["command"] == nil && m["url"] == nil && m["socket"] == nil:
+		d.fail(p, "%s", one)
 	}
 	u.Command = cmd
 	if hasURL && d.httpURL(join(p, "url"), rawURL) {
 		u.URL = rawURL
+	}
+	if hasSock {
+		if !filepath.IsAbs(sock) {
+			d.fail(join(p, "socket"), "%q is not an absolute path: give the Unix socket's full path, e.g. /run/reversi/%s.sock", sock, name)
+		} else {
+			u.Socket = filepath.Clean(sock)
+		}
 	}
 	expand := d.expand
 	u.Args, _ = d.strListRaw(m, p, "args", expand)
 	u.Env, _ = d.strMap(m, p, "env", envNamePattern, "letters, digits and _, not starting with a digit", expand)
 	u.Cwd, _ = d.nonEmpty(m, p, "cwd")
 	u.Headers, _ = d.strMap(m, p, "headers", headerNamePattern, "an HTTP header name", expand)
-	if hasURL {
+	if hasURL || hasSock {
+		kind := "a url"
+		if hasSock {
+			kind = "a socket (its server's command, arguments and environment are the bridge's)"
+		}
 		for _, k := range []string{"args", "env", "cwd"} {
 			if m[k] != nil {
-				d.fail(join(p, k), "applies to a command (stdio) upstream only; this one has a url")
+				d.fail(join(p, k), "applies to a command (stdio) upstream only; this one has %s", kind)
 			}
 		}
 	}
-	if hasCmd && m["headers"] != nil {
-		d.fail(join(p, "headers"), "applies to a url (Streamable HTTP) upstream only; this one has a command")
+	if (hasCmd || hasSock) && m["headers"] != nil {
+		kind := "command"
+		if hasSock {
+			kind = "socket"
+		}
+		d.fail(join(p, "headers"), "applies to a url (Streamable HTTP) upstream only; this one has a %s", kind)
 	}
 	if b, ok := d.boolean(m, p, "namespace"); ok {
 		u.Namespace = b

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -37,6 +38,10 @@ import (
 // connection when its process has exited.
 var ErrUpstreamExited = errors.New("the upstream process exited")
 
+// ErrSocketClosed is returned (wrapped) by a socket upstream's connection when the other end
+// closed it: `reversi stdio-bridge` does so when its server process exited (issue 23).
+var ErrSocketClosed = errors.New("the upstream closed the socket connection")
+
 // MessageTooLargeError is the error of a call whose answer was longer than
 // limits.message_bytes: the answer was discarded. Limit is the limit and Size the message's
 // size (0 when it was not read to its end), both in bytes.
@@ -54,9 +59,12 @@ func (e *MessageTooLargeError) Error() string {
 }
 
 // stdioTransport runs a stdio upstream's command (like mcp.CommandTransport: stdin closed
-// first on Close, then SIGTERM, then SIGKILL) and frames its stdout as described above.
+// first on Close, then SIGTERM, then SIGKILL) and frames its stdout as described above. With
+// socket set instead of cmd it dials that Unix socket (a `socket:` upstream, issue 23) and
+// frames what it reads from it the same way: the socket is the process's stdin and stdout.
 type stdioTransport struct {
 	cmd       *exec.Cmd
+	socket    string        // the Unix socket's path; "" for a command
 	name      string        // the upstream's name, for logs and errors
 	limit     int64         // limits.message_bytes
 	terminate time.Duration // how long Close waits after closing stdin, and after SIGTERM
@@ -65,7 +73,10 @@ type stdioTransport struct {
 	stderr    *stderrLines       // the process's stderr; nil: not ours
 }
 
-func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
+func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	if t.socket != "" {
+		return t.dialSocket(ctx)
+	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -85,10 +96,7 @@ func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
 		return nil, err
 	}
 	_, _ = inR.Close(), outW.Close()
-	c := &stdioConn{t: t, stdin: inW, stdout: outR, incoming: make(chan jsonrpc.Message),
-		readDone: make(chan struct{}), exited: make(chan struct{}), closed: make(chan struct{}),
-		writeSem: make(chan struct{}, 1), logs: rate.Sometimes{First: 10, Interval: 10 * time.Second},
-		answers: newAnswerGate(t.name, t.warn), rawWait: map[string]chan rawAnswer{}}
+	c := t.newConn(inW, outR)
 	go func() {
 		_ = t.cmd.Wait() // its result is in cmd.ProcessState
 		if t.stderr != nil {
@@ -107,16 +115,60 @@ func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
 	return c, nil
 }
 
-// stdioConn is one stdio upstream process's JSON-RPC connection.
+func (t *stdioTransport) newConn(stdin writeEnd, stdout io.ReadCloser) *stdioConn {
+	return &stdioConn{t: t, stdin: stdin, stdout: stdout, incoming: make(chan jsonrpc.Message),
+		readDone: make(chan struct{}), exited: make(chan struct{}), closed: make(chan struct{}),
+		writeSem: make(chan struct{}, 1), logs: rate.Sometimes{First: 10, Interval: 10 * time.Second},
+		answers: newAnswerGate(t.name, t.warn), rawWait: map[string]chan rawAnswer{}}
+}
+
+// socketRetry is how often dialSocket tries again while the socket is not there yet or
+// refuses connections.
+const socketRetry = 100 * time.Millisecond
+
+// dialSocket connects to a socket upstream. A socket that does not exist yet, or that nobody
+// listens on (a bridge starting or restarting its server), is tried again every socketRetry
+// until ctx ends (ConnectTimeout at start and on each reconnect): in a pod the gateway may start
+// before its stdio-bridge sidecar listens.
+func (t *stdioTransport) dialSocket(ctx context.Context) (mcp.Connection, error) {
+	var d net.Dialer
+	for {
+		nc, err := d.DialContext(ctx, "unix", t.socket)
+		if err == nil {
+			uc := nc.(*net.UnixConn)
+			c := t.newConn(uc, uc)
+			go c.readLoop()
+			return c, nil
+		}
+		retry := errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
+		if !retry {
+			return nil, fmt.Errorf("upstream %s: socket %s: %w", t.name, t.socket, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("upstream %s: socket %s: %w (still %v)", t.name, t.socket, ctx.Err(), err)
+		case <-time.After(socketRetry):
+		}
+	}
+}
+
+// writeEnd is where a stdio connection writes: the process's stdin pipe, or the socket.
+type writeEnd interface {
+	io.WriteCloser
+	SetWriteDeadline(time.Time) error
+}
+
+// stdioConn is one stdio upstream's JSON-RPC connection: a process's stdin and stdout, or a
+// Unix socket (both ends are the same *net.UnixConn then; exited is never closed).
 type stdioConn struct {
 	t      *stdioTransport
-	stdin  *os.File
-	stdout *os.File
+	stdin  writeEnd
+	stdout io.ReadCloser
 
 	incoming chan jsonrpc.Message // from readLoop, one message at a time
 	readErr  error                // why reading ended; set before readDone closes
 	readDone chan struct{}
-	exited   chan struct{} // closed when the process was waited for
+	exited   chan struct{} // closed when the process was waited for (never for a socket)
 
 	writeSem chan struct{} // one writer at a time, given up when its context ends
 
@@ -207,11 +259,15 @@ func (c *stdioConn) write(ctx context.Context, data []byte) error {
 }
 
 // Close closes stdin and waits for the process to exit, then sends SIGTERM, then SIGKILL,
-// waiting terminate after each.
+// waiting terminate after each. A socket is closed (the bridge then stops its server).
 func (c *stdioConn) Close() error {
 	c.closeOnce.Do(func() {
 		c.closing.Store(true)
 		_ = c.stdin.Close()
+		if c.t.socket != "" {
+			close(c.closed)
+			return
+		}
 		wait := func() bool {
 			select {
 			case <-c.exited:
@@ -272,6 +328,12 @@ func (c *stdioConn) readLoop() {
 func (c *stdioConn) cause(err error) error {
 	if c.closing.Load() {
 		return io.EOF // closed by the gateway
+	}
+	if c.t.socket != "" {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			return fmt.Errorf("%w (%s; a stdio-bridge does so when its server exits)", ErrSocketClosed, c.t.socket)
+		}
+		return fmt.Errorf("upstream %s: reading socket %s: %w", c.t.name, c.t.socket, err)
 	}
 	exited := func() error { return fmt.Errorf("%w (%s)", ErrUpstreamExited, c.t.cmd.ProcessState) }
 	select {

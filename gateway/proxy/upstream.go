@@ -172,6 +172,10 @@ func (d dialer) warn(format string, args ...any) {
 // (stdioconn.go, upstreamhttp.go).
 func transport(d dialer, u config.Upstream) mcp.Transport {
 	limit := effectiveLimits(d.cfg.Limits).MessageBytes
+	if u.Socket != "" { // stdio framing over a Unix socket (issue 23): the same connection code
+		return passthroughTransport{Transport: &stdioTransport{socket: u.Socket, name: u.Name, limit: limit,
+			terminate: UpstreamTerminateWait, warn: d.warn, hit: d.limitHit}, progress: d.progress, owner: d.owner}
+	}
 	if u.Stdio() {
 		cmd := exec.Command(u.Command, u.Args...)
 		cmd.Env = Env(u)
@@ -323,7 +327,7 @@ func (g *Gateway) supervise(up *upstream) {
 		// exited or its stream broke, never for a message it framed badly; the cause is
 		// journaled, and the calls in flight on it were journaled uncertain.
 		verb := "reconnecting"
-		if up.cfg.Stdio() {
+		if up.cfg.Command != "" {
 			verb = "restarting it"
 		}
 		g.note("upstream %s stopped (%v); %s", up.name, werr, verb)
