@@ -17,6 +17,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,6 +56,9 @@ const (
 	Gateway   = "agents"
 	Agent     = "agent-7"
 	Approver  = "alice"
+	// ServerImage is the image of the memory server's sidecar (allowed by the controller's
+	// --upstream-images); the demo runs the sidecar's command with the host's node instead.
+	ServerImage = "localhost/server-memory"
 )
 
 // Options configure Run.
@@ -119,6 +123,11 @@ type Report struct {
 	PolicyEnforced              time.Duration
 	// GatewayArgs is the argv the gateway process ran with (the Deployment's, localised).
 	GatewayArgs []string
+	// SidecarCommand is the argv the memory server's sidecar ran with (its rendered command,
+	// the bridge in front of the server, localised).
+	SidecarCommand []string
+	// ServerPID is the server process the sidecar's bridge ran (its child).
+	ServerPID int
 	// PIDs are the processes the story started (controller, gateway), and Dir its folder:
 	// all gone when Run returns (unless Options.Keep or Options.Dir).
 	PIDs []int
@@ -467,7 +476,7 @@ func (s *story) controller(ctx context.Context) error {
 		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir,
 		"--temp-dir", filepath.Join(s.dir, "checkouts"),
 		// The demo's repository is a folder on this machine.
-		"--allow-file-urls"}
+		"--allow-file-urls", "--upstream-images", ServerImage + ":*"}
 	if err := os.MkdirAll(filepath.Join(s.dir, "checkouts"), 0o700); err != nil {
 		return err
 	}
@@ -586,8 +595,11 @@ func (s *story) gateway(ctx context.Context) error {
 	var envYAML strings.Builder
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
-		fmt.Fprintf(&envYAML, "\n    - {name: %s, value: %q}", k, v)
+		fmt.Fprintf(&envYAML, "\n      - {name: %s, value: %q}", k, v)
 	}
+	// server-memory speaks stdio only: it runs as a container upstream, a native sidecar of
+	// the gateway pod behind `reversi stdio-bridge` (issue 23). The image is what the pod
+	// would pull; the demo runs the sidecar's rendered command with the host's node.
 	y := fmt.Sprintf(`apiVersion: reversi.dev/v1alpha1
 kind: ReversiGateway
 metadata: {name: %s, namespace: %s}
@@ -597,13 +609,14 @@ spec:
   permissions: [memory:read, memory:write, memory:admin]
   upstreams:
   - name: memory
-    command: %s
-    args: [%q]
-    env:%s
+    container:
+      image: %s:1
+      command: [%s, %q]
+      env:%s
   manifests: {registries: [%s]}
   trustedKeysSecretRef: {name: manifest-keys}
   auth: {keysSecretRef: {name: gateway-keys, key: keys.json}}
-`, Gateway, Namespace, s.port, node, args[0], envYAML.String(), Registry)
+`, Gateway, Namespace, s.port, ServerImage, node, args[0], envYAML.String(), Registry)
 	if err := s.apply(ctx, "gateway.yaml", y); err != nil {
 		return err
 	}
@@ -639,7 +652,10 @@ spec:
 	if err != nil {
 		return err
 	}
-	s.say("(envtest has no kubelet: the demo plays it for pod %s, and runs its container as a local process)", s.podName)
+	s.say("(envtest has no kubelet: the demo plays it for pod %s, and runs its containers as local processes)", s.podName)
+	if err := s.sidecars(ctx, kubelet, pod); err != nil {
+		return err
+	}
 	c, err := kubelet.Prepare(ctx, pod, dep.Spec.Template.Spec.Containers[0].Name)
 	if err != nil {
 		return err
@@ -671,6 +687,73 @@ spec:
 	}
 	s.say("The agent %s is connected to http://127.0.0.1:%d/mcp with its API key.", Agent, s.port)
 	return nil
+}
+
+// sidecars runs the pod's init containers as the kubelet would, in order: the copy of the
+// bridge (run to its end), then each native sidecar (restartPolicy Always: started and kept),
+// with their rendered command lines and environment and their volumes in local folders; it
+// waits for each bridge's socket.
+func (s *story) sidecars(ctx context.Context, kubelet *podrun.Kubelet, pod *corev1.Pod) error {
+	for _, ic := range pod.Spec.InitContainers {
+		c, err := kubelet.Prepare(ctx, pod, ic.Name)
+		if err != nil {
+			return err
+		}
+		argv := append(append([]string(nil), c.Command...), c.Args...)
+		if ic.RestartPolicy == nil || *ic.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+			s.show("", append([]string{filepath.Base(s.bin)}, argv...))
+			cmd := exec.CommandContext(ctx, s.bin, argv...)
+			cmd.Env = c.Env
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("init container %s: %v\n%s", ic.Name, err, out)
+			}
+			continue
+		}
+		s.say("Its sidecar %s: the server behind the bridge the init container copied", ic.Name)
+		if err := s.start(ic.Name, argv[0], argv[1:], c.Env); err != nil {
+			return err
+		}
+		s.report.SidecarCommand = argv
+		socket := ""
+		for i, a := range argv {
+			if i > 0 && argv[i-1] == "--listen" {
+				socket = strings.TrimPrefix(a, "unix://")
+			}
+		}
+		bridge := s.procs[len(s.procs)-1].PID()
+		if err := podrun.Poll(ctx, 30*time.Second, func() string {
+			if fi, err := os.Stat(socket); err != nil || fi.Mode()&os.ModeSocket == 0 {
+				return "the bridge of " + ic.Name + " is not listening on " + socket
+			}
+			if s.report.ServerPID = childOf(bridge); s.report.ServerPID == 0 {
+				return "the bridge of " + ic.Name + " has not started its server"
+			}
+			return ""
+		}); err != nil {
+			return err
+		}
+		s.say("    (the bridge, pid %d, runs the server as its child, pid %d, and listens on %s)", bridge, s.report.ServerPID, filepath.Base(socket))
+	}
+	return nil
+}
+
+// childOf is a child process of pid (the parent field of /proc/<n>/stat), 0 when it has none.
+func childOf(pid int) int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so read after its last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if f := strings.Fields(string(b[i+1:])); i > 0 && len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			if c, err := strconv.Atoi(filepath.Base(filepath.Dir(st))); err == nil {
+				return c
+			}
+		}
+	}
+	return 0
 }
 
 // podReport is an annotation of the Lease the gateway pod reports on (named as the pod,

@@ -62,6 +62,9 @@ func (k *Kubelet) CreatePod(ctx context.Context, dep *appsv1.Deployment, name st
 
 // Container is one container of a pod, ready to run as a local process.
 type Container struct {
+	// Command is the container's command (its entrypoint; empty: the image's), expanded and
+	// localised as Args are.
+	Command []string
 	// Args are the container's args with $(VAR) references expanded from its env (as the
 	// kubelet does), every mount path replaced by its local folder and an empty --kubeconfig
 	// (in-cluster credentials) replaced by Kubeconfig.
@@ -75,7 +78,7 @@ type Container struct {
 	Kubeconfig string
 }
 
-// Prepare makes the container of the pod ready to run: a token of the pod's ServiceAccount in
+// Prepare makes the container (or init container) of the pod ready to run: a token of the pod's ServiceAccount in
 // a kubeconfig, each volume mount written to a local folder (ConfigMap and Secret items as
 // files, empty folders otherwise), the env resolved and the args localised. Call it again
 // before a restart: the folders stay (a data volume keeps what the process wrote), the files
@@ -83,9 +86,11 @@ type Container struct {
 // container of the same pod.
 func (k *Kubelet) Prepare(ctx context.Context, pod *corev1.Pod, container string) (*Container, error) {
 	var c *corev1.Container
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == container {
-			c = &pod.Spec.Containers[i]
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == container {
+				c = &list[i]
+			}
 		}
 	}
 	if c == nil {
@@ -120,6 +125,10 @@ func (k *Kubelet) Prepare(ctx context.Context, pod *corev1.Pod, container string
 			v = local // a digest of a file the player localised (REVERSI_CONFIG_DIGEST): the copy's
 		}
 		out.Env = append(out.Env, e.Name+"="+v)
+	}
+	out.Command = make([]string, len(c.Command))
+	for i, a := range c.Command {
+		out.Command[i] = Localise(ExpandVars(a, vars), out.Mounts)
 	}
 	out.Args = make([]string, len(c.Args))
 	for i, a := range c.Args {
@@ -256,8 +265,8 @@ func (k *Kubelet) volumes(ctx context.Context, pod *corev1.Pod, c corev1.Contain
 			}
 		}
 	}
-	// Files that name other files mounted from ConfigMaps or Secrets (gateway.yaml's
-	// auth.keys) name their local copies.
+	// Files that name other mounted paths (gateway.yaml's auth.keys, a socket: in a sidecar's
+	// folder) name their local copies.
 	for _, local := range files {
 		entries, _ := os.ReadDir(local)
 		for _, e := range entries {
@@ -266,7 +275,7 @@ func (k *Kubelet) volumes(ctx context.Context, pod *corev1.Pod, c corev1.Contain
 			if err != nil || e.IsDir() {
 				continue
 			}
-			if l := Localise(string(b), files); l != string(b) {
+			if l := Localise(string(b), mounts); l != string(b) {
 				if err := os.WriteFile(p, []byte(l), 0o600); err != nil {
 					return nil, nil, err
 				}

@@ -42,6 +42,15 @@ func TestDemoStory(t *testing.T) {
 		t.Errorf("the gateway does not run with its ServiceAccount's kubeconfig: %q", args)
 	}
 
+	// server-memory ran as the rendered sidecar (issue 23): the bridge the init container
+	// copied into the pod's reversi-bin volume, listening in the sidecar's own socket folder,
+	// in front of the server; the gateway reached it over that socket.
+	sidecar := strings.Join(r.SidecarCommand, " ")
+	if len(r.SidecarCommand) < 8 || !strings.HasSuffix(r.SidecarCommand[0], "/reversi-bin/reversi") ||
+		!strings.Contains(sidecar, " stdio-bridge --listen unix://") || !strings.Contains(sidecar, "/upstream-0-run/memory.sock --session shared -- ") {
+		t.Errorf("the sidecar's command %q is not the bridge from reversi-bin listening in upstream-0-run", sidecar)
+	}
+
 	// More than tools is relayed: the graph read as a resource, after the allowed call.
 	if !strings.Contains(r.Read, "acme-corp") || !strings.Contains(r.Read, "invoice-1042") {
 		t.Errorf("memory://knowledge-graph read through the gateway: %q", r.Read)
@@ -121,8 +130,13 @@ func TestDemoStory(t *testing.T) {
 	}
 
 	// Nothing is left running, and the folder is gone.
-	if len(r.PIDs) != 2 {
-		t.Errorf("started processes %v, want the controller and the gateway", r.PIDs)
+	if len(r.PIDs) != 3 {
+		t.Errorf("started processes %v, want the controller, the memory sidecar and the gateway", r.PIDs)
+	}
+	if r.ServerPID == 0 {
+		t.Error("the demo did not find the server process the sidecar's bridge ran")
+	} else if err := syscall.Kill(r.ServerPID, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the sidecar's server %d is still there after the demo: %v", r.ServerPID, err)
 	}
 	for _, pid := range r.PIDs {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
