@@ -30,6 +30,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -42,6 +43,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
+	"golang.org/x/sys/unix"
+
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/internal/podrun"
 	"github.com/reversi-gitops/reversi/internal/testenv"
@@ -126,8 +129,14 @@ type Report struct {
 	// SidecarCommand is the argv the memory server's sidecar ran with (its rendered command,
 	// the bridge in front of the server, localised).
 	SidecarCommand []string
-	// ServerPID is the server process the sidecar's bridge ran (its child).
-	ServerPID int
+	// ServerPID is the server process the sidecar's bridge ran (its child); RestartedPID the
+	// one it started after ServerPID was killed with a call in flight.
+	ServerPID, RestartedPID int
+	// Crashed is the gateway's answer to the call in flight when the server was killed;
+	// AfterCrash its answer to the next call (served by the restarted server).
+	Crashed, AfterCrash string
+	// BeforeCrash is the graph read just before (the server keeps it in its file).
+	BeforeCrash string
 	// PIDs are the processes the story started (controller, gateway), and Dir its folder:
 	// all gone when Run returns (unless Options.Keep or Options.Dir).
 	PIDs []int
@@ -268,7 +277,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	s.report.Dir = s.dir
 	for _, step := range []func(context.Context) error{
 		s.prepare, s.controlPlane, s.repository, s.controller, s.registry, s.gateway,
-		s.blocked, s.mergePR, s.approve, s.runs, s.rollback, s.policyPR, s.forged, s.handEdit, s.rbac,
+		s.blocked, s.mergePR, s.approve, s.runs, s.rollback, s.policyPR, s.forged, s.handEdit, s.rbac, s.crash,
 	} {
 		if err := step(ctx); err != nil {
 			return &s.report, err
@@ -735,6 +744,87 @@ func (s *story) sidecars(ctx context.Context, kubelet *podrun.Kubelet, pod *core
 		s.say("    (the bridge, pid %d, runs the server as its child, pid %d, and listens on %s)", bridge, s.report.ServerPID, filepath.Base(socket))
 	}
 	return nil
+}
+
+// crash kills the sidecar's server with a call in flight: the gateway answers that the outcome
+// is uncertain (and journals it so), the bridge starts a new server, and the next call passes.
+func (s *story) crash(ctx context.Context) error {
+	s.section("10. The server dies mid-call: the call is journaled uncertain, the sidecar's bridge restarts it")
+	server := s.report.ServerPID
+	before, _, err := s.call(ctx, "memory.read_graph", map[string]any{})
+	if err != nil {
+		return err
+	}
+	s.report.BeforeCrash = before
+	// Frozen first, so that the call is surely in its stdin when it dies.
+	if err := syscall.Kill(server, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("stopping the server %d: %w", server, err)
+	}
+	type answer struct {
+		text  string
+		isErr bool
+		err   error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		text, isErr, err := s.call(ctx, "memory.create_entities", map[string]any{"entities": []any{
+			map[string]any{"name": "globex", "entityType": "customer", "observations": []any{"in flight"}}}})
+		done <- answer{text, isErr, err}
+	}()
+	if err := waitStdin(ctx, server); err != nil {
+		return err
+	}
+	s.say("$ kill -KILL %d    # the server, with memory.create_entities in its stdin", server)
+	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+		return err
+	}
+	a := <-done
+	if a.err != nil {
+		return a.err
+	}
+	s.showCall("memory.create_entities", a.text, a.isErr)
+	s.report.Crashed = a.text
+	if !a.isErr || !strings.Contains(a.text, "uncertain") {
+		return fmt.Errorf("the call in flight when the server died: %q, want an uncertain outcome", a.text)
+	}
+	bridge := 0
+	for _, p := range s.procs {
+		if strings.HasPrefix(p.Name, "upstream-") {
+			bridge = p.PID()
+		}
+	}
+	if err := podrun.Poll(ctx, 30*time.Second, func() string {
+		if c := childOf(bridge); c == 0 || c == server {
+			return "the bridge has not started a new server"
+		}
+		text, isErr, err := s.call(ctx, "memory.read_graph", map[string]any{})
+		if err != nil || isErr {
+			return fmt.Sprintf("memory.read_graph after the restart: %v %s", err, text)
+		}
+		s.report.AfterCrash = text
+		return ""
+	}); err != nil {
+		return err
+	}
+	s.report.RestartedPID = childOf(bridge)
+	s.say("The bridge (pid %d) started a new server (pid %d); the gateway reconnected:", bridge, s.report.RestartedPID)
+	s.showCall("memory.read_graph", s.report.AfterCrash, false)
+	return nil
+}
+
+// waitStdin waits until pid's stdin pipe holds bytes it has not read (at most 10 s).
+func waitStdin(ctx context.Context, pid int) error {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/fd/0", pid))
+	if err != nil {
+		return fmt.Errorf("the server's stdin: %w", err)
+	}
+	defer f.Close()
+	return podrun.Poll(ctx, 10*time.Second, func() string {
+		if n, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCINQ); err != nil || n == 0 {
+			return fmt.Sprintf("the call has not reached the stopped server (%d bytes, %v)", n, err)
+		}
+		return ""
+	})
 }
 
 // childOf is a child process of pid (the parent field of /proc/<n>/stat), 0 when it has none.
@@ -1271,6 +1361,7 @@ func (s *story) summary() {
 	s.say("  hand edit    an unsigned ConfigMap edit was refused by the gateway itself; the rule held")
 	s.say("  replay       the signed rendering from before the PR, put back, was refused as older; the rule held")
 	s.say("  RBAC         the gateway's ServiceAccount cannot read other Secrets nor patch pods; it reports on its pod's Lease")
+	s.say("  stdio sidecar server-memory ran as a native sidecar behind reversi stdio-bridge; killed mid-call, the call was uncertain and the bridge restarted it")
 	s.say("Everything the demo started is stopped now.")
 }
 

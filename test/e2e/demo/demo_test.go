@@ -51,6 +51,15 @@ func TestDemoStory(t *testing.T) {
 		t.Errorf("the sidecar's command %q is not the bridge from reversi-bin listening in upstream-0-run", sidecar)
 	}
 
+	// 10. The server killed with a call in flight: uncertain, then a new server behind the
+	// same sidecar answers (issue 23).
+	if !strings.Contains(r.Crashed, "outcome is uncertain") {
+		t.Errorf("the call in flight when the server died: %q", r.Crashed)
+	}
+	if r.RestartedPID == 0 || r.RestartedPID == r.ServerPID || r.AfterCrash != r.BeforeCrash || !strings.Contains(r.AfterCrash, `"entities"`) {
+		t.Errorf("after the crash: server %d → %d, read_graph %q (before %q); want a new server with the graph kept", r.ServerPID, r.RestartedPID, r.AfterCrash, r.BeforeCrash)
+	}
+
 	// More than tools is relayed: the graph read as a resource, after the allowed call.
 	if !strings.Contains(r.Read, "acme-corp") || !strings.Contains(r.Read, "invoice-1042") {
 		t.Errorf("memory://knowledge-graph read through the gateway: %q", r.Read)
@@ -135,8 +144,11 @@ func TestDemoStory(t *testing.T) {
 	}
 	if r.ServerPID == 0 {
 		t.Error("the demo did not find the server process the sidecar's bridge ran")
-	} else if err := syscall.Kill(r.ServerPID, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Errorf("the sidecar's server %d is still there after the demo: %v", r.ServerPID, err)
+	}
+	for _, pid := range []int{r.ServerPID, r.RestartedPID} {
+		if err := syscall.Kill(pid, 0); pid != 0 && !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("the sidecar's server %d is still there after the demo: %v", pid, err)
+		}
 	}
 	for _, pid := range r.PIDs {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
