@@ -15,6 +15,7 @@ import (
 
 	"github.com/reversi-gitops/reversi/api/manifest"
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/internal/testenv"
 )
 
 // strict makes the API server refuse unknown and duplicate fields instead of dropping them
@@ -440,5 +441,34 @@ func TestNewObjectsAreInProgressForKstatus(t *testing.T) {
 		if res.Status != kstatus.InProgressStatus {
 			t.Errorf("a new %s reads %s under kstatus (%s), want InProgress: status %v", u.GetKind(), res.Status, res.Message, got.Object["status"])
 		}
+	}
+}
+
+// Every reversi.dev object the README shows in a yaml block is accepted by the API server
+// (strict field validation, a server-side dry run): the README's examples cannot drift from
+// the CRDs.
+func TestReadmeObjectsAreAccepted(t *testing.T) {
+	cp := env(t)
+	ns := namespace(t, "readme")
+	b, err := os.ReadFile(filepath.Join(testenv.Root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := strings.Split(string(b), "```yaml\n")
+	n := 0
+	for _, blk := range blocks[1:] {
+		body, _, _ := strings.Cut(blk, "```")
+		if !strings.Contains(body, "apiVersion: reversi.dev/") {
+			continue
+		}
+		u := object(t, body)
+		u.SetNamespace(ns)
+		if err := cp.Client.Create(t.Context(), u, strict, client.DryRunAll); err != nil {
+			t.Errorf("the README's %s %s is refused: %v\n%s", u.GetKind(), u.GetName(), err, body)
+		}
+		n++
+	}
+	if n < 1 {
+		t.Fatalf("found %d reversi.dev objects in the README's yaml blocks, want at least the ReversiGateway of a stdio server", n)
 	}
 }
