@@ -1,0 +1,417 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The notification outbox (issue 24, "Delivery never loses an event"). A held call and every
+// decision of its request are announced to the configured receivers (gateway/notify): the
+// store writes one outbox row per receiver that wants the event, in the SAME transaction as
+// the event itself (the approval row created by CreateApproval; the phase change written by
+// Decide or SettleApprovals), so an event is never committed without its notifications, nor a
+// notification without its event. gateway/notify claims due rows (a lease, so that of several
+// replicas on Postgres one delivers each row at a time), delivers them, and marks them
+// delivered, retried later, or dead.
+//
+// Which receivers want an event is decided by the Router set with SetNotificationRouter (the
+// receivers' filters); with no router, or when no receiver wants an event, nothing is written:
+// an event a filter excludes leaves no row (nothing to deliver, nothing to list).
+
+// NotificationState is the state of an outbox row.
+type NotificationState string
+
+const (
+	// NotificationPending: not delivered yet; due at NextAttempt.
+	NotificationPending NotificationState = "pending"
+	// NotificationDelivered: the receiver answered 2xx.
+	NotificationDelivered NotificationState = "delivered"
+	// NotificationDead: every attempt failed (or the failure cannot be retried): a dead
+	// letter, listed by `reversi notifications list --state dead` and never retried.
+	NotificationDead NotificationState = "dead"
+)
+
+// NotificationStates lists every NotificationState.
+var NotificationStates = []NotificationState{NotificationPending, NotificationDelivered, NotificationDead}
+
+// The notice types: the approval events a notification announces.
+const (
+	NoticeApprovalRequested = "approval.requested"
+	NoticeApprovalApproved  = "approval.approved"
+	NoticeApprovalDenied    = "approval.denied"
+	NoticeApprovalExpired   = "approval.expired"
+	NoticeApprovalEscalated = "approval.escalated"
+)
+
+// NoticeTypes lists every notice type.
+var NoticeTypes = []string{NoticeApprovalRequested, NoticeApprovalApproved, NoticeApprovalDenied, NoticeApprovalExpired, NoticeApprovalEscalated}
+
+// noticeOfEvent maps the phase events of a request's decision records to notice types.
+var noticeOfEvent = map[ApprovalEvent]string{EventApproved: NoticeApprovalApproved, EventDenied: NoticeApprovalDenied,
+	EventExpired: NoticeApprovalExpired, EventEscalated: NoticeApprovalEscalated}
+
+// Risk is a tool's risk as its manifest records it (manifest.Risk), for approvers and for the
+// receivers' risk filters.
+type Risk struct {
+	DataClass   string `json:"data_class,omitempty"`
+	BlastRadius string `json:"blast_radius,omitempty"`
+	Environment string `json:"environment,omitempty"`
+}
+
+// Notice is what one notification announces: the event and the request as they were when the
+// event was committed. It is stored as JSON in the outbox row (its field names are the JSON's).
+type Notice struct {
+	// Type is one of NoticeTypes; Key the idempotency key "<type>:<approval id>", the same for
+	// every receiver and every attempt (receivers deduplicate by it).
+	Type string `json:"type"`
+	Key  string `json:"idempotency_key"`
+	// At is when the event was committed.
+	At       time.Time `json:"at"`
+	Approval string    `json:"approval"`
+	Tool     string    `json:"tool"`
+	Run      string    `json:"run"`
+	Actor    string    `json:"actor"`
+	Reason   string    `json:"reason,omitempty"`
+	// ArgumentsPreview is the redacted preview of the call's arguments (JSON text,
+	// engine.ArgumentsPreview): never the arguments themselves.
+	ArgumentsPreview string    `json:"arguments_preview,omitempty"`
+	Risk             Risk      `json:"risk,omitzero"`
+	Roles            []string  `json:"roles,omitempty"`
+	Quorum           int       `json:"quorum"`
+	Expires          time.Time `json:"expires_at,omitzero"`
+	// Kept: the request is an ApprovalRequest in Kubernetes (decided with an Approval object).
+	Kept bool `json:"kept,omitempty"`
+	// DecidedBy are the principals whose decisions counted (approved, denied).
+	DecidedBy []string `json:"decided_by,omitempty"`
+	// Note says what happened (e.g. "quorum 2 reached").
+	Note string `json:"note,omitempty"`
+}
+
+// Notification is one outbox row: a notice for one receiver (Sink, the receiver's name).
+type Notification struct {
+	ID          string
+	Sink        string
+	Notice      Notice
+	State       NotificationState
+	Attempts    int
+	Created     time.Time
+	NextAttempt time.Time // when a pending row is due
+	Delivered   time.Time // zero unless delivered
+	LastError   string    // the last failed attempt's error
+}
+
+// NotificationFilter selects rows for ListNotifications: empty fields match everything;
+// Limit <= 0 means no limit.
+type NotificationFilter struct {
+	State NotificationState
+	Sink  string
+	Limit int
+}
+
+// Router names the receivers that want a notice (their filters); none: no row is written. It
+// runs inside the event's write transaction, so it must be quick and do no I/O.
+type Router func(Notice) []string
+
+// ErrLeaseLost: the row is no longer leased to this owner (its lease expired and another
+// worker took it, or it was finished): the delivery's result is not recorded.
+var ErrLeaseLost = errors.New("store: the notification's lease was lost")
+
+// Outbox is the notification outbox of the SQL stores (SQLite, Postgres, Memory all have it;
+// a wrapping store such as gateway/kube's is not one: use the store it wraps).
+type Outbox interface {
+	// SetNotificationRouter sets the receivers' filters (nil: write no rows).
+	SetNotificationRouter(r Router)
+	// NotificationWake receives (without blocking the sender) after a write of this store
+	// instance committed new rows: the worker's cue to look now rather than at its next poll.
+	NotificationWake() <-chan struct{}
+	// ClaimNotifications leases up to limit due pending rows (NextAttempt <= now, not leased or
+	// lease expired) to owner until now + lease and returns them, oldest due first. Of
+	// concurrent claimers (replicas on Postgres) each row goes to one.
+	ClaimNotifications(ctx context.Context, owner string, lease time.Duration, limit int) ([]Notification, error)
+	// FinishNotification records an attempt on a row leased to owner: state delivered, dead,
+	// or pending again at next (with lastErr). Attempts grows by one. ErrLeaseLost when the
+	// row is not leased to owner any more.
+	FinishNotification(ctx context.Context, id, owner string, state NotificationState, next time.Time, lastErr string) error
+	// ListNotifications returns rows, oldest first.
+	ListNotifications(ctx context.Context, f NotificationFilter) ([]Notification, error)
+	// SettleApprovals writes the expiry (or escalation) of pending requests decided by the
+	// store whose Expires has passed, with their decision records and notifications, at most
+	// limit of them; it returns how many it changed. (Without it, expiry is only applied when
+	// the request is read or decided, and nothing announces it.)
+	SettleApprovals(ctx context.Context, limit int) (int, error)
+}
+
+var _ Outbox = (*sqlStore)(nil)
+
+// outbox is a sqlStore's router and wake channel.
+type outbox struct {
+	router atomic.Pointer[Router]
+	once   sync.Once
+	wake   chan struct{}
+}
+
+func (o *outbox) channel() chan struct{} {
+	o.once.Do(func() { o.wake = make(chan struct{}, 1) })
+	return o.wake
+}
+
+func (o *outbox) signal() {
+	select {
+	case o.channel() <- struct{}{}:
+	default:
+	}
+}
+
+// SetNotificationRouter implements Outbox.
+func (s *sqlStore) SetNotificationRouter(r Router) {
+	if r == nil {
+		s.ob.router.Store(nil)
+		return
+	}
+	s.ob.router.Store(&r)
+}
+
+// NotificationWake implements Outbox.
+func (s *sqlStore) NotificationWake() <-chan struct{} { return s.ob.channel() }
+
+// noticeOf is the notice of type typ about a as of at.
+func noticeOf(a *Approval, typ, note string, at time.Time) Notice {
+	n := Notice{Type: typ, Key: typ + ":" + a.ID, At: at.UTC(), Approval: a.ID, Tool: a.Tool, Run: a.Run, Actor: a.Actor,
+		Reason: a.Reason, ArgumentsPreview: a.ArgsPreview, Risk: a.Risk, Roles: slices.Clone(a.Roles), Quorum: a.Quorum,
+		Expires: a.Expires, Kept: a.Kept(), Note: note}
+	if typ == NoticeApprovalApproved || typ == NoticeApprovalDenied {
+		for _, d := range a.Decisions {
+			if d.Approve == (typ == NoticeApprovalApproved) {
+				n.DecidedBy = append(n.DecidedBy, d.By)
+			}
+		}
+	}
+	return n
+}
+
+const notificationCols = `id, sink, payload, state, attempts, created, next_attempt, delivered, last_error`
+
+func scanNotification(sc interface{ Scan(...any) error }) (Notification, error) {
+	var n Notification
+	var payload, state string
+	var created, next, delivered int64
+	if err := sc.Scan(&n.ID, &n.Sink, &payload, &state, &n.Attempts, &created, &next, &delivered, &n.LastError); err != nil {
+		return Notification{}, err
+	}
+	n.State, n.Created, n.NextAttempt, n.Delivered = NotificationState(state), nt(created), nt(next), nt(delivered)
+	if err := json.Unmarshal([]byte(payload), &n.Notice); err != nil {
+		return Notification{}, fmt.Errorf("notification %s: the stored notice is not JSON: %w", n.ID, err)
+	}
+	return n, nil
+}
+
+// noticeTx writes the rows of n for the receivers the router names, in tx (a row already
+// there for a receiver and key is kept: a notice is written once). It reports whether it
+// wrote any.
+func (s *sqlStore) noticeTx(ctx context.Context, tx querier, n Notice) (bool, error) {
+	r := s.ob.router.Load()
+	if r == nil {
+		return false, nil
+	}
+	sinks := (*r)(n)
+	if len(sinks) == 0 {
+		return false, nil
+	}
+	payload, err := json.Marshal(n)
+	if err != nil {
+		return false, fmt.Errorf("store: notification %s: %w", n.Key, err)
+	}
+	now := tn(s.stamp())
+	wrote := false
+	for _, sink := range sinks {
+		c, err := tx.exec(ctx, `INSERT INTO notifications (id, sink, idempotency_key, event, approval, payload, state, attempts,
+			created, next_attempt, delivered, last_error, lease_owner, lease_until)
+			VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $7, 0, '', '', 0) ON CONFLICT (sink, idempotency_key) DO NOTHING`,
+			newID("ntf-"), sink, n.Key, n.Type, n.Approval, string(payload), now)
+		if err != nil {
+			return false, fmt.Errorf("store: notification %s: %w", n.Key, err)
+		}
+		wrote = wrote || c > 0
+	}
+	return wrote, nil
+}
+
+// phaseNoticesTx writes the notices of the phase records in recs (approved, denied, expired,
+// escalated) about a.
+func (s *sqlStore) phaseNoticesTx(ctx context.Context, tx querier, a *Approval, recs []ApprovalRecord, at time.Time) (bool, error) {
+	wrote := false
+	for _, r := range recs {
+		typ, ok := noticeOfEvent[r.Event]
+		if !ok || r.Once == "" {
+			continue
+		}
+		w, err := s.noticeTx(ctx, tx, noticeOf(a, typ, r.Note, at))
+		if err != nil {
+			return false, err
+		}
+		wrote = wrote || w
+	}
+	return wrote, nil
+}
+
+// ClaimNotifications implements Outbox: a read finds whether anything is due (so that an idle
+// poll writes nothing), then one UPDATE ... RETURNING leases the due rows: on Postgres the
+// rows are chosen FOR UPDATE SKIP LOCKED and the UPDATE re-checks the lease, so concurrent
+// claimers never share a row; SQLite has one writer at a time.
+func (s *sqlStore) ClaimNotifications(ctx context.Context, owner string, lease time.Duration, limit int) ([]Notification, error) {
+	if owner == "" || lease <= 0 || limit <= 0 {
+		return nil, fmt.Errorf("%w: a claim needs an owner, a lease and a limit", ErrInvalid)
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	now := tn(s.stamp())
+	var due int
+	if err := queryRow(ctx, s.r, `SELECT count(*) FROM (SELECT 1 FROM notifications WHERE state = 'pending' AND next_attempt <= $1
+		AND lease_until <= $1 LIMIT 1) d`, now).Scan(&due); err != nil {
+		return nil, fmt.Errorf("store: claim notifications: %w", err)
+	}
+	if due == 0 {
+		return nil, nil
+	}
+	var out []Notification
+	err := s.write(ctx, lazy, func(ctx context.Context, tx querier) error {
+		var err error
+		out, err = collect(ctx, tx, "claim notifications", `UPDATE notifications SET lease_owner = $1, lease_until = $2
+			WHERE id IN (SELECT id FROM notifications WHERE state = 'pending' AND next_attempt <= $3 AND lease_until <= $3
+			ORDER BY next_attempt, id LIMIT $4`+s.d.skipLocked+`) AND state = 'pending' AND lease_until <= $3
+			RETURNING `+notificationCols, []any{owner, now + lease.Nanoseconds(), now, int64(limit)},
+			func(r rows) (Notification, error) { return scanNotification(r) })
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].NextAttempt.Equal(out[j].NextAttempt) {
+			return out[i].NextAttempt.Before(out[j].NextAttempt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// FinishNotification implements Outbox.
+func (s *sqlStore) FinishNotification(ctx context.Context, id, owner string, state NotificationState, next time.Time, lastErr string) error {
+	if !slices.Contains(NotificationStates, state) {
+		return fmt.Errorf("%w: notification state %q", ErrInvalid, state)
+	}
+	now := s.stamp()
+	var delivered int64
+	if state == NotificationDelivered {
+		delivered, lastErr = tn(now), ""
+	}
+	if state != NotificationPending {
+		next = time.Time{}
+	}
+	return s.write(ctx, lazy|single, func(ctx context.Context, tx querier) error {
+		n, err := tx.exec(ctx, `UPDATE notifications SET state = $1, attempts = attempts + 1, next_attempt = $2, last_error = $3,
+			delivered = $4, lease_owner = '', lease_until = 0 WHERE id = $5 AND lease_owner = $6 AND state = 'pending'`,
+			string(state), tn(next), lastErr, delivered, id, owner)
+		if err != nil {
+			return fmt.Errorf("store: finish notification %s: %w", id, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: %s", ErrLeaseLost, id)
+		}
+		return nil
+	})
+}
+
+// ListNotifications implements Outbox.
+func (s *sqlStore) ListNotifications(ctx context.Context, f NotificationFilter) ([]Notification, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if f.State != "" && !slices.Contains(NotificationStates, f.State) {
+		return nil, fmt.Errorf("%w: notification state %q", ErrInvalid, f.State)
+	}
+	q := &query{}
+	state, sink := q.arg(string(f.State)), q.arg(f.Sink)
+	q.add(`SELECT `+notificationCols+` FROM notifications WHERE (`, state, ` = '' OR state = `, state, `) AND (`,
+		sink, ` = '' OR sink = `, sink, `) ORDER BY created, id`)
+	q.limit(f.Limit)
+	return collect(ctx, s.r, "list notifications", q.sql.String(), q.args, func(r rows) (Notification, error) { return scanNotification(r) })
+}
+
+// SettleApprovals implements Outbox: each expired request is settled in a transaction of its
+// own that reads it (held, see consumeTx), applies expiry (Approval.settle), writes it back
+// only if it is still pending, and appends its phase records and notices; a decision that
+// came first wins.
+func (s *sqlStore) SettleApprovals(ctx context.Context, limit int) (int, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	ids, err := collect(ctx, s.r, "settle approvals", `SELECT id FROM approvals WHERE state = 'pending' AND uid = ''
+		AND expires > 0 AND expires <= $1 ORDER BY expires, id LIMIT $2`, []any{tn(s.stamp()), int64(limit)},
+		func(r rows) (id string, err error) { err = r.Scan(&id); return id, err })
+	if err != nil {
+		return 0, err
+	}
+	changed := 0
+	for _, id := range ids {
+		var did, wrote bool
+		err := s.write(ctx, durable, func(ctx context.Context, tx querier) error {
+			did, wrote = false, false
+			a, err := s.readApprovalTx(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			before, escalated := a.State, a.Escalated
+			now := s.stamp()
+			if !a.settle(now) {
+				return nil
+			}
+			args := approvalArgs(&a)
+			n, err := tx.exec(ctx, `UPDATE approvals SET roles = $1, expires = $2, state = $3, escalated = $4, decided = $5
+				WHERE id = $6 AND state = 'pending'`, args[5], args[8], args[12], args[14], args[15], id)
+			if err != nil {
+				return fmt.Errorf("store: settle approval %s: %w", id, err)
+			}
+			if n == 0 {
+				return nil
+			}
+			recs := a.phaseRecords(before, escalated)
+			for _, r := range recs {
+				rec, _, err := approvalRecord(r)
+				if err != nil {
+					return err
+				}
+				if err := s.appendApprovalTx(ctx, tx, &rec); err != nil && !errors.Is(err, ErrExists) && !errors.Is(err, ErrNotFound) {
+					return err
+				}
+			}
+			did = true
+			wrote, err = s.phaseNoticesTx(ctx, tx, &a, recs, now)
+			return err
+		})
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return changed, err
+		}
+		if did {
+			changed++
+		}
+		if wrote {
+			s.ob.signal()
+		}
+	}
+	return changed, nil
+}
