@@ -19,8 +19,9 @@
 //   - slack: POST of {"text": ...} (SlackBody) to a Slack-compatible incoming webhook.
 //
 // Filters (per receiver): events (notice types), tools (globs, api/policy.GlobMatch: the
-// allow/deny semantics) and risk (the manifest's blast_radius). They run when the event is
-// written (store.Router): an event a receiver's filters exclude leaves no row for it.
+// allow/deny semantics) and risk (the manifest's blast_radius). They are stored with the
+// outbox and run when the event is written: an event a receiver's filters exclude leaves no
+// row for it (nothing is sent, nothing is listed).
 //
 // Source: issue 24; seed "MCP gateway" (Storage and notifications).
 package notify
@@ -37,7 +38,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -45,7 +45,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	apipolicy "github.com/reversi-gitops/reversi/api/policy"
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/egress"
 	"github.com/reversi-gitops/reversi/gateway/store"
@@ -122,12 +121,15 @@ type Options struct {
 type Worker struct {
 	o         Options
 	receivers map[string]*config.Notification
+	sinks     []string // the receivers' names
 	metric    *prometheus.CounterVec
 }
 
-// New checks the receivers (every URL against the egress rules, names unique) and installs
-// their filters on the outbox, so that from now on the store writes a row for each receiver
-// an event concerns. Errors name the receiver's field and file:line.
+// New checks the receivers (every URL against the egress rules, names unique) and stores
+// their filters in the outbox (store.Outbox.SetNotificationReceivers), so that from now on
+// every writer of an event on the store (this gateway, its replicas, the approvals CLI)
+// writes a row for each receiver the event concerns. Errors name the receiver's field and
+// file:line.
 func New(ctx context.Context, o Options) (*Worker, error) {
 	if o.Outbox == nil {
 		return nil, errors.New("notify: no outbox")
@@ -206,39 +208,30 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	o.Outbox.SetNotificationRouter(w.route)
+	rs := make([]store.Receiver, 0, len(w.receivers))
+	for _, r := range o.Receivers {
+		rs = append(rs, receiverOf(&r))
+		w.sinks = append(w.sinks, r.Name)
+	}
+	if err := o.Outbox.SetNotificationReceivers(ctx, rs); err != nil {
+		return nil, fmt.Errorf("notifications: %w", err)
+	}
 	return w, nil
+}
+
+func receiverOf(r *config.Notification) store.Receiver {
+	return store.Receiver{Name: r.Name, Events: r.Events, Tools: r.Tools, Risk: r.Risk}
 }
 
 // Collector is the worker's metric, for the gateway's registry.
 func (w *Worker) Collector() prometheus.Collector { return w.metric }
 
-// route names the receivers whose filters admit n (store.Router).
-func (w *Worker) route(n store.Notice) []string {
-	var out []string
-	for name, r := range w.receivers {
-		if Matches(r, n) {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// Matches reports whether receiver r's filters admit n: its type among Events, its tool
-// matched by one of Tools (api/policy.GlobMatch), its blast radius among Risk; an empty
-// filter admits everything.
+// Matches reports whether receiver r's filters admit n (store.Receiver.Matches: its type
+// among Events, its tool matched by one of Tools with api/policy.GlobMatch, its blast radius
+// among Risk; an empty filter admits everything).
 func Matches(r *config.Notification, n store.Notice) bool {
-	if len(r.Events) > 0 && !slices.Contains(r.Events, n.Type) {
-		return false
-	}
-	if len(r.Tools) > 0 && !slices.ContainsFunc(r.Tools, func(g string) bool { return apipolicy.GlobMatch(g, n.Tool) }) {
-		return false
-	}
-	if len(r.Risk) > 0 && !slices.Contains(r.Risk, n.Risk.BlastRadius) {
-		return false
-	}
-	return true
+	rc := receiverOf(r)
+	return rc.Matches(n)
 }
 
 // Run delivers until ctx ends: at once after a wake-up (an event of this process), else every
@@ -272,7 +265,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // Round claims the due rows (at most Batch) and delivers them; it returns how many it claimed.
 func (w *Worker) Round(ctx context.Context) (int, error) {
-	rows, err := w.o.Outbox.ClaimNotifications(ctx, w.o.Owner, w.o.Lease, w.o.Batch)
+	rows, err := w.o.Outbox.ClaimNotifications(ctx, w.o.Owner, w.sinks, w.o.Lease, w.o.Batch)
 	if err != nil {
 		return 0, err
 	}

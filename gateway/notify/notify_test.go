@@ -375,7 +375,7 @@ func TestDeliveredAfterRestart(t *testing.T) {
 		t.Fatalf("pending after the kill: %+v", l)
 	}
 	// A worker that claims the row and dies (never finishes it) holds it for its lease only.
-	if l, err := st.ClaimNotifications(context.Background(), "dead-worker", 300*time.Millisecond, 10); err != nil || len(l) != 1 {
+	if l, err := st.ClaimNotifications(context.Background(), "dead-worker", []string{"hook"}, 300*time.Millisecond, 10); err != nil || len(l) != 1 {
 		t.Fatalf("claim %v %v", l, err)
 	}
 	start := time.Now()
@@ -496,7 +496,7 @@ func golden(t *testing.T, name string, render func() ([]byte, error)) {
 }
 
 // TestEgressRefusesReceivers: a receiver URL the egress rules refuse is an error of New that
-// names the receiver's file:line and field, and installs no router.
+// names the receiver's file:line and field, and stores no receiver.
 func TestEgressRefusesReceivers(t *testing.T) {
 	st := openSQLite(t, t.TempDir())
 	for _, c := range []struct {

@@ -165,12 +165,6 @@ func (s *sqlStore) CreateApproval(ctx context.Context, req ApprovalRequest) (App
 	}
 	const insert = `INSERT INTO approvals (` + approvalCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7,
 		$8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) ON CONFLICT DO NOTHING`
-	if s.ob.router.Load() == nil { // no notifications: one statement
-		if err := s.insertNew(ctx, "approval "+a.ID, insert, approvalArgs(&a)...); err != nil {
-			return Approval{}, err
-		}
-		return a, nil
-	}
 	// The request and its approval.requested notifications commit together (issue 24).
 	var wrote bool
 	err = s.write(ctx, durable, func(ctx context.Context, tx querier) error {

@@ -200,6 +200,14 @@ var schemaTables = []string{
 	lease_until     {int} NOT NULL DEFAULT 0,
 	UNIQUE (sink, idempotency_key)
 )`,
+	// the receivers' filters (SetNotificationReceivers): every writer of an event routes by them
+	`CREATE TABLE IF NOT EXISTS notification_receivers (
+	name    {text} PRIMARY KEY,
+	events  {text} NOT NULL,
+	tools   {text} NOT NULL,
+	risk    {text} NOT NULL,
+	updated {int} NOT NULL
+)`,
 	`CREATE INDEX IF NOT EXISTS notifications_due ON notifications (next_attempt, id) WHERE state = 'pending'`,
 	`CREATE INDEX IF NOT EXISTS notifications_created ON notifications (created, id)`,
 	// the gateway-level journal (GatewayJournal)

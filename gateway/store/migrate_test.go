@@ -49,7 +49,9 @@ func checkMigratedV3(t *testing.T, s Store) {
 	}
 	// version 5: the outbox and the request's preview and risk
 	o := s.(Outbox)
-	o.SetNotificationRouter(func(Notice) []string { return []string{"hook"} })
+	if err := o.SetNotificationReceivers(ctx, []Receiver{{Name: "hook"}}); err != nil {
+		t.Fatal(err)
+	}
 	a := must[Approval](t)(s.CreateApproval(ctx, ApprovalRequest{Tool: "notes.delete", Run: "r1", Actor: "agent-alice",
 		Expires: time.Now().Add(time.Hour), ArgsPreview: `{"id":1}`, Risk: Risk{BlastRadius: "low"}}))
 	if l := must[[]Notification](t)(o.ListNotifications(ctx, NotificationFilter{})); len(l) != 1 || l[0].Notice.Approval != a.ID ||

@@ -8,8 +8,9 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	apipolicy "github.com/reversi-gitops/reversi/api/policy"
 )
 
 // The notification outbox (issue 24, "Delivery never loses an event"). A held call and every
@@ -21,9 +22,11 @@ import (
 // replicas on Postgres one delivers each row at a time), delivers them, and marks them
 // delivered, retried later, or dead.
 //
-// Which receivers want an event is decided by the Router set with SetNotificationRouter (the
-// receivers' filters); with no router, or when no receiver wants an event, nothing is written:
-// an event a filter excludes leaves no row (nothing to deliver, nothing to list).
+// Which receivers want an event is decided by the receivers' filters the gateway stores with
+// SetNotificationReceivers (a table, so that every process writing an event routes it the same
+// way: the gateway, its replicas, and `reversi approvals approve` deciding from the CLI). With
+// no receiver stored, or none whose filters admit the event, nothing is written: an event a
+// filter excludes leaves no row (nothing to deliver, nothing to list).
 
 // NotificationState is the state of an outbox row.
 type NotificationState string
@@ -115,9 +118,28 @@ type NotificationFilter struct {
 	Limit int
 }
 
-// Router names the receivers that want a notice (their filters); none: no row is written. It
-// runs inside the event's write transaction, so it must be quick and do no I/O.
-type Router func(Notice) []string
+// Receiver is a receiver's name and filters, as the store keeps them (SetNotificationReceivers).
+// An empty filter admits everything.
+type Receiver struct {
+	Name string
+	// Events are notice types; Tools tool-name globs (api/policy.GlobMatch: the gateway's
+	// allow/deny semantics); Risk blast radii (the manifest's risk.blast_radius).
+	Events, Tools, Risk []string
+}
+
+// Matches reports whether r's filters admit n.
+func (r *Receiver) Matches(n Notice) bool {
+	if len(r.Events) > 0 && !slices.Contains(r.Events, n.Type) {
+		return false
+	}
+	if len(r.Tools) > 0 && !slices.ContainsFunc(r.Tools, func(g string) bool { return apipolicy.GlobMatch(g, n.Tool) }) {
+		return false
+	}
+	if len(r.Risk) > 0 && !slices.Contains(r.Risk, n.Risk.BlastRadius) {
+		return false
+	}
+	return true
+}
 
 // ErrLeaseLost: the row is no longer leased to this owner (its lease expired and another
 // worker took it, or it was finished): the delivery's result is not recorded.
@@ -126,15 +148,18 @@ var ErrLeaseLost = errors.New("store: the notification's lease was lost")
 // Outbox is the notification outbox of the SQL stores (SQLite, Postgres, Memory all have it;
 // a wrapping store such as gateway/kube's is not one: use the store it wraps).
 type Outbox interface {
-	// SetNotificationRouter sets the receivers' filters (nil: write no rows).
-	SetNotificationRouter(r Router)
+	// SetNotificationReceivers replaces the stored receivers with rs (names unique): from its
+	// commit on, every event is written for the receivers whose filters admit it, by any
+	// process on the store. Pending rows of receivers no longer in rs are dead-lettered.
+	SetNotificationReceivers(ctx context.Context, rs []Receiver) error
 	// NotificationWake receives (without blocking the sender) after a write of this store
 	// instance committed new rows: the worker's cue to look now rather than at its next poll.
 	NotificationWake() <-chan struct{}
 	// ClaimNotifications leases up to limit due pending rows (NextAttempt <= now, not leased or
 	// lease expired) to owner until now + lease and returns them, oldest due first. Of
 	// concurrent claimers (replicas on Postgres) each row goes to one.
-	ClaimNotifications(ctx context.Context, owner string, lease time.Duration, limit int) ([]Notification, error)
+	// Only rows of the receivers named in sinks are claimed (the ones this worker knows).
+	ClaimNotifications(ctx context.Context, owner string, sinks []string, lease time.Duration, limit int) ([]Notification, error)
 	// FinishNotification records an attempt on a row leased to owner: state delivered, dead,
 	// or pending again at next (with lastErr). Attempts grows by one. ErrLeaseLost when the
 	// row is not leased to owner any more.
@@ -150,11 +175,10 @@ type Outbox interface {
 
 var _ Outbox = (*sqlStore)(nil)
 
-// outbox is a sqlStore's router and wake channel.
+// outbox is a sqlStore's wake channel.
 type outbox struct {
-	router atomic.Pointer[Router]
-	once   sync.Once
-	wake   chan struct{}
+	once sync.Once
+	wake chan struct{}
 }
 
 func (o *outbox) channel() chan struct{} {
@@ -169,13 +193,60 @@ func (o *outbox) signal() {
 	}
 }
 
-// SetNotificationRouter implements Outbox.
-func (s *sqlStore) SetNotificationRouter(r Router) {
-	if r == nil {
-		s.ob.router.Store(nil)
-		return
+// SetNotificationReceivers implements Outbox.
+func (s *sqlStore) SetNotificationReceivers(ctx context.Context, rs []Receiver) error {
+	names := map[string]bool{}
+	for _, r := range rs {
+		if r.Name == "" || names[r.Name] {
+			return fmt.Errorf("%w: receiver names must be unique and not empty (%q)", ErrInvalid, r.Name)
+		}
+		names[r.Name] = true
 	}
-	s.ob.router.Store(&r)
+	return s.write(ctx, durable, func(ctx context.Context, tx querier) error {
+		if _, err := tx.exec(ctx, `DELETE FROM notification_receivers`); err != nil {
+			return fmt.Errorf("store: notification receivers: %w", err)
+		}
+		now := tn(s.stamp())
+		for _, r := range rs {
+			if _, err := tx.exec(ctx, `INSERT INTO notification_receivers (name, events, tools, risk, updated) VALUES ($1, $2, $3, $4, $5)`,
+				r.Name, encodeGroups(r.Events), encodeGroups(r.Tools), encodeGroups(r.Risk), now); err != nil {
+				return fmt.Errorf("store: notification receivers: %w", err)
+			}
+		}
+		q := &query{}
+		q.add(`UPDATE notifications SET state = 'dead', last_error = 'the receiver is no longer configured', lease_owner = '',
+			lease_until = 0 WHERE state = 'pending'`)
+		if len(rs) > 0 {
+			list := make([]string, 0, len(rs))
+			for _, r := range rs {
+				list = append(list, r.Name)
+			}
+			q.add(` AND sink NOT IN (`, q.placeholders(list), `)`)
+		}
+		if _, err := tx.exec(ctx, q.sql.String(), q.args...); err != nil {
+			return fmt.Errorf("store: notification receivers: %w", err)
+		}
+		return nil
+	})
+}
+
+// receiversTx reads the stored receivers in tx.
+func receiversTx(ctx context.Context, tx querier) ([]Receiver, error) {
+	return collect(ctx, tx, "notification receivers", `SELECT name, events, tools, risk FROM notification_receivers ORDER BY name`, nil,
+		func(r rows) (Receiver, error) {
+			var rc Receiver
+			var ev, tools, risk string
+			if err := r.Scan(&rc.Name, &ev, &tools, &risk); err != nil {
+				return Receiver{}, err
+			}
+			var err error
+			if rc.Events, err = decodeGroups(ev); err == nil {
+				if rc.Tools, err = decodeGroups(tools); err == nil {
+					rc.Risk, err = decodeGroups(risk)
+				}
+			}
+			return rc, err
+		})
 }
 
 // NotificationWake implements Outbox.
@@ -212,15 +283,20 @@ func scanNotification(sc interface{ Scan(...any) error }) (Notification, error) 
 	return n, nil
 }
 
-// noticeTx writes the rows of n for the receivers the router names, in tx (a row already
-// there for a receiver and key is kept: a notice is written once). It reports whether it
-// wrote any.
+// noticeTx writes the rows of n for the stored receivers whose filters admit it, in tx (a
+// row already there for a receiver and key is kept: a notice is written once). It reports
+// whether it wrote any.
 func (s *sqlStore) noticeTx(ctx context.Context, tx querier, n Notice) (bool, error) {
-	r := s.ob.router.Load()
-	if r == nil {
-		return false, nil
+	rs, err := receiversTx(ctx, tx)
+	if err != nil {
+		return false, err
 	}
-	sinks := (*r)(n)
+	var sinks []string
+	for i := range rs {
+		if rs[i].Matches(n) {
+			sinks = append(sinks, rs[i].Name)
+		}
+	}
 	if len(sinks) == 0 {
 		return false, nil
 	}
@@ -265,30 +341,36 @@ func (s *sqlStore) phaseNoticesTx(ctx context.Context, tx querier, a *Approval, 
 // poll writes nothing), then one UPDATE ... RETURNING leases the due rows: on Postgres the
 // rows are chosen FOR UPDATE SKIP LOCKED and the UPDATE re-checks the lease, so concurrent
 // claimers never share a row; SQLite has one writer at a time.
-func (s *sqlStore) ClaimNotifications(ctx context.Context, owner string, lease time.Duration, limit int) ([]Notification, error) {
+func (s *sqlStore) ClaimNotifications(ctx context.Context, owner string, sinks []string, lease time.Duration, limit int) ([]Notification, error) {
 	if owner == "" || lease <= 0 || limit <= 0 {
 		return nil, fmt.Errorf("%w: a claim needs an owner, a lease and a limit", ErrInvalid)
 	}
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	now := tn(s.stamp())
-	var due int
-	if err := queryRow(ctx, s.r, `SELECT count(*) FROM (SELECT 1 FROM notifications WHERE state = 'pending' AND next_attempt <= $1
-		AND lease_until <= $1 LIMIT 1) d`, now).Scan(&due); err != nil {
-		return nil, fmt.Errorf("store: claim notifications: %w", err)
-	}
-	if due == 0 {
+	if len(sinks) == 0 {
 		return nil, nil
 	}
+	now := tn(s.stamp())
+	q := &query{}
+	at := q.arg(now)
+	due := ` FROM notifications WHERE state = 'pending' AND next_attempt <= ` + at + ` AND lease_until <= ` + at +
+		` AND sink IN (` + q.placeholders(sinks) + `)`
+	var n int
+	if err := queryRow(ctx, s.r, `SELECT count(*) FROM (SELECT 1`+due+` LIMIT 1) d`, q.args...).Scan(&n); err != nil {
+		return nil, fmt.Errorf("store: claim notifications: %w", err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	owned, until, lim := q.arg(owner), q.arg(now+lease.Nanoseconds()), q.arg(int64(limit))
+	claim := `UPDATE notifications SET lease_owner = ` + owned + `, lease_until = ` + until + ` WHERE id IN (SELECT id` + due +
+		` ORDER BY next_attempt, id LIMIT ` + lim + s.d.skipLocked + `) AND state = 'pending' AND lease_until <= ` + at +
+		` RETURNING ` + notificationCols
 	var out []Notification
 	err := s.write(ctx, lazy, func(ctx context.Context, tx querier) error {
 		var err error
-		out, err = collect(ctx, tx, "claim notifications", `UPDATE notifications SET lease_owner = $1, lease_until = $2
-			WHERE id IN (SELECT id FROM notifications WHERE state = 'pending' AND next_attempt <= $3 AND lease_until <= $3
-			ORDER BY next_attempt, id LIMIT $4`+s.d.skipLocked+`) AND state = 'pending' AND lease_until <= $3
-			RETURNING `+notificationCols, []any{owner, now + lease.Nanoseconds(), now, int64(limit)},
-			func(r rows) (Notification, error) { return scanNotification(r) })
+		out, err = collect(ctx, tx, "claim notifications", claim, q.args, func(r rows) (Notification, error) { return scanNotification(r) })
 		return err
 	})
 	if err != nil {

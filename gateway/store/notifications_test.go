@@ -5,20 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
-// routeAll sends every notice to the receivers "hook" and "chat", except the tools that start
-// with "quiet." (excluded by "chat"'s filter only).
-func routeAll(n Notice) []string {
-	if strings.HasPrefix(n.Tool, "quiet.") {
-		return []string{"hook"}
-	}
-	return []string{"hook", "chat"}
-}
+// receivers are "hook" (every notice) and "chat" (the tools mem.*: not quiet.delete).
+var receivers = []Receiver{{Name: "hook"}, {Name: "chat", Tools: []string{"mem.*"}}}
+
+// sinks are the receivers' names (what a worker that knows both claims).
+var sinks = []string{"hook", "chat"}
 
 func outboxOf(t *testing.T, s Store) Outbox {
 	t.Helper()
@@ -60,12 +56,12 @@ func TestNotificationOutbox(t *testing.T) {
 			Quorum: 1, Expires: clock.Now().Add(time.Hour), Reason: "irreversible", ArgsPreview: `{"card":"[redacted]","name":"bob"}`,
 			Risk: Risk{BlastRadius: "high", DataClass: "pii"}}
 
-		// No router: nothing is written.
+		// No receivers: nothing is written.
 		a0 := must[Approval](t)(s.CreateApproval(ctx, req))
 		if l := must[[]Notification](t)(o.ListNotifications(ctx, NotificationFilter{})); len(l) != 0 || woke(o) {
-			t.Fatalf("rows without a router: %+v", l)
+			t.Fatalf("rows without receivers: %+v", l)
 		}
-		o.SetNotificationRouter(routeAll)
+		noErr(t, o.SetNotificationReceivers(ctx, receivers))
 		a := must[Approval](t)(s.CreateApproval(ctx, req))
 		if !woke(o) {
 			t.Fatal("no wake-up after a request with notifications")
@@ -94,11 +90,11 @@ func TestNotificationOutbox(t *testing.T) {
 		_ = a0
 
 		// Leases: one worker gets the rows; another gets none while the lease holds.
-		got := must[[]Notification](t)(o.ClaimNotifications(ctx, "w1", time.Minute, 10))
+		got := must[[]Notification](t)(o.ClaimNotifications(ctx, "w1", sinks, time.Minute, 10))
 		if len(got) != 3 {
 			t.Fatalf("claimed %d, want 3", len(got))
 		}
-		if l := must[[]Notification](t)(o.ClaimNotifications(ctx, "w2", time.Minute, 10)); len(l) != 0 {
+		if l := must[[]Notification](t)(o.ClaimNotifications(ctx, "w2", sinks, time.Minute, 10)); len(l) != 0 {
 			t.Fatalf("w2 claimed leased rows %+v", l)
 		}
 		first := got[0]
@@ -109,18 +105,18 @@ func TestNotificationOutbox(t *testing.T) {
 		if err := o.FinishNotification(ctx, first.ID, "w1", NotificationDelivered, time.Time{}, ""); !errors.Is(err, ErrLeaseLost) {
 			t.Fatalf("finishing a row no longer leased: %v", err)
 		}
-		if l := must[[]Notification](t)(o.ClaimNotifications(ctx, "w2", time.Minute, 10)); len(l) != 0 {
+		if l := must[[]Notification](t)(o.ClaimNotifications(ctx, "w2", sinks, time.Minute, 10)); len(l) != 0 {
 			t.Fatalf("claimed before the retry is due: %+v", l)
 		}
 		clock.Advance(3 * time.Second)
-		retry := must[[]Notification](t)(o.ClaimNotifications(ctx, "w2", time.Minute, 10))
+		retry := must[[]Notification](t)(o.ClaimNotifications(ctx, "w2", sinks, time.Minute, 10))
 		if len(retry) != 1 || retry[0].ID != first.ID || retry[0].Attempts != 1 || retry[0].LastError != "HTTP 500" {
 			t.Fatalf("retry claimed %+v", retry)
 		}
 		noErr(t, o.FinishNotification(ctx, first.ID, "w2", NotificationDelivered, time.Time{}, ""))
 		// An expired lease: the row goes to another worker, and the first one's result is refused.
 		clock.Advance(2 * time.Minute)
-		taken := must[[]Notification](t)(o.ClaimNotifications(ctx, "w3", time.Minute, 10))
+		taken := must[[]Notification](t)(o.ClaimNotifications(ctx, "w3", sinks, time.Minute, 10))
 		if len(taken) != 2 {
 			t.Fatalf("after the lease expired w3 claimed %+v", taken)
 		}
@@ -192,6 +188,39 @@ func TestNotificationOutbox(t *testing.T) {
 		if l := must[[]Notification](t)(o2.ListNotifications(ctx, NotificationFilter{State: NotificationPending})); len(l) != 5 {
 			t.Fatalf("pending after restart: %d rows, want 5", len(l))
 		}
+		// The receivers are stored: another instance (the CLI deciding, a replica) that never
+		// set them routes the same way.
+		req.Expires = clock.Now().Add(time.Hour)
+		b := must[Approval](t)(s2.CreateApproval(ctx, req))
+		if l := must[[]Notification](t)(o2.ListNotifications(ctx, NotificationFilter{State: NotificationPending})); len(l) != 7 ||
+			l[5].Notice.Approval != b.ID || l[6].Notice.Approval != b.ID {
+			t.Fatalf("pending after a request of the new instance: %+v", l)
+		}
+		// A worker claims only the rows of the receivers it knows.
+		chat := must[[]Notification](t)(o2.ClaimNotifications(ctx, "w9", []string{"chat"}, time.Minute, 10))
+		if len(chat) != 3 || slices.ContainsFunc(chat, func(n Notification) bool { return n.Sink != "chat" }) {
+			t.Fatalf("chat's claim %+v", chat)
+		}
+		// Receivers replaced: the pending rows of the one removed are dead, with why.
+		noErr(t, o2.SetNotificationReceivers(ctx, []Receiver{{Name: "hook"}}))
+		if l := must[[]Notification](t)(o2.ListNotifications(ctx, NotificationFilter{State: NotificationPending, Sink: "chat"})); len(l) != 0 {
+			t.Fatalf("chat still pending: %+v", l)
+		}
+		gone := must[[]Notification](t)(o2.ListNotifications(ctx, NotificationFilter{State: NotificationDead, Sink: "chat"}))
+		removed := 0 // and the one dead with HTTP 404 above, when it was chat's
+		for _, n := range gone {
+			if n.LastError == "the receiver is no longer configured" {
+				removed++
+			}
+		}
+		if removed != 3 {
+			t.Fatalf("chat's rows %+v", gone)
+		}
+		must[Approval](t)(s2.CreateApproval(ctx, req))
+		if l := must[[]Notification](t)(o2.ListNotifications(ctx, NotificationFilter{State: NotificationPending})); len(l) != 5 {
+			t.Fatalf("pending %d, want hook's 4 and the new request's one", len(l))
+		}
+		wantErr(t, o2.SetNotificationReceivers(ctx, []Receiver{{Name: "a"}, {Name: "a"}}), ErrInvalid)
 	})
 }
 
@@ -202,7 +231,7 @@ func TestNotificationRowsFollowTheirEvent(t *testing.T) {
 	forEach(t, func(t *testing.T, s Store, clock *fakeClock) {
 		ctx := context.Background()
 		o := outboxOf(t, s)
-		o.SetNotificationRouter(routeAll)
+		noErr(t, o.SetNotificationReceivers(ctx, receivers))
 		must[Run](t)(s.CreateRun(ctx, Run{ID: "r1", Actor: "alice"}))
 		req := ApprovalRequest{ID: "apr-1", Tool: "mem.delete", Run: "r1", Actor: "alice", Expires: clock.Now().Add(time.Hour)}
 		must[Approval](t)(s.CreateApproval(ctx, req))
@@ -223,7 +252,9 @@ func TestPostgresClaimsAcrossReplicas(t *testing.T) {
 	ctx := context.Background()
 	url := pgURL("")
 	a, b := openPG(t, url, nil), openPG(t, url, nil)
-	a.SetNotificationRouter(func(Notice) []string { return []string{"hook"} })
+	if err := a.SetNotificationReceivers(ctx, []Receiver{{Name: "hook"}}); err != nil {
+		t.Fatal(err)
+	}
 	must[Run](t)(a.CreateRun(ctx, Run{ID: "r1", Actor: "alice"}))
 	const n = 60
 	for i := range n {
@@ -240,7 +271,7 @@ func TestPostgresClaimsAcrossReplicas(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 20 {
-				l, err := w.s.ClaimNotifications(ctx, w.name, time.Minute, 4)
+				l, err := w.s.ClaimNotifications(ctx, w.name, []string{"hook"}, time.Minute, 4)
 				if err != nil {
 					t.Error(err)
 					return
