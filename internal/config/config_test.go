@@ -173,7 +173,9 @@ func TestNotificationsInProjectConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load reads notifications lazily: %v", err)
 	}
-	_, err = c.Notifications(func(n string) (string, bool) { return map[string]string{"HOOK": "https://h.example.com"}[n], n == "HOOK" })
+	_, err = c.Notifications(func(n string) (string, bool) {
+		return map[string]string{"HOOK": "https://h.example.com"}[n], n == "HOOK"
+	})
 	if err == nil || err.Error() != p+`:5: notifications[0].risk[0]: "severe" is not one of low, medium, high, critical (the manifest's risk.blast_radius)` {
 		t.Fatalf("error %v", err)
 	}
