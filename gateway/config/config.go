@@ -127,6 +127,9 @@ type Gateway struct {
 	// Environment is the policy's `environment` variable (`environment:`, e.g. prod); the
 	// --environment flag overrides it.
 	Environment string
+	// Notifications are the receivers of the approval events (`notifications:`, issue 24;
+	// see Notification). reversi.config.yaml may list more; the gateway sends to both.
+	Notifications []Notification
 }
 
 // DefaultCallTimeout is `call_timeout` when absent.

@@ -204,7 +204,7 @@ extra: 1
 		`gw.yaml:9: listen.host: "0.0.0.0" is not loopback: the gateway refuses to listen beyond loopback without authentication (set auth.keys or auth.oidc)`,
 		"gw.yaml:10: console.role: the gateway refuses to start an open console with the admin role: use auditor, approver or operator",
 		`gw.yaml:10: console.mode: console open needs a loopback listen.host, not "0.0.0.0": use login with auth instead`,
-		`gw.yaml:11: extra: unknown field "extra" (known: mode, unclassified_reads, validate_schemas, output_schemas, console, actor, permissions, upstreams, allow, deny, listen, resource_url, auth, allowed_hosts, allowed_origins, call_timeout, limits, policy, environment)`,
+		`gw.yaml:11: extra: unknown field "extra" (known: mode, unclassified_reads, validate_schemas, output_schemas, console, actor, permissions, upstreams, allow, deny, listen, resource_url, auth, allowed_hosts, allowed_origins, call_timeout, limits, policy, environment, notifications)`,
 	}
 	var got []string
 	for _, e := range errs {

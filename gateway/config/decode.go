@@ -258,7 +258,7 @@ func (d *decoder) expand(p, s string) string {
 	}
 }
 
-var topFields = []string{"mode", "unclassified_reads", "validate_schemas", "output_schemas", "console", "actor", "permissions", "upstreams", "allow", "deny", "listen", "resource_url", "auth", "allowed_hosts", "allowed_origins", "call_timeout", "limits", "policy", "environment"}
+var topFields = []string{"mode", "unclassified_reads", "validate_schemas", "output_schemas", "console", "actor", "permissions", "upstreams", "allow", "deny", "listen", "resource_url", "auth", "allowed_hosts", "allowed_origins", "call_timeout", "limits", "policy", "environment", "notifications"}
 
 func (d *decoder) gateway(v any) *Gateway {
 	g := defaults()
@@ -309,6 +309,7 @@ func (d *decoder) gateway(v any) *Gateway {
 	if v, ok := m["limits"]; ok && v != nil {
 		g.Limits = d.limits(v)
 	}
+	g.Notifications = d.notifications(m)
 	d.crossChecks(g, m)
 	return g
 }

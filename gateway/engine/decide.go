@@ -348,6 +348,9 @@ func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest, re
 	}
 	req := store.ApprovalRequest{Tool: c.Tool, ArgsDigest: d.ArgsDigest, Run: c.Run, Actor: c.Actor, ActorUID: c.ActorUID, ActorEmail: c.ActorEmail,
 		Reason: reason, ArgsPreview: ArgumentsPreview(m, c.Args)}
+	if m != nil && m.Risk != nil {
+		req.Risk = store.Risk{DataClass: m.Risk.DataClass, BlastRadius: m.Risk.BlastRadius, Environment: m.Risk.Environment}
+	}
 	timeout := DefaultApprovalTimeout
 	if r := d.Approval; r != nil {
 		req.Roles, req.Quorum, req.OnTimeout = r.Roles, r.Quorum, r.OnTimeout

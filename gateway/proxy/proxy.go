@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -88,6 +89,9 @@ type Options struct {
 	// metadata addresses are refused anyway). Signer signs reversi.export_evidence (--signing-key).
 	Egress *egress.Rules
 	Signer *signing.Signer
+	// Collectors are more metrics served at /metrics with the gateway's own (the
+	// notification worker's, gateway/notify).
+	Collectors []prometheus.Collector
 }
 
 // Gateway fronts the upstreams. Build it with New; Close it when done.
@@ -192,6 +196,11 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	// Before the upstreams: a limit they hit while connecting is counted (read when scraped).
 	g.metrics = newMetrics(g)
+	for _, c := range o.Collectors {
+		if err := g.metrics.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("proxy: metrics: %w", err)
+		}
+	}
 	d := dialer{cfg: o.Config, stderr: stderr, hit: g.metrics.limitHit, progress: g.progressSeen}
 	for _, u := range o.Config.Upstreams {
 		up, err := connect(ctx, d, u, func(up *upstream) *mcp.Client { return g.newClient(up, nil) })

@@ -54,9 +54,11 @@ type ApprovalRequest struct {
 	EscalateTo []string  // the roles that decide after an escalation
 	Reason     string    // why approval is needed
 	// ArgsPreview is the arguments as JSON with the manifest's audit.redaction paths hidden,
-	// for approvers (engine.ArgumentsPreview). Kept by the Kubernetes queue (gateway/kube);
-	// Memory and SQLite do not store it.
+	// for approvers (engine.ArgumentsPreview). Kept by the Kubernetes queue (gateway/kube), and
+	// by the SQL stores for the notifications (issue 24).
 	ArgsPreview string
+	// Risk is the tool's risk from its manifest (for the notifications and their filters).
+	Risk Risk
 }
 
 // Kept reports whether the request is kept in Kubernetes (decided there, not by the store).

@@ -12,16 +12,21 @@ import (
 // (consumption in the intent's transaction, decision records).
 
 const approvalCols = `id, run, tool, args_digest, actor, roles, quorum, created, expires, on_timeout, escalate_to,
-	reason, state, decisions, escalated, decided, consumed, actor_uid, actor_email, uid, spec_digest`
+	reason, state, decisions, escalated, decided, consumed, actor_uid, actor_email, uid, spec_digest, args_preview, risk`
 
 func scanApproval(sc interface{ Scan(...any) error }) (Approval, error) {
 	var a Approval
-	var roles, escalate, decisions, state string
+	var roles, escalate, decisions, state, risk string
 	var created, expires, decided, consumed int64
 	if err := sc.Scan(&a.ID, &a.Run, &a.Tool, &a.ArgsDigest, &a.Actor, &roles, &a.Quorum, &created, &expires,
 		&a.OnTimeout, &escalate, &a.Reason, &state, &decisions, &a.Escalated, &decided, &consumed,
-		&a.ActorUID, &a.ActorEmail, &a.UID, &a.SpecDigest); err != nil {
+		&a.ActorUID, &a.ActorEmail, &a.UID, &a.SpecDigest, &a.ArgsPreview, &risk); err != nil {
 		return Approval{}, err
+	}
+	if risk != "" {
+		if err := json.Unmarshal([]byte(risk), &a.Risk); err != nil {
+			return Approval{}, fmt.Errorf("store: approval %s: risk: %w", a.ID, err)
+		}
 	}
 	a.State = ApprovalState(state)
 	a.Created, a.Expires, a.Decided, a.Consumed = nt(created), nt(expires), nt(decided), nt(consumed)
@@ -45,7 +50,16 @@ func approvalArgs(a *Approval) []any {
 	}
 	return []any{a.ID, a.Run, a.Tool, a.ArgsDigest, a.Actor, j(a.Roles), a.Quorum, tn(a.Created), tn(a.Expires),
 		a.OnTimeout, j(a.EscalateTo), a.Reason, string(a.State), j(a.Decisions), a.Escalated, tn(a.Decided), tn(a.Consumed),
-		a.ActorUID, a.ActorEmail, a.UID, a.SpecDigest}
+		a.ActorUID, a.ActorEmail, a.UID, a.SpecDigest, a.ArgsPreview, riskColumn(a.Risk)}
+}
+
+// riskColumn is the risk column: "" for none, else JSON.
+func riskColumn(r Risk) string {
+	if r == (Risk{}) {
+		return ""
+	}
+	b, _ := json.Marshal(r) // strings always encode
+	return string(b)
 }
 
 // encodeGroups is the groups column ("" for none).
@@ -149,10 +163,27 @@ func (s *sqlStore) CreateApproval(ctx context.Context, req ApprovalRequest) (App
 	if err != nil {
 		return Approval{}, err
 	}
-	err = s.insertNew(ctx, "approval "+a.ID, `INSERT INTO approvals (`+approvalCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7,
-		$8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) ON CONFLICT DO NOTHING`, approvalArgs(&a)...)
+	const insert = `INSERT INTO approvals (` + approvalCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7,
+		$8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) ON CONFLICT DO NOTHING`
+	// The request and its approval.requested notifications commit together (issue 24).
+	var wrote bool
+	err = s.write(ctx, durable, func(ctx context.Context, tx querier) error {
+		wrote = false
+		n, err := tx.exec(ctx, insert, approvalArgs(&a)...)
+		if err != nil {
+			return fmt.Errorf("store: create approval %s: %w", a.ID, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: approval %s", ErrExists, a.ID)
+		}
+		wrote, err = s.noticeTx(ctx, tx, noticeOf(&a, NoticeApprovalRequested, "", a.Created))
+		return err
+	})
 	if err != nil {
 		return Approval{}, err
+	}
+	if wrote {
+		s.ob.signal()
 	}
 	return a, nil
 }
@@ -209,13 +240,16 @@ func (s *sqlStore) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Appro
 func (s *sqlStore) Decide(ctx context.Context, id string, d Decision) (Approval, error) {
 	var out Approval
 	var ruleErr error
+	var wrote bool
 	err := s.write(ctx, durable, func(ctx context.Context, tx querier) error {
+		wrote = false
 		a, err := s.readApprovalTx(ctx, tx, id)
 		if err != nil {
 			return err
 		}
 		var recs []ApprovalRecord
-		recs, ruleErr = a.decide(d, s.stamp())
+		now := s.stamp()
+		recs, ruleErr = a.decide(d, now)
 		if ruleErr != nil && !errors.Is(ruleErr, ErrNotAllowed) && !errors.Is(ruleErr, ErrNotPending) {
 			return ruleErr // invalid: nothing is written
 		}
@@ -236,10 +270,16 @@ func (s *sqlStore) Decide(ctx context.Context, id string, d Decision) (Approval,
 			}
 		}
 		out = a
-		return nil
+		// the phase reached (approved, denied; expired, escalated when the decision came
+		// late) is announced in the same transaction (issue 24)
+		wrote, err = s.phaseNoticesTx(ctx, tx, &a, recs, now)
+		return err
 	})
 	if err != nil {
 		return Approval{}, err
+	}
+	if wrote {
+		s.ob.signal()
 	}
 	return out, ruleErr
 }

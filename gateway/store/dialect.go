@@ -21,6 +21,10 @@ type dialect struct {
 	// where replicas write concurrently (Postgres), "" where one writer at a time holds the
 	// whole database (SQLite).
 	forUpdate string
+	// skipLocked ends the SELECT that picks the notifications a worker claims: " FOR UPDATE
+	// SKIP LOCKED" where replicas claim concurrently (Postgres: each takes other rows instead
+	// of waiting), "" where one writer holds the database (SQLite).
+	skipLocked string
 	// rowOrder orders rows of one table as they were inserted (SQLite's rowid), else by
 	// primary key (id): the tiebreak of requests created at the same instant.
 	rowOrder string
@@ -177,6 +181,35 @@ var schemaTables = []string{
 	time    {int} NOT NULL
 )`,
 	`CREATE INDEX IF NOT EXISTS limit_calls_key ON limit_calls (rule, scope, subject, time)`,
+	// the notification outbox (notifications.go, issue 24): one row per receiver and notice,
+	// written in the transaction of the event it announces
+	`CREATE TABLE IF NOT EXISTS notifications (
+	id              {text} PRIMARY KEY,
+	sink            {text} NOT NULL,
+	idempotency_key {text} NOT NULL,
+	event           {text} NOT NULL,
+	approval        {text} NOT NULL DEFAULT '',
+	payload         {text} NOT NULL,
+	state           {text} NOT NULL,
+	attempts        INTEGER NOT NULL DEFAULT 0,
+	created         {int} NOT NULL,
+	next_attempt    {int} NOT NULL,
+	delivered       {int} NOT NULL DEFAULT 0,
+	last_error      {text} NOT NULL DEFAULT '',
+	lease_owner     {text} NOT NULL DEFAULT '',
+	lease_until     {int} NOT NULL DEFAULT 0,
+	UNIQUE (sink, idempotency_key)
+)`,
+	// the receivers' filters (SetNotificationReceivers): every writer of an event routes by them
+	`CREATE TABLE IF NOT EXISTS notification_receivers (
+	name    {text} PRIMARY KEY,
+	events  {text} NOT NULL,
+	tools   {text} NOT NULL,
+	risk    {text} NOT NULL,
+	updated {int} NOT NULL
+)`,
+	`CREATE INDEX IF NOT EXISTS notifications_due ON notifications (next_attempt, id) WHERE state = 'pending'`,
+	`CREATE INDEX IF NOT EXISTS notifications_created ON notifications (created, id)`,
 	// the gateway-level journal (GatewayJournal)
 	`INSERT INTO runs (id, actor, gateway, started, last_activity, status) VALUES ('', '', '', 0, 0, 'active') ON CONFLICT DO NOTHING`,
 }
@@ -199,6 +232,9 @@ var schemaColumns = []struct{ table, column, def string }{
 	{"records", "open", `INTEGER NOT NULL DEFAULT 0`},
 	// the policy's environment the run was served in (issue 21: --environment)
 	{"runs", "environment", `{text} NOT NULL DEFAULT ''`},
+	// 5: the redacted arguments preview and the tool's risk, for notifications (issue 24)
+	{"approvals", "args_preview", `{text} NOT NULL DEFAULT ''`},
+	{"approvals", "risk", `{text} NOT NULL DEFAULT ''`},
 }
 
 // schemaIndexes need the migrated columns.

@@ -70,9 +70,10 @@ const pgUniqueViolation = "23505"
 var postgresDialect = (&dialect{
 	types: strings.NewReplacer("{text}", `TEXT COLLATE "C"`, "{int}", "BIGINT", "{key}", "BYTEA", "{bool}", "BOOLEAN",
 		"{norowid}", ""),
-	forUpdate: " FOR UPDATE",
-	rowOrder:  "id",
-	key:       func(k string) any { return []byte(k) },
+	forUpdate:  " FOR UPDATE",
+	skipLocked: " FOR UPDATE SKIP LOCKED",
+	rowOrder:   "id",
+	key:        func(k string) any { return []byte(k) },
 	// translate() lowers ASCII letters only, as asciiLower and SQLite's lower() do, whatever
 	// the database's locale; strpos takes the needle literally (no LIKE wildcards).
 	textMatch: func(c, p string) string {

@@ -393,8 +393,8 @@ func TestPostgresSchemas(t *testing.T) {
 	defer c.Close(ctx)
 	var tables int
 	if err := c.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = ANY($1)`,
-		[]string{PostgresSchema, "team_b"}).Scan(&tables); err != nil || tables != 12 {
-		t.Fatalf("%d tables in the two schemas (%v), want 6 each", tables, err)
+		[]string{PostgresSchema, "team_b"}).Scan(&tables); err != nil || tables != 16 {
+		t.Fatalf("%d tables in the two schemas (%v), want 8 each", tables, err)
 	}
 	_, err = OpenPostgres(ctx, "postgres://u:s3cret@127.0.0.1:"+strconv.Itoa(pgServer.Port)+"/postgres?sslmode=bogus", nil)
 	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "database URL") {

@@ -97,8 +97,9 @@ var sqliteDialect = (&dialect{
 		`DROP TABLE IF EXISTS flush_mark`, // version 3's lazy flush wrote a row there
 		// 2: high_water; 3: decision records (records.approval, event, approver, groups),
 		// approvals.actor_uid, actor_email, uid, spec_digest; 4: open intents on the records
-		// (records.instance, open; no pending table), Seq from max(seq)
-		`PRAGMA user_version = 4`,
+		// (records.instance, open; no pending table), Seq from max(seq); 5: the notification
+		// outbox (notifications), approvals.args_preview, risk
+		`PRAGMA user_version = 5`,
 	},
 }).withStatements()
 

@@ -28,6 +28,8 @@ type sqlStore struct {
 	instance string // this store's instance id, recorded with every intent it writes
 	now      Clock
 	closed   atomic.Bool
+	// ob is the notification outbox's router and wake channel (notifications.go).
+	ob outbox
 	// release frees what the implementation holds beyond the runner and the instances (its
 	// connection pools); Close calls it last.
 	release func() error

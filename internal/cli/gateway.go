@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	apipolicy "github.com/reversi-gitops/reversi/api/policy"
@@ -139,6 +140,14 @@ func newGatewayCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("--store %q: use sqlite, postgres or memory", storeKind)
 			}
+			// The notification receivers' filters go on the SQL store itself, before any
+			// wrapper and before the first call (issue 24).
+			storeArgs := map[string]string{"sqlite": "--data " + data, "postgres": "--store postgres"}[storeKind]
+			notifier, err := gatewayNotifier(cmd.Context(), st, g, pc, gatewayName, storeArgs, cmd.ErrOrStderr())
+			if err != nil {
+				_ = st.Close()
+				return err
+			}
 			if kubeconfig != "" || namespace != "" {
 				kst, err := kubeApprovals(cmd.Context(), st, kubeconfig, namespace, gatewayName, kubeControllerKeys, cmd.ErrOrStderr())
 				if err != nil {
@@ -163,9 +172,19 @@ func newGatewayCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var collectors []prometheus.Collector
+			if notifier != nil {
+				collectors = append(collectors, notifier.Collector())
+				// What it has not delivered when the gateway stops stays pending in the store.
+				nctx, ncancel := context.WithCancel(ctx)
+				done := make(chan struct{})
+				go func() { defer close(done); _ = notifier.Run(nctx) }()
+				defer func() { ncancel(); <-done }() // before the store closes
+			}
 			gw, err := proxy.New(ctx, proxy.Options{Config: g, Manifests: initial.Manifests, Marks: initial.Marks, Revision: initial.Revision,
 				Policy: initial.Policy, Environment: environment, Load: load, Store: st, RunID: runID, Name: gatewayName,
-				Stdin: stdin(cmd), Stdout: stdout(cmd), Stderr: cmd.ErrOrStderr(), Egress: &pc.Egress, Signer: signer})
+				Stdin: stdin(cmd), Stdout: stdout(cmd), Stderr: cmd.ErrOrStderr(), Egress: &pc.Egress, Signer: signer,
+				Collectors: collectors})
 			if err != nil {
 				return err
 			}

@@ -14,6 +14,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	gwconfig "github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/egress"
 	"github.com/reversi-gitops/reversi/pkg/signing"
 )
@@ -37,11 +38,34 @@ type Config struct {
 	// Egress are the rules for the network destinations the gateway connects to (its url
 	// upstreams): `egress: { block_private: true, allowed_hosts: ["*.example.com"] }`.
 	Egress egress.Rules `json:"egress,omitzero"`
+	// RawNotifications is `notifications:` as written (the receivers of the approval events,
+	// issue 24); read it with Notifications, which expands ${NAME} and reports file:line.
+	RawNotifications json.RawMessage `json:"notifications,omitempty"`
 
 	// Dir is the folder holding the config file; empty when no config was found.
 	Dir string `json:"-"`
 	// File is the config file read; empty when no config was found.
 	File string `json:"-"`
+	// data is the file's text (for Notifications' line numbers).
+	data []byte
+}
+
+// Notifications decodes `notifications:` with gateway.yaml's rules (gwconfig.Notification):
+// ${NAME} in url and secret expands from lookup (nil: the environment), and every problem
+// names the file, the line and the field. Only the gateway reads it, so that commands that do
+// not send notifications (lint, validate) need none of their variables.
+func (c *Config) Notifications(lookup gwconfig.LookupFunc) ([]gwconfig.Notification, error) {
+	if len(c.RawNotifications) == 0 || string(c.RawNotifications) == "null" {
+		return nil, nil
+	}
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	ns, errs := gwconfig.ParseNotifications(c.File, c.data, lookup)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return ns, nil
 }
 
 // Find locates and reads the project config: $REVERSI_CONFIG, else reversi.config.yaml in the
@@ -80,7 +104,7 @@ func Load(path string) (*Config, error) {
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	c.Dir, c.File = filepath.Dir(path), path
+	c.Dir, c.File, c.data = filepath.Dir(path), path, data
 	return &c, nil
 }
 

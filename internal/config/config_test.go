@@ -160,3 +160,37 @@ func TestPolicyPaths(t *testing.T) {
 		t.Fatalf("remote: %v", err)
 	}
 }
+
+// TestNotificationsInProjectConfig: `notifications:` in reversi.config.yaml is read with
+// gateway.yaml's rules (file:line errors, ${NAME} expansion), only when asked for.
+func TestNotificationsInProjectConfig(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, FileName)
+	if err := os.WriteFile(p, []byte("manifests: m\nnotifications:\n  - type: webhook\n    url: ${HOOK}\n    risk: [severe]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil {
+		t.Fatalf("Load reads notifications lazily: %v", err)
+	}
+	_, err = c.Notifications(func(n string) (string, bool) {
+		return map[string]string{"HOOK": "https://h.example.com"}[n], n == "HOOK"
+	})
+	if err == nil || err.Error() != p+`:5: notifications[0].risk[0]: "severe" is not one of low, medium, high, critical (the manifest's risk.blast_radius)` {
+		t.Fatalf("error %v", err)
+	}
+	if err := os.WriteFile(p, []byte("notifications:\n  - type: slack\n    url: ${HOOK}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err = Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := c.Notifications(func(n string) (string, bool) { return "https://h.example.com/s", n == "HOOK" })
+	if err != nil || len(ns) != 1 || ns[0].Type != "slack" || ns[0].URL != "https://h.example.com/s" || ns[0].Where != p+":2" {
+		t.Fatalf("%+v %v", ns, err)
+	}
+	if ns, err := (&Config{}).Notifications(nil); ns != nil || err != nil {
+		t.Fatalf("no config: %v %v", ns, err)
+	}
+}
