@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -209,9 +210,16 @@ func (r *ManifestRegistryReconciler) readFluxSource(ctx context.Context, reg *v1
 
 // checkFluxVerification enforces verify.commit on a Flux source: the source verifies
 // signatures itself (spec.verify), with the same mode, with no key that
-// verify.commit.secretRef does not list (a GitRepository's author cannot swap the keys), and
-// reports SourceVerified=True for the generation whose artifact it serves. Without
-// verify.commit nothing is required. A failure sets SourceVerified=False.
+// verify.commit.secretRef does not list (a GitRepository's author cannot swap the keys), adds
+// or leaves out nothing the signature does not cover (spec.include, spec.ignore,
+// spec.sparseCheckout), and reports SourceVerified=True for the artifact it serves. For a
+// GitRepository that report must name the artifact's commit and, for each object verified,
+// a key verify.commit.secretRef lists (bindGitVerification): the key Secret a source names can
+// be rewritten after source-controller verified with it, and source-controller does not
+// verify a commit again, so the keys the Secret holds now prove nothing. For an
+// OCIRepository, whose report names no key, the source must verify with the registry's own
+// Secret and report SourceVerified for its current generation and the artifact's revision.
+// Without verify.commit nothing is required. A failure sets SourceVerified=False.
 func (r *ManifestRegistryReconciler) checkFluxVerification(ctx context.Context, reg *v1alpha1.ManifestRegistry, src fluxSource) *stepError {
 	v := reg.Spec.Verify
 	if v == nil || v.Commit == nil {
@@ -223,6 +231,7 @@ func (r *ManifestRegistryReconciler) checkFluxVerification(ctx context.Context, 
 		setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, e.reason, e.msg)
 		return e
 	}
+	a := src.GetArtifact()
 	mode, keysRef := "", ""
 	switch s := src.(type) {
 	case *sourcev1.GitRepository:
@@ -233,11 +242,22 @@ func (r *ManifestRegistryReconciler) checkFluxVerification(ctx context.Context, 
 		if want := strings.ToUpper(v.Commit.Mode); mode != want {
 			return refuse("the GitRepository verifies mode %s, spec.verify.commit.mode is %s: make them the same", s.Spec.Verification.GetMode(), v.Commit.Mode)
 		}
+		if why := gitUnsignedContent(s); why != "" {
+			return refuse("%s", why)
+		}
 	case *sourcev1.OCIRepository:
 		if s.Spec.Verify == nil || s.Spec.Verify.SecretRef == nil {
 			return refuse("spec.verify.commit is set but the OCIRepository verifies no signature with keys: set its spec.verify with a secretRef (keyless verification cannot be tied to spec.verify.commit.secretRef)")
 		}
 		keysRef = s.Spec.Verify.SecretRef.Name
+		if s.Namespace != reg.Namespace || keysRef != v.Commit.SecretRef.Name {
+			// source-controller does not say which key verified, and does not verify again when
+			// a Secret changes: only the registry's own Secret ties its report to our keys.
+			return refuse("the OCIRepository verifies with Secret %s/%s: it must verify with spec.verify.commit.secretRef itself (%s/%s), since its report does not name the key and a Secret rewritten after the verification is not read again", s.Namespace, keysRef, reg.Namespace, v.Commit.SecretRef.Name)
+		}
+		if s.Spec.Ignore != nil {
+			return refuse("the OCIRepository's spec.ignore leaves files of the signed artifact out (a policy, say), which the signature cannot show: remove spec.ignore (the registry reads only spec.path)")
+		}
 	default:
 		return refuse("a %s carries no verified signature: remove spec.verify.commit or use a GitRepository or OCIRepository", reg.Spec.SourceRef.Kind)
 	}
@@ -246,16 +266,94 @@ func (r *ManifestRegistryReconciler) checkFluxVerification(ctx context.Context, 
 		return serr
 	}
 	c := apimeta.FindStatusCondition(src.GetConditions(), sourcev1.SourceVerifiedCondition)
-	if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != src.GetGeneration() {
+	if c == nil || c.Status != metav1.ConditionTrue {
 		why := "it has no SourceVerified condition"
 		if c != nil {
-			why = fmt.Sprintf("its SourceVerified is %s%s: %s", c.Status, staleGeneration(c, src), c.Message)
+			why = fmt.Sprintf("its SourceVerified is %s: %s", c.Status, c.Message)
 		}
 		return refuse("%s", why)
 	}
+	if _, ok := src.(*sourcev1.GitRepository); ok {
+		// source-controller keeps SourceVerified of a commit it verified at an earlier
+		// generation (it does not verify the same commit again): what binds the report to
+		// the artifact is the commit and the keys it names, not its generation.
+		keys, serr := r.commitKeys(ctx, reg)
+		if serr != nil {
+			return serr
+		}
+		if why := bindGitVerification(c.Message, mode, a.Revision, keys); why != "" {
+			return refuse("its SourceVerified does not vouch for the artifact with the registry's keys: %s", why)
+		}
+	} else {
+		if c.ObservedGeneration != src.GetGeneration() {
+			return refuse("its SourceVerified is for generation %d (the source is at %d): %s", c.ObservedGeneration, src.GetGeneration(), c.Message)
+		}
+		if want := "verified signature of revision " + a.Revision; strings.TrimSpace(c.Message) != want {
+			return refuse("its SourceVerified says %q, not %q", c.Message, want)
+		}
+	}
 	setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionTrue, v1alpha1.ReasonVerified,
-		fmt.Sprintf("%s verified revision %s with the keys of Secret %s/%s: %s", sourceName(reg), src.GetArtifact().Revision, src.GetNamespace(), keysRef, c.Message))
+		fmt.Sprintf("%s verified revision %s with the keys of Secret %s/%s: %s", sourceName(reg), a.Revision, src.GetNamespace(), keysRef, c.Message))
 	return nil
+}
+
+// gitUnsignedContent says why a GitRepository's artifact may hold other content than the
+// signed commit's tree ("" when it cannot): spec.include copies other sources' artifacts
+// in, spec.ignore and spec.sparseCheckout leave files out (a policy, say). Both the spec and
+// what source-controller observed building the artifact are checked.
+func gitUnsignedContent(s *sourcev1.GitRepository) string {
+	switch {
+	case len(s.Spec.Include) > 0 || len(s.Status.IncludedArtifacts) > 0 || len(s.Status.ObservedInclude) > 0:
+		return "the GitRepository's spec.include copies other sources' artifacts into it, which the commit signature does not cover: remove spec.include"
+	case s.Spec.Ignore != nil || s.Status.ObservedIgnore != nil:
+		return "the GitRepository's spec.ignore leaves files of the signed commit out of the artifact (a policy, say), which the signature cannot show: remove spec.ignore (the registry reads only spec.path)"
+	case len(s.Spec.SparseCheckout) > 0 || len(s.Status.ObservedSparseCheckout) > 0:
+		return "the GitRepository's spec.sparseCheckout leaves files of the signed commit out of the artifact, which the signature cannot show: remove spec.sparseCheckout (the registry reads only spec.path)"
+	}
+	return ""
+}
+
+// fluxVerifiedLine is one object source-controller reports it verified (its SourceVerified
+// message: "verified signature of", then a line "\t- commit '<hash>' with key '<id>'" or
+// "\t- tag '<name>@<hash>' with key '<id>'" per object).
+var fluxVerifiedLine = regexp.MustCompile(`^- (commit|tag) '([^'\s]+)' with key '([^'\s]+)'$`)
+
+// bindGitVerification checks source-controller's SourceVerified message of a GitRepository
+// against the artifact and the registry's keys: it must report the objects the mode verifies
+// (the commit for HEAD and TagAndHEAD, the tag for Tag and TagAndHEAD), the commit it names
+// must be the artifact's, and every key it names must be in keys. Anything else in the
+// message refuses (fail closed). It returns why not, "" when bound.
+func bindGitVerification(msg, mode, revision string, keys *source.KeyRing) string {
+	lines := strings.Split(strings.TrimSpace(msg), "\n")
+	if len(lines) < 2 || strings.TrimSpace(lines[0]) != "verified signature of" {
+		return fmt.Sprintf("the message %q is not source-controller's report of a verified signature", msg)
+	}
+	commit := revisionCommit(revision)
+	if commit == "" {
+		return fmt.Sprintf("the artifact's revision %q names no sha1 commit", revision)
+	}
+	seen := map[string]bool{}
+	for _, l := range lines[1:] {
+		m := fluxVerifiedLine.FindStringSubmatch(strings.TrimSpace(l))
+		if m == nil {
+			return fmt.Sprintf("the line %q of the message is not a verified object", l)
+		}
+		what, obj, key := m[1], m[2], m[3]
+		if what == "commit" && !strings.EqualFold(obj, commit) {
+			return fmt.Sprintf("it verified commit %s, but the artifact is revision %s", obj, revision)
+		}
+		if _, ok := keys.Lookup(key); !ok {
+			return fmt.Sprintf("the %s %s was verified with key %s, which spec.verify.commit.secretRef does not list", what, obj, key)
+		}
+		seen[what] = true
+	}
+	if (mode == "HEAD" || mode == "TAGANDHEAD") && !seen["commit"] {
+		return fmt.Sprintf("mode %s needs the commit verified, but it reports no commit", mode)
+	}
+	if (mode == "TAG" || mode == "TAGANDHEAD") && !seen["tag"] {
+		return fmt.Sprintf("mode %s needs the tag verified, but it reports no tag", mode)
+	}
+	return ""
 }
 
 // checkFluxKeys refuses a source whose verification Secret holds a key that
