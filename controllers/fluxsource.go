@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -399,12 +401,79 @@ type fluxArtifact struct {
 	digest   string
 }
 
+// DefaultFluxArtifactHosts is where a default Flux install serves artifacts from
+// (source-controller's --storage-adv-addr in namespace flux-system): the hosts a
+// ManifestRegistry downloads a source's status.artifact.url from unless
+// --flux-artifact-hosts says otherwise.
+var DefaultFluxArtifactHosts = []string{"source-controller.flux-system.svc.cluster.local."}
+
+// checkArtifactURL refuses a status.artifact.url the controller should not download: not
+// http(s), with credentials, a query or a fragment, on a host that is not one of
+// FluxArtifactHosts (DefaultFluxArtifactHosts when empty; "*" allows every host), or not a
+// file of the source's own folder in source-controller's storage (`<kind>/<ns>/<name>/<file>`).
+// The URL comes from the source's status: anyone who may write that status would otherwise
+// make the controller fetch any URL its network reaches (a blind request from inside the
+// cluster), or serve another source's artifact as this one's.
+func (r *ManifestRegistryReconciler) checkArtifactURL(reg *v1alpha1.ManifestRegistry, src fluxSource) *stepError {
+	raw := src.GetArtifact().URL
+	refuse := func(why string) *stepError {
+		return fail(ReasonArtifactFailed, false, "the artifact URL %q of %s was refused: %s; the last good rendering stays", raw, sourceName(reg), why)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return refuse(err.Error())
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "" {
+		return refuse("source-controller serves artifacts at http(s)://HOST/PATH, without credentials, query or fragment")
+	}
+	hosts := r.FluxArtifactHosts
+	if len(hosts) == 0 {
+		hosts = DefaultFluxArtifactHosts
+	}
+	if !artifactHostAllowed(u, hosts) {
+		return refuse(fmt.Sprintf("its host %s is not one of the controller's --flux-artifact-hosts (%s): artifacts are downloaded only from source-controller's storage; set the flag to the host of source-controller's --storage-adv-addr", u.Host, strings.Join(hosts, ",")))
+	}
+	dir := "/" + strings.ToLower(reg.Spec.SourceRef.Kind) + "/" + src.GetNamespace() + "/" + src.GetName() + "/"
+	file, ok := strings.CutPrefix(u.Path, dir)
+	if !ok || file == "" || strings.Contains(file, "/") || file == "." || file == ".." || (u.RawPath != "" && u.RawPath != u.Path) {
+		return refuse(fmt.Sprintf("it is not a file of the source's folder %s in source-controller's storage", dir))
+	}
+	return nil
+}
+
+// artifactHostAllowed says whether u's host is one of hosts: "*" is every host, "HOST" is
+// that host on any port, "HOST:PORT" that host on that port (names compared without case
+// and without a trailing dot).
+func artifactHostAllowed(u *url.URL, hosts []string) bool {
+	norm := func(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
+	host, port := norm(u.Hostname()), u.Port()
+	for _, h := range hosts {
+		h = strings.TrimSpace(h)
+		if h == "*" {
+			return true
+		}
+		wantHost, wantPort := h, ""
+		if hh, pp, err := net.SplitHostPort(h); err == nil {
+			wantHost, wantPort = hh, pp
+		} else {
+			wantHost = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+		}
+		if norm(wantHost) == host && (wantPort == "" || wantPort == port) {
+			return true
+		}
+	}
+	return false
+}
+
 // fetchFluxArtifact downloads the source's artifact with Flux's own fetcher (digest checked
 // before anything is unpacked; links skipped), bounded like a git fetch: the archive and the
 // unpacked files at SourceMaxTotalBytes, the entries at SourceMaxFiles, one file at
 // SourceMaxFileBytes, the time at the registry's timeout.
 func (r *ManifestRegistryReconciler) fetchFluxArtifact(ctx context.Context, reg *v1alpha1.ManifestRegistry, src fluxSource) (*fluxArtifact, *stepError) {
 	a := src.GetArtifact()
+	if serr := r.checkArtifactURL(reg, src); serr != nil {
+		return nil, serr
+	}
 	maxTotal := r.SourceMaxTotalBytes
 	if maxTotal <= 0 {
 		maxTotal = source.DefaultMaxTotalBytes

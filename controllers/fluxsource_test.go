@@ -131,3 +131,49 @@ func TestFluxVerificationBound(t *testing.T) {
 	}
 }
 
+// TestFluxArtifactURLBound checks which status.artifact.url the controller downloads: only
+// from --flux-artifact-hosts, only the source's own folder of source-controller's storage.
+func TestFluxArtifactURLBound(t *testing.T) {
+	src := func(u string) fluxSource {
+		return &sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "src"},
+			Status: sourcev1.GitRepositoryStatus{Artifact: &fluxmeta.Artifact{URL: u}}}
+	}
+	const file = "/gitrepository/agents/src/0123abcd.tar.gz"
+	for _, c := range []struct {
+		hosts []string
+		url   string
+		ok    bool
+	}{
+		{nil, "http://source-controller.flux-system.svc.cluster.local." + file, true},
+		{nil, "http://SOURCE-controller.flux-system.svc.cluster.local" + file, true},
+		{nil, "http://source-controller.flux-system.svc.cluster.local.:9090" + file, true},
+		{nil, "http://127.0.0.1:9090" + file, false},
+		{nil, "http://169.254.169.254/latest/meta-data/", false},
+		{nil, "http://source-controller.flux-system.svc.cluster.local.evil.example" + file, false},
+		{[]string{"127.0.0.1"}, "http://127.0.0.1:9090" + file, true},
+		{[]string{"127.0.0.1:9090"}, "http://127.0.0.1:9090" + file, true},
+		{[]string{"127.0.0.1:9090"}, "http://127.0.0.1:9091" + file, false},
+		{[]string{"[::1]"}, "http://[::1]:9090" + file, true},
+		{[]string{"*"}, "https://anywhere.example" + file, true},
+		{[]string{"*"}, "file:///etc/passwd", false},
+		{[]string{"*"}, "ftp://anywhere.example" + file, false},
+		{[]string{"127.0.0.1"}, "http://user:pw@127.0.0.1" + file, false},
+		{[]string{"127.0.0.1"}, "http://127.0.0.1" + file + "?x=1", false},
+		{[]string{"127.0.0.1"}, "http://127.0.0.1" + file + "#x", false},
+		// Another source's artifact in the same storage, or a path out of the folder.
+		{[]string{"127.0.0.1"}, "http://127.0.0.1/gitrepository/team-b/evil/0123abcd.tar.gz", false},
+		{[]string{"127.0.0.1"}, "http://127.0.0.1/ocirepository/agents/src/0123abcd.tar.gz", false},
+		{[]string{"127.0.0.1"}, "http://127.0.0.1/gitrepository/agents/src/../../team-b/evil/x.tar.gz", false},
+		{[]string{"127.0.0.1"}, "http://127.0.0.1/gitrepository/agents/src/%2e%2e/x.tar.gz", false},
+		{[]string{"127.0.0.1"}, "http://127.0.0.1/gitrepository/agents/src/sub/x.tar.gz", false},
+		{[]string{"127.0.0.1"}, "http://127.0.0.1/gitrepository/agents/src/", false},
+		{[]string{"127.0.0.1"}, "http://127.0.0.1/gitrepository/agents/srcx/x.tar.gz", false},
+	} {
+		r := &ManifestRegistryReconciler{FluxArtifactHosts: c.hosts}
+		reg := fluxRegistry(v1alpha1.SourceKindGitRepository)
+		serr := r.checkArtifactURL(reg, src(c.url))
+		if (serr == nil) != c.ok {
+			t.Errorf("hosts %v, url %s: %v, want allowed %t", c.hosts, c.url, serr, c.ok)
+		}
+	}
+}

@@ -68,6 +68,7 @@ func TestFluxVerificationBinding(t *testing.T) {
 
 	w.ctrlTemp = filepath.Join(w.dir, "checkouts")
 	must(t, os.MkdirAll(w.ctrlTemp, 0o700))
+	w.controllerFlags = append(w.controllerFlags, "--flux-artifact-hosts", "127.0.0.1") // source-controller's storage in the tests
 	w.startController(t)
 	t.Cleanup(func() { w.controller.Stop() })
 

@@ -104,7 +104,7 @@ func TestFluxSourceRefAttacks(t *testing.T) {
 
 	wh := w.env.WebhookInstallOptions
 	w.controllerFlags = []string{"--webhooks=true", "--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir,
-		"--no-cross-namespace-refs"}
+		"--no-cross-namespace-refs", "--flux-artifact-hosts", "127.0.0.1"}
 	w.ctrlTemp = filepath.Join(w.dir, "checkouts")
 	must(t, os.MkdirAll(w.ctrlTemp, 0o700))
 	w.startController(t)
