@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -466,9 +468,12 @@ func artifactHostAllowed(u *url.URL, hosts []string) bool {
 }
 
 // fetchFluxArtifact downloads the source's artifact with Flux's own fetcher (digest checked
-// before anything is unpacked; links skipped), bounded like a git fetch: the archive and the
-// unpacked files at SourceMaxTotalBytes, the entries at SourceMaxFiles, one file at
-// SourceMaxFileBytes, the time at the registry's timeout.
+// before anything is unpacked) and unpacks it with Flux's untar (links skipped), bounded like
+// a git fetch: the archive and the unpacked files at SourceMaxTotalBytes, the entries at
+// SourceMaxFiles, one file at SourceMaxFileBytes, the time at the registry's timeout. The
+// unpacking stops at the first entry over a bound and when the time is up (Flux's untar
+// alone reads every header of the archive: a small gzip of empty entries would hold a
+// worker for minutes).
 func (r *ManifestRegistryReconciler) fetchFluxArtifact(ctx context.Context, reg *v1alpha1.ManifestRegistry, src fluxSource) (*fluxArtifact, *stepError) {
 	a := src.GetArtifact()
 	if serr := r.checkArtifactURL(reg, src); serr != nil {
@@ -486,6 +491,11 @@ func (r *ManifestRegistryReconciler) fetchFluxArtifact(ctx context.Context, reg 
 	if maxFiles <= 0 {
 		maxFiles = source.DefaultMaxFiles
 	}
+	download, err := os.MkdirTemp(r.TempDir, "reversi-artifact-download-")
+	if err != nil {
+		return nil, fail(ReasonArtifactFailed, false, "making a folder for the artifact of %s: %v", sourceName(reg), err)
+	}
+	defer os.RemoveAll(download)
 	dir, err := os.MkdirTemp(r.TempDir, "reversi-artifact-")
 	if err != nil {
 		return nil, fail(ReasonArtifactFailed, false, "making a folder for the artifact of %s: %v", sourceName(reg), err)
@@ -503,22 +513,51 @@ func (r *ManifestRegistryReconciler) fetchFluxArtifact(ctx context.Context, reg 
 		}
 		return false
 	}
-	fetcher := fetch.New(fetch.WithRetries(1), fetch.WithMaxDownloadSize(int(maxTotal)),
-		fetch.WithUntar(tar.WithMaxUntarSize(int(maxTotal)), tar.WithFilter(filter)), fetch.WithLogger(nil))
 	fctx, cancel := context.WithTimeout(ctx, r.fetchTimeout(reg))
 	defer cancel()
-	if err := fetcher.FetchWithContext(fctx, a.URL, a.Digest, dir); err != nil {
-		os.RemoveAll(dir)
-		if errors.Is(err, fetch.ErrFileNotFound) {
-			return nil, fail(ReasonArtifactFailed, false, "the artifact of %s (revision %s) is gone from %s (the source stored a newer one?): retrying", sourceName(reg), a.Revision, a.URL)
+	const archive = "artifact.tar.gz"
+	fetcher := fetch.New(fetch.WithRetries(1), fetch.WithMaxDownloadSize(int(maxTotal)), fetch.WithFileName(archive), fetch.WithLogger(nil))
+	err = fetcher.FetchWithContext(fctx, a.URL, a.Digest, download)
+	if err == nil {
+		var f *os.File
+		if f, err = os.Open(filepath.Join(download, archive)); err == nil {
+			err = tar.Untar(&stoppingReader{r: f, ctx: fctx, stop: &tooLarge}, dir,
+				tar.WithMaxUntarSize(int(maxTotal)), tar.WithFilter(filter), tar.WithSkipSymlinks())
+			f.Close()
 		}
-		return nil, fail(ReasonArtifactFailed, false, "the artifact of %s (revision %s, digest %s) was refused: %v; the last good rendering stays", sourceName(reg), a.Revision, a.Digest, err)
 	}
 	if why, _ := tooLarge.Load().(string); why != "" {
 		os.RemoveAll(dir)
 		return nil, fail(v1alpha1.ReasonSourceTooLarge, false, "the artifact of %s (revision %s) is too large: %s; the last good rendering stays", sourceName(reg), a.Revision, why)
 	}
+	if err != nil {
+		os.RemoveAll(dir)
+		if errors.Is(err, fetch.ErrFileNotFound) {
+			return nil, fail(ReasonArtifactFailed, false, "the artifact of %s (revision %s) is gone from %s (the source stored a newer one?): retrying", sourceName(reg), a.Revision, a.URL)
+		}
+		if fctx.Err() != nil {
+			err = fmt.Errorf("%w (the registry's timeout is %s)", err, r.fetchTimeout(reg))
+		}
+		return nil, fail(ReasonArtifactFailed, false, "the artifact of %s (revision %s, digest %s) was refused: %v; the last good rendering stays", sourceName(reg), a.Revision, a.Digest, err)
+	}
 	return &fluxArtifact{dir: dir, revision: a.Revision, digest: a.Digest}, nil
+}
+
+// stoppingReader reads the archive until the time is up or an entry went over a bound.
+type stoppingReader struct {
+	r    io.Reader
+	ctx  context.Context
+	stop *atomic.Value
+}
+
+func (s *stoppingReader) Read(p []byte) (int, error) {
+	if err := s.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if why, _ := s.stop.Load().(string); why != "" {
+		return 0, errors.New(why)
+	}
+	return s.r.Read(p)
 }
 
 // files is the unpacked artifact as a file system.

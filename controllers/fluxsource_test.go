@@ -1,9 +1,18 @@
 package controllers
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	fluxmeta "github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
@@ -175,5 +184,85 @@ func TestFluxArtifactURLBound(t *testing.T) {
 		if (serr == nil) != c.ok {
 			t.Errorf("hosts %v, url %s: %v, want allowed %t", c.hosts, c.url, serr, c.ok)
 		}
+	}
+}
+
+// TestFluxArtifactBombs serves hostile artifacts (digests matching) and checks that each is
+// refused within its bounds, with the last good rendering untouched (nothing returned).
+func TestFluxArtifactBombs(t *testing.T) {
+	var served atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(served.Load().([]byte)) }))
+	t.Cleanup(srv.Close)
+	header := func(h *tar.Header) []byte {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Flush()
+		return b.Bytes()
+	}
+	gz := func(chunks ...[]byte) []byte {
+		var b bytes.Buffer
+		z := gzip.NewWriter(&b)
+		for _, c := range chunks {
+			z.Write(c)
+		}
+		z.Close()
+		return b.Bytes()
+	}
+	// headerBomb: about 4 GiB of empty-file headers (8 million entries) in a few MiB: gzip
+	// members of 16 MiB of headers each, concatenated (gzip readers read them as one stream).
+	headerBomb := func() []byte {
+		one := bytes.Repeat(header(&tar.Header{Name: "tools/x.yaml", Mode: 0o644, Typeflag: tar.TypeReg}), 32<<10)
+		member := gz(one)
+		return bytes.Repeat(member, 256)
+	}
+	file := func(name string, size int64, typ byte) []byte {
+		b := header(&tar.Header{Name: name, Mode: 0o644, Size: size, Typeflag: typ, Linkname: "/etc/passwd"})
+		if size > 0 {
+			b = append(b, make([]byte, (size+511)/512*512)...)
+		}
+		return b
+	}
+	for _, c := range []struct {
+		name    string
+		archive []byte
+		reason  string
+		want    string
+	}{
+		{"many empty entries", headerBomb(), v1alpha1.ReasonSourceTooLarge, "more than 1000 entries"},
+		{"a file over the limit", gz(file("tools/big.yaml", 2<<20, tar.TypeReg)), v1alpha1.ReasonSourceTooLarge, "more than 1048576"},
+		{"zip bomb over the total", gz(file("tools/a.yaml", 1<<20, tar.TypeReg), file("tools/b.yaml", 1<<20, tar.TypeReg), file("tools/c.yaml", 1<<20, tar.TypeReg)), ReasonArtifactFailed, "bigger than max archive size"},
+		{"path traversal", gz(file("tools/../../evil.yaml", 10, tar.TypeReg)), ReasonArtifactFailed, "invalid name"},
+		{"absolute path", gz(file("/tmp/evil.yaml", 10, tar.TypeReg)), ReasonArtifactFailed, "invalid name"},
+		{"device file", gz(file("tools/dev", 0, tar.TypeChar)), ReasonArtifactFailed, "unsupported file type"},
+		{"not gzip", []byte("plain text"), ReasonArtifactFailed, "gzip"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			served.Store(c.archive)
+			sum := sha256.Sum256(c.archive)
+			r := &ManifestRegistryReconciler{TempDir: t.TempDir(), FluxArtifactHosts: []string{"127.0.0.1"},
+				SourceMaxFiles: 1000, SourceMaxFileBytes: 1 << 20, SourceMaxTotalBytes: 2<<20 + 4096}
+			if c.name == "many empty entries" {
+				r.SourceMaxTotalBytes = 64 << 20
+			}
+			src := &sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "src"},
+				Status: sourcev1.GitRepositoryStatus{Artifact: &fluxmeta.Artifact{URL: srv.URL + "/gitrepository/agents/src/a.tar.gz",
+					Digest: "sha256:" + hex.EncodeToString(sum[:]), Revision: "main@sha1:" + strings.Repeat("ab", 20)}}}
+			start := time.Now()
+			fa, serr := r.fetchFluxArtifact(t.Context(), fluxRegistry(v1alpha1.SourceKindGitRepository), src)
+			took := time.Since(start)
+			if fa != nil {
+				fa.cleanup()
+				t.Fatalf("accepted")
+			}
+			if serr.reason != c.reason || !strings.Contains(serr.msg, c.want) {
+				t.Errorf("%s: %s, want %s naming %q", serr.reason, serr.msg, c.reason, c.want)
+			}
+			if took > 5*time.Second {
+				t.Errorf("took %s: the unpacking did not stop at the first entry over a bound", took)
+			}
+		})
 	}
 }
