@@ -206,10 +206,33 @@ func (r *ManifestRegistryReconciler) readFluxSource(ctx context.Context, reg *v1
 	if a := src.GetArtifact(); a == nil || a.URL == "" || a.Digest == "" || a.Revision == "" {
 		return nil, fail(ReasonSourceNotReady, false, "%s has no artifact (with url, digest and revision) yet", sourceName(reg))
 	}
+	if why := oddRevision(src.GetArtifact().Revision); why != "" {
+		return nil, fail(ReasonArtifactFailed, false, "%s reports an artifact revision that is %s: source-controller writes `<ref>@sha1:<hex>`, `<tag>@sha256:<hex>` or `sha256:<hex>`; the last good rendering stays", sourceName(reg), why)
+	}
 	if serr := r.checkFluxVerification(ctx, reg, src); serr != nil {
 		return nil, serr
 	}
 	return src, nil
+}
+
+// MaxFluxRevisionLength bounds the revision of a Flux artifact the controller accepts: it is
+// carried into the status, the ConfigMaps' annotations, the signed snapshot and what gateways
+// log and report.
+const MaxFluxRevisionLength = 512
+
+// oddRevision says why a Flux revision is not one the controller passes on ("" when it is):
+// too long, or with a character outside printable ASCII (a new line, a space, a control
+// character would forge lines in logs and events).
+func oddRevision(rev string) string {
+	if len(rev) > MaxFluxRevisionLength {
+		return fmt.Sprintf("%d bytes long, more than %d", len(rev), MaxFluxRevisionLength)
+	}
+	for i := 0; i < len(rev); i++ {
+		if c := rev[i]; c <= ' ' || c > '~' {
+			return fmt.Sprintf("holding the byte %q at %d", c, i)
+		}
+	}
+	return ""
 }
 
 // checkFluxVerification enforces verify.commit on a Flux source: the source verifies

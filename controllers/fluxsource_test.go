@@ -266,3 +266,22 @@ func TestFluxArtifactBombs(t *testing.T) {
 		})
 	}
 }
+
+// TestFluxOddRevision: a revision no source-controller writes (a new line, a space, very
+// long) is refused before it reaches the status, the snapshot or the gateways.
+func TestFluxOddRevision(t *testing.T) {
+	for rev, ok := range map[string]bool{
+		"main@sha1:" + strings.Repeat("ab", 20):      true,
+		"v1.2.3@sha256:" + strings.Repeat("ab", 32):  true,
+		"main@sha1:abc\nlevel=info msg=forged":       false,
+		"main@sha1:abc def":                          false,
+		"main@sha1:abc\x00":                          false,
+		"main@sha1:é":                                false,
+		strings.Repeat("a", MaxFluxRevisionLength+1): false,
+		strings.Repeat("a", MaxFluxRevisionLength):   true,
+	} {
+		if got := oddRevision(rev); (got == "") != ok {
+			t.Errorf("oddRevision(%.40q) = %q, want ok %t", rev, got, ok)
+		}
+	}
+}
