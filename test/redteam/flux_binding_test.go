@@ -1,12 +1,17 @@
 package redteam
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/controllers"
 	"github.com/reversi-gitops/reversi/internal/podrun"
 	"github.com/reversi-gitops/reversi/internal/testenv"
 	"github.com/reversi-gitops/reversi/pkg/source/sourcetest"
@@ -33,12 +39,17 @@ import (
 //     their Secret to hold only the registry's keys. Flux does not verify again (it verifies a
 //     commit once), so SourceVerified=True still stands for their key: the registry must not
 //     apply the commit.
+//   - the artifact URL elsewhere: whoever may write a source's status (here a suspended
+//     GitRepository, which source-controller leaves alone) points status.artifact.url at their
+//     own server with a matching digest, or at another source's artifact in
+//     source-controller's storage: the controller requests neither (--flux-artifact-hosts,
+//     the source's own storage folder).
 //   - an honest edit of the GitRepository (its interval) that Flux does not verify again for
 //     (same commit): the registry stays Ready, since the verification it relies on is still
 //     the one of the artifact it serves.
 func TestFluxVerificationBinding(t *testing.T) {
 	w := newControlPlane(t, testenv.Options{})
-	flux.Start(t, w.env.Environment, flux.Options{SkipKustomize: true})
+	fx := flux.Start(t, w.env.Environment, flux.Options{SkipKustomize: true})
 	must(t, sourcev1.AddToScheme(w.env.Scheme))
 
 	alice, mallory := sourcetest.NewSSHKey(t), sourcetest.NewSSHKey(t)
@@ -68,7 +79,7 @@ func TestFluxVerificationBinding(t *testing.T) {
 
 	w.ctrlTemp = filepath.Join(w.dir, "checkouts")
 	must(t, os.MkdirAll(w.ctrlTemp, 0o700))
-	w.controllerFlags = append(w.controllerFlags, "--flux-artifact-hosts", "127.0.0.1") // source-controller's storage in the tests
+	w.controllerFlags = append(w.controllerFlags, "--flux-artifact-hosts", fx.StorageAddr) // exactly source-controller's storage
 	w.startController(t)
 	t.Cleanup(func() { w.controller.Stop() })
 
@@ -109,6 +120,48 @@ func TestFluxVerificationBinding(t *testing.T) {
 		}
 		if cm := (&corev1.ConfigMap{}); w.k8s.Get(w.ctx, types.NamespacedName{Namespace: ns, Name: "swap-manifests"}, cm) == nil {
 			t.Errorf("rendered %s: %v", cm.Name, cm.Data)
+		}
+	})
+
+	t.Run("artifact URL elsewhere", func(t *testing.T) {
+		evilTar := tarball(t, map[string]string{"tools/delete.yaml": fluxLoose})
+		var hits atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { hits.Add(1); rw.Write(evilTar) }))
+		t.Cleanup(srv.Close)
+		sum := sha256.Sum256(evilTar)
+		swap := &sourcev1.GitRepository{}
+		must(t, w.k8s.Get(w.ctx, types.NamespacedName{Namespace: ns, Name: "swap"}, swap))
+		for name, c := range map[string]struct{ url, digest, want string }{
+			"forged-host": {srv.URL + "/gitrepository/" + ns + "/forged-host/x.tar.gz", "sha256:" + hex.EncodeToString(sum[:]), "--flux-artifact-hosts"},
+			"forged-path": {swap.Status.Artifact.URL, swap.Status.Artifact.Digest, "not a file of the source's folder"},
+		} {
+			gr := &sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: sourcev1.GitRepositorySpec{URL: honestURL, Interval: metav1.Duration{Duration: time.Hour}, Suspend: true}}
+			must(t, w.k8s.Create(w.ctx, gr))
+			gr.Status = sourcev1.GitRepositoryStatus{ObservedGeneration: gr.Generation,
+				Conditions: []metav1.Condition{{Type: fluxmeta.ReadyCondition, Status: metav1.ConditionTrue, ObservedGeneration: gr.Generation,
+					Reason: "Succeeded", Message: "stored", LastTransitionTime: metav1.Now()}},
+				Artifact: &fluxmeta.Artifact{URL: c.url, Digest: c.digest, Revision: "main@sha1:" + head, Path: "x", LastUpdateTime: metav1.Now()}}
+			must(t, w.k8s.Status().Update(w.ctx, gr))
+			must(t, w.k8s.Create(w.ctx, &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: v1alpha1.ManifestRegistrySpec{SourceRef: &v1alpha1.SourceReference{Kind: v1alpha1.SourceKindGitRepository, Name: name},
+					Path: "tools", Format: v1alpha1.FormatPlain, Interval: &metav1.Duration{Duration: time.Hour}}}))
+			if err := podrun.Poll(w.ctx, 60*time.Second, func() string {
+				if r := w.registry(t, name); ready(r).Reason != controllers.ReasonArtifactFailed {
+					return name + ": " + conditionText(r.Status.Conditions)
+				}
+				return ""
+			}); err != nil {
+				t.Fatal(err)
+			}
+			r := w.registry(t, name)
+			wantNotReady(t, r, controllers.ReasonArtifactFailed, c.want)
+			if r.Status.Artifact != nil {
+				t.Errorf("%s rendered %s", name, r.Status.Artifact.Revision)
+			}
+		}
+		if n := hits.Load(); n != 0 {
+			t.Errorf("the controller requested the status writer's URL %d times", n)
 		}
 	})
 
