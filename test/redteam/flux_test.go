@@ -244,6 +244,20 @@ func TestFluxSourceRefAttacks(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("an author who may read the source: %v", err)
 		}
+		// An update that changes only sourceRef.namespace, to a source of the same name the
+		// author may not read (agents/honest), is reviewed again and refused, whether the
+		// namespace is named or left to default to the registry's.
+		for _, target := range []string{ns, ""} {
+			b := &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "borrowed"}}
+			patch := fmt.Sprintf(`{"spec":{"sourceRef":{"namespace":%q}}}`, target)
+			if target == "" {
+				patch = `{"spec":{"sourceRef":{"namespace":null}}}`
+			}
+			err := as.Patch(w.ctx, b, client.RawPatch(types.MergePatchType, []byte(patch)))
+			if err == nil || !strings.Contains(err.Error(), "spec.sourceRef") || !strings.Contains(err.Error(), `in namespace "`+ns+`"`) {
+				t.Errorf("moving the registry's source to namespace %q, which its author may not read: %v, want refused", target, err)
+			}
+		}
 	})
 }
 
