@@ -88,6 +88,9 @@ type ManifestRegistryReconciler struct {
 	// NoCrossNamespaceRefs refuses a spec.sourceRef to another namespace (Ready=False,
 	// AccessDenied), as Flux's --no-cross-namespace-refs does for its own references.
 	NoCrossNamespaceRefs bool
+	// FluxArtifactHosts are the hosts a Flux source's status.artifact.url may name
+	// (DefaultFluxArtifactHosts when empty; see checkArtifactURL).
+	FluxArtifactHosts []string
 }
 
 // stepError is a failed step: the Ready reason, a message saying what to do, and whether

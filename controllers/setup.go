@@ -71,6 +71,10 @@ type Options struct {
 	// NoCrossNamespaceRefs refuses ManifestRegistries whose spec.sourceRef names a Flux source
 	// in another namespace (`reversi controller --no-cross-namespace-refs`, as Flux's flag).
 	NoCrossNamespaceRefs bool
+	// FluxArtifactHosts are the hosts a Flux source's status.artifact.url may name
+	// (`reversi controller --flux-artifact-hosts`): "HOST" on any port, "HOST:PORT", or "*"
+	// for every host; empty: DefaultFluxArtifactHosts (a default Flux install).
+	FluxArtifactHosts []string
 	// WatchNamespaces are the only namespaces the controller works in (`reversi controller
 	// --watch-namespaces`); empty: every namespace. The manager's cache must be limited to
 	// the same namespaces (cache.Options.DefaultNamespaces): Setup cannot change the cache, but
@@ -116,6 +120,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader(), AllowFileURLs: o.AllowFileURLs,
 		SourceMaxFileBytes: o.SourceMaxFileBytes, SourceMaxTotalBytes: o.SourceMaxTotalBytes, SourceMaxFiles: o.SourceMaxFiles, SourceMaxRefs: o.SourceMaxRefs,
 		SourceMaxTimeout: o.SourceMaxTimeout, Concurrent: o.Concurrent, NoCrossNamespaceRefs: o.NoCrossNamespaceRefs,
+		FluxArtifactHosts: o.FluxArtifactHosts,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

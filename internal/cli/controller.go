@@ -28,7 +28,7 @@ func init() { register(newControllerCmd) }
 
 func newControllerCmd() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey, stampKey, gatewayImage string
-	var gatewayIdentities, watchNamespaces, gatewayImages, upstreamImages []string
+	var gatewayIdentities, watchNamespaces, gatewayImages, upstreamImages, fluxArtifactHosts []string
 	var leaderElect, devLog, webhooks, allowFileURLs, noCrossNamespaceRefs bool
 	var maxFileBytes, maxTotalBytes int64
 	var maxFiles, maxRefs, concurrent, apiBurst int
@@ -91,7 +91,7 @@ func newControllerCmd() *cobra.Command {
 				StampKey: stamp, GatewayIdentities: ids, WatchNamespaces: watched, GatewayImage: gatewayImage, GatewayImages: images, UpstreamImages: upImages,
 				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes,
 				SourceMaxFiles: maxFiles, SourceMaxRefs: maxRefs, SourceMaxTimeout: maxTimeout, Concurrent: concurrent,
-				NoCrossNamespaceRefs: noCrossNamespaceRefs}); err != nil {
+				NoCrossNamespaceRefs: noCrossNamespaceRefs, FluxArtifactHosts: fluxArtifactHosts}); err != nil {
 				return err
 			}
 			if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -118,6 +118,7 @@ func newControllerCmd() *cobra.Command {
 	f.IntVar(&maxRefs, "source-max-refs", source.DefaultMaxRefs, "the most refs a git server may advertise")
 	f.DurationVar(&maxTimeout, "source-max-timeout", controllers.DefaultSourceMaxTimeout, "the longest a registry's fetch may take, whatever its spec.timeout says")
 	f.BoolVar(&noCrossNamespaceRefs, "no-cross-namespace-refs", false, "refuse a ManifestRegistry whose spec.sourceRef names a Flux source in another namespace (as Flux's own flag: multi-tenant clusters set both)")
+	f.StringSliceVar(&fluxArtifactHosts, "flux-artifact-hosts", controllers.DefaultFluxArtifactHosts, "the hosts a Flux source's status.artifact.url may name (source-controller's --storage-adv-addr): HOST (any port) or HOST:PORT, comma-separated or repeated; * allows every host, which lets anyone who may write a source's status make the controller fetch any URL it can reach")
 	f.IntVar(&concurrent, "concurrent", controllers.DefaultConcurrent, "how many ManifestRegistries reconcile at once")
 	f.Float32Var(&apiQPS, "kube-api-qps", 50, "requests per second to the API server (client-side limit)")
 	f.IntVar(&apiBurst, "kube-api-burst", 300, "burst of requests to the API server (client-side limit)")

@@ -80,6 +80,36 @@ func (k *KeyRing) Len() int {
 	return len(k.ssh) + len(k.pgp)
 }
 
+// Lookup finds a key of the ring by the identifier a verifier reports for it: an SSH key by
+// its SHA256 fingerprint ("SHA256:..."), an OpenPGP key by its primary key's 16-hex-digit key
+// ID or its full fingerprint (case-insensitive), as Flux's source-controller names the key a
+// signature verified with. It returns the Secret entry the key came from.
+func (k *KeyRing) Lookup(id string) (entry string, ok bool) {
+	if k == nil || id == "" {
+		return "", false
+	}
+	for _, s := range k.ssh {
+		if s.fingerprint == id {
+			return s.entry, true
+		}
+	}
+	for _, p := range k.pgp {
+		el, err := openpgp.ReadArmoredKeyRing(strings.NewReader(p.armored))
+		if err != nil {
+			continue
+		}
+		for _, e := range el {
+			if e.PrimaryKey == nil {
+				continue
+			}
+			if strings.EqualFold(e.PrimaryKey.KeyIdString(), id) || strings.EqualFold(hex.EncodeToString(e.PrimaryKey.Fingerprint), id) {
+				return p.entry, true
+			}
+		}
+	}
+	return "", false
+}
+
 // ParseKeys reads trusted keys from a Secret's data: entries named `*.sshpub` hold SSH
 // public keys in authorized_keys format (one or more lines; comments and blank lines
 // allowed); entries named `*.asc` hold an armored OpenPGP public key block (one or more

@@ -104,7 +104,7 @@ func TestFluxSourceRefAttacks(t *testing.T) {
 
 	wh := w.env.WebhookInstallOptions
 	w.controllerFlags = []string{"--webhooks=true", "--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir,
-		"--no-cross-namespace-refs"}
+		"--no-cross-namespace-refs", "--flux-artifact-hosts", "127.0.0.1"}
 	w.ctrlTemp = filepath.Join(w.dir, "checkouts")
 	must(t, os.MkdirAll(w.ctrlTemp, 0o700))
 	w.startController(t)
@@ -243,6 +243,20 @@ func TestFluxSourceRefAttacks(t *testing.T) {
 			return ""
 		}); err != nil {
 			t.Fatalf("an author who may read the source: %v", err)
+		}
+		// An update that changes only sourceRef.namespace, to a source of the same name the
+		// author may not read (agents/honest), is reviewed again and refused, whether the
+		// namespace is named or left to default to the registry's.
+		for _, target := range []string{ns, ""} {
+			b := &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "borrowed"}}
+			patch := fmt.Sprintf(`{"spec":{"sourceRef":{"namespace":%q}}}`, target)
+			if target == "" {
+				patch = `{"spec":{"sourceRef":{"namespace":null}}}`
+			}
+			err := as.Patch(w.ctx, b, client.RawPatch(types.MergePatchType, []byte(patch)))
+			if err == nil || !strings.Contains(err.Error(), "spec.sourceRef") || !strings.Contains(err.Error(), `in namespace "`+ns+`"`) {
+				t.Errorf("moving the registry's source to namespace %q, which its author may not read: %v, want refused", target, err)
+			}
 		}
 	})
 }

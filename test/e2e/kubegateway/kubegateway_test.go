@@ -181,7 +181,8 @@ func startWorldWith(t testing.TB, o worldOptions) *world {
 	}
 	// With the admission webhooks (issue 16): the gateway's runs are admitted because it runs
 	// as the ServiceAccount of ReversiGateway pay, no --gateway-identity needed.
-	if err := controllers.Setup(mgr, controllers.Options{AllowFileURLs: true, Webhooks: true}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{AllowFileURLs: true, Webhooks: true,
+		FluxArtifactHosts: []string{"127.0.0.1"}}); err != nil { // source-controller serves its storage on 127.0.0.1 here
 		t.Fatal(err)
 	}
 	mgrDone := make(chan struct{})
