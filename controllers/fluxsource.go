@@ -201,6 +201,15 @@ func (r *ManifestRegistryReconciler) readFluxSource(ctx context.Context, reg *v1
 		if ready != nil {
 			why = fmt.Sprintf("its Ready is %s%s: %s", ready.Status, staleGeneration(ready, src), ready.Message)
 		}
+		if v := reg.Spec.Verify; v != nil && v.Commit != nil {
+			// Flux refused the newest commit's signature: say so, as the registry's own
+			// verification would (SourceVerified=False, CommitVerificationFailed).
+			if c := apimeta.FindStatusCondition(src.GetConditions(), sourcev1.SourceVerifiedCondition); c != nil && c.Status == metav1.ConditionFalse {
+				e := fail(v1alpha1.ReasonCommitVerificationFailed, false, "%s refused the signature of its newest revision (SourceVerified=False: %s); the last good rendering stays", sourceName(reg), c.Message)
+				setCondition(reg, v1alpha1.ConditionSourceVerified, metav1.ConditionFalse, e.reason, e.msg)
+				return nil, e
+			}
+		}
 		return nil, fail(ReasonSourceNotReady, false, "%s is not ready, %s; the last good rendering stays", sourceName(reg), why)
 	}
 	if a := src.GetArtifact(); a == nil || a.URL == "" || a.Digest == "" || a.Revision == "" {

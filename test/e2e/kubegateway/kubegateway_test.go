@@ -605,8 +605,10 @@ func TestReversiGatewayWithFlux(t *testing.T) {
 	eventually(t, 60*time.Second, func() string {
 		reg := registryStatus()
 		c := findCondition(reg.Status.Conditions, v1alpha1.ConditionReady)
-		if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "GitRepository "+ns+"/memory") {
-			return fmt.Sprintf("registry Ready %+v (GitRepository %+v)", c, source().Status.Conditions)
+		sv := findCondition(reg.Status.Conditions, v1alpha1.ConditionSourceVerified)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonCommitVerificationFailed || !strings.Contains(c.Message, "GitRepository "+ns+"/memory") ||
+			sv == nil || sv.Status != metav1.ConditionFalse {
+			return fmt.Sprintf("registry Ready %+v, SourceVerified %+v (GitRepository %+v)", c, sv, source().Status.Conditions)
 		}
 		return ""
 	})
