@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -266,7 +267,10 @@ func (k *Kubelet) volumes(ctx context.Context, pod *corev1.Pod, c corev1.Contain
 		}
 	}
 	// Files that name other mounted paths (gateway.yaml's auth.keys, a socket: in a sidecar's
-	// folder) name their local copies.
+	// folder) name their local copies; /tmp is left alone there: host paths under the real
+	// /tmp (a test's folders) appear in such files too.
+	named := maps.Clone(mounts)
+	delete(named, "/tmp")
 	for _, local := range files {
 		entries, _ := os.ReadDir(local)
 		for _, e := range entries {
@@ -275,7 +279,7 @@ func (k *Kubelet) volumes(ctx context.Context, pod *corev1.Pod, c corev1.Contain
 			if err != nil || e.IsDir() {
 				continue
 			}
-			if l := Localise(string(b), mounts); l != string(b) {
+			if l := Localise(string(b), named); l != string(b) {
 				if err := os.WriteFile(p, []byte(l), 0o600); err != nil {
 					return nil, nil, err
 				}
