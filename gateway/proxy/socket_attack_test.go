@@ -1,0 +1,118 @@
+//go:build linux
+
+package proxy
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSocketRefusesSymlink: in a ReversiGateway pod each sidecar's socket folder is its own
+// emptyDir, writable by the server it runs, and mounted in the gateway container at
+// /run/reversi/<name>/. A hostile server can replace its socket by a symlink to
+// /run/reversi/<other>/<other>.sock, a path that exists only in the gateway container: if the
+// gateway followed it, the calls meant for (and manifests of) one upstream would go to
+// another server, and that server's one shared connection would be taken. The gateway must
+// connect only to a socket that is the path itself.
+func TestSocketRefusesSymlink(t *testing.T) {
+	dir := shortTemp(t)
+	for _, d := range []string{"a", "b"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := filepath.Join(dir, "b", "b.sock")
+	l, err := net.Listen("unix", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	accepted := make(chan struct{}, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			_ = c.Close()
+		}
+	}()
+	transport := func(path string) *stdioTransport {
+		return &stdioTransport{socket: path, name: "a", limit: 1 << 20, terminate: time.Second,
+			warn: func(string, ...any) {}, hit: func(string) {}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+
+	link := filepath.Join(dir, "a", "a.sock")
+	if err := os.Symlink(other, link); err != nil {
+		t.Fatal(err)
+	}
+	c, err := transport(link).Connect(ctx)
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("the gateway followed a symlink at the socket path to another upstream's socket")
+	}
+	if !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("error %q does not say the path is a symlink", err)
+	}
+	select {
+	case <-accepted:
+		t.Fatal("the other upstream's socket was connected to")
+	default:
+	}
+
+	// A regular file, a folder: not a socket, refused at once (not waited for).
+	file := filepath.Join(dir, "a", "file.sock")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if c, err := transport(file).Connect(ctx); err == nil {
+		_ = c.Close()
+		t.Error("connected to a regular file")
+	} else if time.Since(start) > time.Second {
+		t.Errorf("a regular file was retried until the deadline: %v", err)
+	}
+
+	// The socket itself still connects.
+	c, err = transport(other).Connect(ctx)
+	if err != nil {
+		t.Fatalf("the genuine socket: %v", err)
+	}
+	_ = c.Close()
+	select {
+	case <-accepted:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the genuine socket was not connected to")
+	}
+
+	// A socket that is not there yet is waited for, as before.
+	late := filepath.Join(dir, "a", "late.sock")
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		if l2, err := net.Listen("unix", late); err == nil {
+			t.Cleanup(func() { _ = l2.Close() })
+			go func() {
+				for {
+					c, err := l2.Accept()
+					if err != nil {
+						return
+					}
+					_ = c.Close()
+				}
+			}()
+		}
+	}()
+	c, err = transport(late).Connect(ctx)
+	if err != nil {
+		t.Fatalf("a socket that appears later: %v", err)
+	}
+	_ = c.Close()
+}
