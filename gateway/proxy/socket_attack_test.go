@@ -3,13 +3,19 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/reversi-gitops/reversi/gateway/config"
 )
 
 // TestSocketRefusesSymlink: in a ReversiGateway pod each sidecar's socket folder is its own
@@ -115,4 +121,76 @@ func TestSocketRefusesSymlink(t *testing.T) {
 		t.Fatalf("a socket that appears later: %v", err)
 	}
 	_ = c.Close()
+}
+
+// flappingServer listens on sock and serves each connection as a minimal MCP server: it
+// answers initialize and tools/list (no tools), then closes the connection when closeAfter
+// says so. It returns the count of connections accepted.
+func flappingServer(t *testing.T, sock string, closeAfterList bool) *atomic.Int64 {
+	t.Helper()
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	var n atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			go func() {
+				defer c.Close()
+				sc := bufio.NewScanner(c)
+				for sc.Scan() {
+					var m struct {
+						ID     json.RawMessage `json:"id"`
+						Method string          `json:"method"`
+					}
+					if json.Unmarshal(sc.Bytes(), &m) != nil || m.ID == nil {
+						continue
+					}
+					var result string
+					switch m.Method {
+					case "initialize":
+						result = `{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"flap","version":"1"}}`
+					case "tools/list":
+						result = `{"tools":[]}`
+					default:
+						result = `{}`
+					}
+					fmt.Fprintf(c, `{"jsonrpc":"2.0","id":%s,"result":%s}`+"\n", m.ID, result)
+					if m.Method == "tools/list" && closeAfterList {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return &n
+}
+
+// TestSocketFlappingServerIsBackedOff: a hostile server (or any process that has the socket)
+// that completes the handshake and closes the connection at once, again and again, must not
+// have the gateway reconnect (and journal a note, and list again) as fast as it can: each
+// reconnect is a note in the gateway journal, which a PVC holds. Reconnects after a session
+// that lived only briefly keep backing off.
+func TestSocketFlappingServerIsBackedOff(t *testing.T) {
+	sock := filepath.Join(shortTemp(t), "flap.sock")
+	n := flappingServer(t, sock, true)
+	cfg := &config.Gateway{Mode: config.ModeObserve, UnclassifiedReads: config.UnclassifiedBlock,
+		Actor: "dev", Upstreams: []config.Upstream{{Name: "flap", Socket: sock, Namespace: true}}}
+	f := start(t, cfg, nil)
+	time.Sleep(6 * time.Second)
+	got := n.Load()
+	notes := strings.Count(f.stderr.String(), "upstream flap stopped")
+	// Backoff 0.5 s doubling: within 6 s some 4 to 5 reconnects; allow slack.
+	if got > 8 {
+		t.Errorf("%d connections in 6 s (%d notes of the upstream stopping): the gateway reconnects to a flapping upstream without backing off", got, notes)
+	}
+	if got < 2 {
+		t.Errorf("%d connections: the gateway did not reconnect at all", got)
+	}
 }
