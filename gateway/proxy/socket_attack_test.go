@@ -194,3 +194,41 @@ func TestSocketFlappingServerIsBackedOff(t *testing.T) {
 		t.Errorf("%d connections: the gateway did not reconnect at all", got)
 	}
 }
+
+// TestSocketLongPath: a container upstream's name may have 54 characters, and the gateway
+// reaches its socket at /run/reversi/<name>/<name>.sock, 127 bytes then: more than the 107 a
+// Unix socket address holds. The gateway connects to it anyway (through /proc/self/fd).
+func TestSocketLongPath(t *testing.T) {
+	name := strings.Repeat("n", 54)
+	dir := filepath.Join(shortTemp(t), name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	l, err := net.Listen("unix", name+".sock") // relative: a bind by the long name cannot be made
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	long := filepath.Join(dir, name+".sock")
+	if len(long) <= 107 {
+		t.Fatalf("%s is only %d bytes", long, len(long))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c, err := (&stdioTransport{socket: long, name: name, limit: 1 << 20, terminate: time.Second,
+		warn: func(string, ...any) {}, hit: func(string) {}}).Connect(ctx)
+	if err != nil {
+		t.Fatalf("a socket path of %d bytes: %v", len(long), err)
+	}
+	_ = c.Close()
+}
