@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -83,7 +84,8 @@ func bridgeSession(u v1alpha1.GatewayUpstream) string {
 
 // checkContainerUpstreams refuses what the CRD's schema cannot: an emptyDir sizeLimit that
 // is not above 0 and at most maxUpstreamEmptyDir (a quantity in a CEL rule costs more than
-// the schema's budget for 64 upstreams of 8 volumes).
+// the schema's budget for 64 upstreams of 8 volumes); and, again, a mount path the schema
+// refuses (checkMountPath).
 func checkContainerUpstreams(gw *v1alpha1.ReversiGateway) error {
 	limit := resource.MustParse(maxUpstreamEmptyDir)
 	var errs []error
@@ -92,12 +94,29 @@ func checkContainerUpstreams(gw *v1alpha1.ReversiGateway) error {
 			continue
 		}
 		for j, v := range u.Container.Volumes {
+			if err := checkMountPath(v.MountPath); err != nil {
+				errs = append(errs, fmt.Errorf("spec.upstreams[%d].container.volumes[%d].mountPath %w", i, j, err))
+			}
 			if e := v.EmptyDir; e != nil && e.SizeLimit != nil && (e.SizeLimit.Sign() <= 0 || e.SizeLimit.Cmp(limit) > 0) {
 				errs = append(errs, fmt.Errorf("spec.upstreams[%d].container.volumes[%d].emptyDir.sizeLimit is %s: give a size above 0 and at most %s", i, j, e.SizeLimit, maxUpstreamEmptyDir))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkMountPath refuses what the CRD's schema does (an installed CRD may be older than the
+// controller): a mount path that is not absolute and clean (path.Clean: no //, . or ..
+// segments, no trailing /), /, /tmp, or one in BridgeSocketDir or BridgeBinDir; to the
+// runtime "/run//reversi" is /run/reversi, whose volume would shadow the socket folder.
+func checkMountPath(p string) error {
+	switch {
+	case !strings.HasPrefix(p, "/") || path.Clean(p) != p:
+		return fmt.Errorf("%q is not an absolute, clean path (no //, . or .. segments): write it so", p)
+	case p == "/" || p == "/tmp" || p == BridgeSocketDir || strings.HasPrefix(p, BridgeSocketDir+"/") || p == BridgeBinDir || strings.HasPrefix(p, BridgeBinDir+"/"):
+		return fmt.Errorf("%q is the sidecar's own (/, /tmp, %s, %s): mount elsewhere", p, BridgeSocketDir, BridgeBinDir)
+	}
+	return nil
 }
 
 // restricted is the security context of the pod's containers other than the gateway: non-root,

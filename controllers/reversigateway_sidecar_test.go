@@ -369,3 +369,18 @@ func TestContainerUpstreamSizeLimit(t *testing.T) {
 		}
 	}
 }
+
+// checkContainerUpstreams refuses, as the CRD does, a mount path that the runtime would take
+// for the sidecar's own folders (a doubled slash, . or .. segments), whatever CRD is installed.
+func TestContainerUpstreamMountPath(t *testing.T) {
+	for p, ok := range map[string]bool{"/data": true, "/run/other": true, "/tmp/x": true, "/reversi-binx": true,
+		"//tmp": false, "/run//reversi": false, "//reversi-bin": false, "/data/../run/reversi": false, "/./tmp": false,
+		"/tmp": false, "/run/reversi/x": false, "/reversi-bin": false, "/": false, "data": false, "/data/": false} {
+		gw := memGateway("team-a")
+		gw.Spec.Upstreams[1].Container.Volumes[0].MountPath = p
+		_, err := renderConfig(gw)
+		if ok != (err == nil) || !ok && !strings.Contains(err.Error(), "spec.upstreams[1].container.volumes[0].mountPath") {
+			t.Errorf("mountPath %s: %v", p, err)
+		}
+	}
+}
