@@ -43,7 +43,7 @@ const (
 	UpstreamContainerPrefix = "upstream-"
 
 	binVolume = "reversi-bin"
-	apiVolume    = "kube-api-access"
+	apiVolume = "kube-api-access"
 	// maxUpstreamEmptyDir bounds an upstream's emptyDir volume; defaultUpstreamEmptyDir is
 	// its size when unset.
 	maxUpstreamEmptyDir     = "1Gi"
