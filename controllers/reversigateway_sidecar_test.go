@@ -384,3 +384,41 @@ func TestContainerUpstreamMountPath(t *testing.T) {
 		}
 	}
 }
+
+// An author who may not read a Secret or ConfigMap cannot have it mounted into a server
+// they control: a volume's secret and configMap are reviewed as an env's are, each refusal
+// naming its field; the gateway's own Secret (gateway-keys, readable) named by a server's
+// volume passes only because the author may read it.
+func TestReversiGatewayWebhookContainerVolumes(t *testing.T) {
+	f := &fakeAuthorizer{allowed: map[string]bool{"create deployments.apps": true, "create persistentvolumeclaims": true,
+		"get secrets/tickets-token": true, "get secrets/gateway-keys": true, "get secrets/mem-token": true,
+		"get configmaps/mem-files": true, "get configmaps/mem-settings": true}}
+	w := f.webhook(t)
+	var err error
+	if w.UpstreamImages, err = NewImagePolicy([]string{"mcp/*"}); err != nil {
+		t.Fatal(err)
+	}
+	gw := memGateway("team-a")
+	c := gw.Spec.Upstreams[2].Container
+	c.Volumes = []v1alpha1.UpstreamVolume{
+		{Name: "creds", MountPath: "/creds", Secret: &v1alpha1.LocalObjectReference{Name: "db-admin"}},
+		{Name: "keys", MountPath: "/keys", Secret: &v1alpha1.LocalObjectReference{Name: "gateway-keys"}},
+		{Name: "ca", MountPath: "/ca", ConfigMap: &v1alpha1.ConfigMapReference{Name: "other-gateway-config"}},
+	}
+	_, err = w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), gw)
+	var refusal *ReversiGatewayAdmissionError
+	if !errors.As(err, &refusal) || len(refusal.Missing) != 2 {
+		t.Fatalf("%v, want two missing rights", err)
+	}
+	for _, want := range []string{
+		`may not get secret "db-admin" (spec.upstreams[2].container.volumes[0].secret)`,
+		`may not get configmap "other-gateway-config" (spec.upstreams[2].container.volumes[2].configMap)`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal:\n%s\nwant it to say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), `"gateway-keys"`) {
+		t.Errorf("a readable Secret refused: %s", err)
+	}
+}
