@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/diff"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
@@ -420,5 +422,50 @@ func TestReversiGatewayWebhookContainerVolumes(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), `"gateway-keys"`) {
 		t.Errorf("a readable Secret refused: %s", err)
+	}
+}
+
+// At the limits the schema allows (16 container upstreams among 64, the last at index 63, names
+// of 54 characters, 8 volumes of 40-character names each) the rendered Deployment is valid to the
+// API server (dry run): names of containers and volumes stay DNS labels and unique, and no two
+// sidecars share a volume or a socket folder.
+func TestContainerUpstreamsAtTheLimits(t *testing.T) {
+	ns := namespace(t)
+	gw := &v1alpha1.ReversiGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "limits"},
+		Spec: v1alpha1.ReversiGatewaySpec{Auth: &v1alpha1.GatewayAuth{KeysSecretRef: &v1alpha1.SecretKeyReference{Name: "k", Key: "keys.json"}}}}
+	for i := range 64 {
+		u := v1alpha1.GatewayUpstream{Name: fmt.Sprintf("u%d", i), URL: "https://mcp.example.com/mcp"}
+		if i >= 48 {
+			u = v1alpha1.GatewayUpstream{Name: fmt.Sprintf("%02d", i) + strings.Repeat("n", 52), Container: &v1alpha1.UpstreamContainer{Image: "mcp/a:1", Command: []string{"a"}}}
+			for j := range 8 {
+				u.Container.Volumes = append(u.Container.Volumes, v1alpha1.UpstreamVolume{Name: fmt.Sprintf("%d", j) + strings.Repeat("v", 39),
+					MountPath: fmt.Sprintf("/v%d", j), EmptyDir: &v1alpha1.UpstreamEmptyDir{}})
+			}
+		}
+		gw.Spec.Upstreams = append(gw.Spec.Upstreams, u)
+	}
+	if err := k8s.Create(t.Context(), gw.DeepCopy(), client.DryRunAll); err != nil {
+		t.Fatalf("the ReversiGateway: %v", err)
+	}
+	rc, err := renderConfig(gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "limits-gateway"}}
+	mutateDeployment(d, gw, "reversi:latest", rc, nil)
+	if err := k8s.Create(t.Context(), d, client.DryRunAll); err != nil {
+		t.Fatalf("the rendered Deployment: %v", err)
+	}
+	seen := map[string]string{}
+	for _, c := range append(slices.Clone(d.Spec.Template.Spec.InitContainers), d.Spec.Template.Spec.Containers...) {
+		for _, m := range c.VolumeMounts {
+			if c.Name == GatewayContainer || m.Name == binVolume {
+				continue
+			}
+			if other, ok := seen[m.Name]; ok {
+				t.Errorf("volume %s is mounted by %s and %s", m.Name, other, c.Name)
+			}
+			seen[m.Name] = c.Name
+		}
 	}
 }
