@@ -6,6 +6,7 @@ import (
 	"maps"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -27,6 +28,8 @@ import (
 // copy-binary` does the copy). The pod mounts no ServiceAccount token of its own accord:
 // the gateway container alone gets one, from a projected volume at ServiceAccountDir.
 const (
+	// GatewayBinary is the reversi binary in the gateway image (its ENTRYPOINT).
+	GatewayBinary = "/reversi"
 	// CopyBinaryContainer is the init container that copies the bridge.
 	CopyBinaryContainer = "reversi-bin"
 	// BridgeBinDir holds the bridge (the reversi binary), BridgeBinary is its path.
@@ -257,6 +260,15 @@ func apiAccessVolume() corev1.Volume {
 // sidecar.
 func addSidecars(pod *corev1.PodSpec, gw *v1alpha1.ReversiGateway, image string) {
 	pod.AutomountServiceAccountToken = ptr.To(false)
+	// The sidecars share the pod's network and start first: a server could listen on the
+	// gateway's port and answer an HTTP probe (and the Service) in its place. The probes become
+	// `reversi probe`, which also checks that the gateway process holds every listener there.
+	for _, p := range []*corev1.Probe{pod.Containers[0].StartupProbe, pod.Containers[0].LivenessProbe, pod.Containers[0].ReadinessProbe} {
+		if p != nil && p.HTTPGet != nil {
+			p.ProbeHandler = corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{GatewayBinary, "probe",
+				"--port", strconv.Itoa(int(gatewayPort(gw))), "--path", p.HTTPGet.Path}}}
+		}
+	}
 	// No <SERVICE>_SERVICE_HOST variables of the namespace's Services in the sidecars' env
 	// (the kubelet still sets KUBERNETES_SERVICE_HOST and _PORT in every container).
 	pod.EnableServiceLinks = ptr.To(false)

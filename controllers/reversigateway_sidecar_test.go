@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/diff"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -68,8 +67,10 @@ func memPodSpec(ns, configDigest string) corev1.PodSpec {
 	}
 	memorySC := restricted(true)
 	memorySC.RunAsUser, memorySC.RunAsGroup = ptr.To[int64](1000), ptr.To[int64](1000)
+	// Exec probes, not HTTP: `reversi probe` also checks that the gateway holds its port (a
+	// sidecar could listen there first and answer an HTTP probe).
 	probe := func(path string, failures int32) *corev1.Probe {
-		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("http"), Scheme: corev1.URISchemeHTTP}},
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/reversi", "probe", "--port", "7431", "--path", path}}},
 			TimeoutSeconds: 3, PeriodSeconds: 10, FailureThreshold: failures, SuccessThreshold: 1}
 	}
 	emptyDir := func(name, size string) corev1.Volume {
