@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -26,6 +28,8 @@ import (
 // copy-binary` does the copy). The pod mounts no ServiceAccount token of its own accord:
 // the gateway container alone gets one, from a projected volume at ServiceAccountDir.
 const (
+	// GatewayBinary is the reversi binary in the gateway image (its ENTRYPOINT).
+	GatewayBinary = "/reversi"
 	// CopyBinaryContainer is the init container that copies the bridge.
 	CopyBinaryContainer = "reversi-bin"
 	// BridgeBinDir holds the bridge (the reversi binary), BridgeBinary is its path.
@@ -83,7 +87,8 @@ func bridgeSession(u v1alpha1.GatewayUpstream) string {
 
 // checkContainerUpstreams refuses what the CRD's schema cannot: an emptyDir sizeLimit that
 // is not above 0 and at most maxUpstreamEmptyDir (a quantity in a CEL rule costs more than
-// the schema's budget for 64 upstreams of 8 volumes).
+// the schema's budget for 64 upstreams of 8 volumes); and, again, a mount path the schema
+// refuses (checkMountPath).
 func checkContainerUpstreams(gw *v1alpha1.ReversiGateway) error {
 	limit := resource.MustParse(maxUpstreamEmptyDir)
 	var errs []error
@@ -92,12 +97,29 @@ func checkContainerUpstreams(gw *v1alpha1.ReversiGateway) error {
 			continue
 		}
 		for j, v := range u.Container.Volumes {
+			if err := checkMountPath(v.MountPath); err != nil {
+				errs = append(errs, fmt.Errorf("spec.upstreams[%d].container.volumes[%d].mountPath %w", i, j, err))
+			}
 			if e := v.EmptyDir; e != nil && e.SizeLimit != nil && (e.SizeLimit.Sign() <= 0 || e.SizeLimit.Cmp(limit) > 0) {
 				errs = append(errs, fmt.Errorf("spec.upstreams[%d].container.volumes[%d].emptyDir.sizeLimit is %s: give a size above 0 and at most %s", i, j, e.SizeLimit, maxUpstreamEmptyDir))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkMountPath refuses what the CRD's schema does (an installed CRD may be older than the
+// controller): a mount path that is not absolute and clean (path.Clean: no //, . or ..
+// segments, no trailing /), /, /tmp, or one in BridgeSocketDir or BridgeBinDir; to the
+// runtime "/run//reversi" is /run/reversi, whose volume would shadow the socket folder.
+func checkMountPath(p string) error {
+	switch {
+	case !strings.HasPrefix(p, "/") || path.Clean(p) != p:
+		return fmt.Errorf("%q is not an absolute, clean path (no //, . or .. segments): write it so", p)
+	case p == "/" || p == "/tmp" || p == BridgeSocketDir || strings.HasPrefix(p, BridgeSocketDir+"/") || p == BridgeBinDir || strings.HasPrefix(p, BridgeBinDir+"/"):
+		return fmt.Errorf("%q is the sidecar's own (/, /tmp, %s, %s): mount elsewhere", p, BridgeSocketDir, BridgeBinDir)
+	}
+	return nil
 }
 
 // restricted is the security context of the pod's containers other than the gateway: non-root,
@@ -238,6 +260,15 @@ func apiAccessVolume() corev1.Volume {
 // sidecar.
 func addSidecars(pod *corev1.PodSpec, gw *v1alpha1.ReversiGateway, image string) {
 	pod.AutomountServiceAccountToken = ptr.To(false)
+	// The sidecars share the pod's network and start first: a server could listen on the
+	// gateway's port and answer an HTTP probe (and the Service) in its place. The probes become
+	// `reversi probe`, which also checks that the gateway process holds every listener there.
+	for _, p := range []*corev1.Probe{pod.Containers[0].StartupProbe, pod.Containers[0].LivenessProbe, pod.Containers[0].ReadinessProbe} {
+		if p != nil && p.HTTPGet != nil {
+			p.ProbeHandler = corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{GatewayBinary, "probe",
+				"--port", strconv.Itoa(int(gatewayPort(gw))), "--path", p.HTTPGet.Path}}}
+		}
+	}
 	// No <SERVICE>_SERVICE_HOST variables of the namespace's Services in the sidecars' env
 	// (the kubelet still sets KUBERNETES_SERVICE_HOST and _PORT in every container).
 	pod.EnableServiceLinks = ptr.To(false)

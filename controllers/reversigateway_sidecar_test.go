@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -17,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/diff"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
@@ -66,8 +67,10 @@ func memPodSpec(ns, configDigest string) corev1.PodSpec {
 	}
 	memorySC := restricted(true)
 	memorySC.RunAsUser, memorySC.RunAsGroup = ptr.To[int64](1000), ptr.To[int64](1000)
+	// Exec probes, not HTTP: `reversi probe` also checks that the gateway holds its port (a
+	// sidecar could listen there first and answer an HTTP probe).
 	probe := func(path string, failures int32) *corev1.Probe {
-		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("http"), Scheme: corev1.URISchemeHTTP}},
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/reversi", "probe", "--port", "7431", "--path", path}}},
 			TimeoutSeconds: 3, PeriodSeconds: 10, FailureThreshold: failures, SuccessThreshold: 1}
 	}
 	emptyDir := func(name, size string) corev1.Volume {
@@ -366,6 +369,104 @@ func TestContainerUpstreamSizeLimit(t *testing.T) {
 		_, err := renderConfig(gw)
 		if ok != (err == nil) || !ok && !strings.Contains(err.Error(), "spec.upstreams[1].container.volumes[0].emptyDir.sizeLimit is "+size+": give a size above 0 and at most 1Gi") {
 			t.Errorf("sizeLimit %s: %v", size, err)
+		}
+	}
+}
+
+// checkContainerUpstreams refuses, as the CRD does, a mount path that the runtime would take
+// for the sidecar's own folders (a doubled slash, . or .. segments), whatever CRD is installed.
+func TestContainerUpstreamMountPath(t *testing.T) {
+	for p, ok := range map[string]bool{"/data": true, "/run/other": true, "/tmp/x": true, "/reversi-binx": true,
+		"//tmp": false, "/run//reversi": false, "//reversi-bin": false, "/data/../run/reversi": false, "/./tmp": false,
+		"/tmp": false, "/run/reversi/x": false, "/reversi-bin": false, "/": false, "data": false, "/data/": false} {
+		gw := memGateway("team-a")
+		gw.Spec.Upstreams[1].Container.Volumes[0].MountPath = p
+		_, err := renderConfig(gw)
+		if ok != (err == nil) || !ok && !strings.Contains(err.Error(), "spec.upstreams[1].container.volumes[0].mountPath") {
+			t.Errorf("mountPath %s: %v", p, err)
+		}
+	}
+}
+
+// An author who may not read a Secret or ConfigMap cannot have it mounted into a server
+// they control: a volume's secret and configMap are reviewed as an env's are, each refusal
+// naming its field; the gateway's own Secret (gateway-keys, readable) named by a server's
+// volume passes only because the author may read it.
+func TestReversiGatewayWebhookContainerVolumes(t *testing.T) {
+	f := &fakeAuthorizer{allowed: map[string]bool{"create deployments.apps": true, "create persistentvolumeclaims": true,
+		"get secrets/tickets-token": true, "get secrets/gateway-keys": true, "get secrets/mem-token": true,
+		"get configmaps/mem-files": true, "get configmaps/mem-settings": true}}
+	w := f.webhook(t)
+	var err error
+	if w.UpstreamImages, err = NewImagePolicy([]string{"mcp/*"}); err != nil {
+		t.Fatal(err)
+	}
+	gw := memGateway("team-a")
+	c := gw.Spec.Upstreams[2].Container
+	c.Volumes = []v1alpha1.UpstreamVolume{
+		{Name: "creds", MountPath: "/creds", Secret: &v1alpha1.LocalObjectReference{Name: "db-admin"}},
+		{Name: "keys", MountPath: "/keys", Secret: &v1alpha1.LocalObjectReference{Name: "gateway-keys"}},
+		{Name: "ca", MountPath: "/ca", ConfigMap: &v1alpha1.ConfigMapReference{Name: "other-gateway-config"}},
+	}
+	_, err = w.ValidateCreate(admissionCtx(t, admissionv1.Create, bobInfo), gw)
+	var refusal *ReversiGatewayAdmissionError
+	if !errors.As(err, &refusal) || len(refusal.Missing) != 2 {
+		t.Fatalf("%v, want two missing rights", err)
+	}
+	for _, want := range []string{
+		`may not get secret "db-admin" (spec.upstreams[2].container.volumes[0].secret)`,
+		`may not get configmap "other-gateway-config" (spec.upstreams[2].container.volumes[2].configMap)`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal:\n%s\nwant it to say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), `"gateway-keys"`) {
+		t.Errorf("a readable Secret refused: %s", err)
+	}
+}
+
+// At the limits the schema allows (16 container upstreams among 64, the last at index 63, names
+// of 54 characters, 8 volumes of 40-character names each) the rendered Deployment is valid to the
+// API server (dry run): names of containers and volumes stay DNS labels and unique, and no two
+// sidecars share a volume or a socket folder.
+func TestContainerUpstreamsAtTheLimits(t *testing.T) {
+	ns := namespace(t)
+	gw := &v1alpha1.ReversiGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "limits"},
+		Spec: v1alpha1.ReversiGatewaySpec{Auth: &v1alpha1.GatewayAuth{KeysSecretRef: &v1alpha1.SecretKeyReference{Name: "k", Key: "keys.json"}}}}
+	for i := range 64 {
+		u := v1alpha1.GatewayUpstream{Name: fmt.Sprintf("u%d", i), URL: "https://mcp.example.com/mcp"}
+		if i >= 48 {
+			u = v1alpha1.GatewayUpstream{Name: fmt.Sprintf("%02d", i) + strings.Repeat("n", 52), Container: &v1alpha1.UpstreamContainer{Image: "mcp/a:1", Command: []string{"a"}}}
+			for j := range 8 {
+				u.Container.Volumes = append(u.Container.Volumes, v1alpha1.UpstreamVolume{Name: fmt.Sprintf("%d", j) + strings.Repeat("v", 39),
+					MountPath: fmt.Sprintf("/v%d", j), EmptyDir: &v1alpha1.UpstreamEmptyDir{}})
+			}
+		}
+		gw.Spec.Upstreams = append(gw.Spec.Upstreams, u)
+	}
+	if err := k8s.Create(t.Context(), gw.DeepCopy(), client.DryRunAll); err != nil {
+		t.Fatalf("the ReversiGateway: %v", err)
+	}
+	rc, err := renderConfig(gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "limits-gateway"}}
+	mutateDeployment(d, gw, "reversi:latest", rc, nil)
+	if err := k8s.Create(t.Context(), d, client.DryRunAll); err != nil {
+		t.Fatalf("the rendered Deployment: %v", err)
+	}
+	seen := map[string]string{}
+	for _, c := range append(slices.Clone(d.Spec.Template.Spec.InitContainers), d.Spec.Template.Spec.Containers...) {
+		for _, m := range c.VolumeMounts {
+			if c.Name == GatewayContainer || m.Name == binVolume {
+				continue
+			}
+			if other, ok := seen[m.Name]; ok {
+				t.Errorf("volume %s is mounted by %s and %s", m.Name, other, c.Name)
+			}
+			seen[m.Name] = c.Name
 		}
 	}
 }

@@ -194,7 +194,7 @@ type UpstreamVolume struct {
 	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=256
 	// +kubebuilder:validation:Pattern=`^/[^:]*[^/:]$`
-	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.]?(/|$)')",message="mountPath has no . or .. segments: write it absolute and clean"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.]?(/|$)') && !self.contains('//')",message="mountPath has no empty, . or .. segments: write it absolute and clean (no //)"
 	// +kubebuilder:validation:XValidation:rule="self != '/tmp' && !self.matches('^/(run/reversi|reversi-bin)(/|$)')",message="/tmp, /run/reversi and /reversi-bin are the sidecar's own (scratch, the bridge's socket and its binary): mount elsewhere"
 	MountPath string `json:"mountPath"`
 

@@ -129,11 +129,12 @@ const socketRetry = 100 * time.Millisecond
 // dialSocket connects to a socket upstream. A socket that does not exist yet, or that nobody
 // listens on (a bridge starting or restarting its server), is tried again every socketRetry
 // until ctx ends (ConnectTimeout at start and on each reconnect): in a pod the gateway may start
-// before its stdio-bridge sidecar listens.
+// before its stdio-bridge sidecar listens. Only the socket at the path itself is connected to
+// (dialSocketPath): anything else there, a symlink above all, is a *NotSocketError at once.
 func (t *stdioTransport) dialSocket(ctx context.Context) (mcp.Connection, error) {
 	var d net.Dialer
 	for {
-		nc, err := d.DialContext(ctx, "unix", t.socket)
+		nc, err := dialSocketPath(ctx, &d, t.socket)
 		if err == nil {
 			uc := nc.(*net.UnixConn)
 			c := t.newConn(uc, uc)
@@ -150,6 +151,16 @@ func (t *stdioTransport) dialSocket(ctx context.Context) (mcp.Connection, error)
 		case <-time.After(socketRetry):
 		}
 	}
+}
+
+// NotSocketError is a socket upstream's path that is not a socket itself: a symlink (never
+// followed: in a pod it could lead to another upstream's socket), a folder, a regular file.
+type NotSocketError struct {
+	Path, What string
+}
+
+func (e *NotSocketError) Error() string {
+	return fmt.Sprintf("%s is %s, not a Unix socket: the gateway connects only to the socket at the path itself", e.Path, e.What)
 }
 
 // writeEnd is where a stdio connection writes: the process's stdin pipe, or the socket.

@@ -298,11 +298,22 @@ const relistInterval = time.Second
 // again, HTTP ones dialled again).
 var reconnectBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
 
+// stableSession is how long an upstream's session must have lasted for its end to be
+// reconnected at once; one that ended sooner waits the next step of reconnectBackoff first.
+const stableSession = 10 * time.Second
+
 // supervise watches an upstream's session. When it ends while the gateway runs (the process
 // exited, the connection broke, a write broke the stdio framing), the upstream is
 // marked down, which is said on stderr and journaled, so that calls are refused without being
-// forwarded; it is then reconnected with backoff, listed again, and its tools refreshed.
+// forwarded; it is then reconnected with backoff, listed again, and its tools refreshed. A
+// session that lasted less than stableSession is not reconnected at once but after the next
+// step of a backoff of its own, which a session lasting longer resets.
 func (g *Gateway) supervise(up *upstream) {
+	// flap backs off reconnecting to an upstream whose sessions end soon after they begin: an
+	// upstream (or whatever holds its socket) that answers the handshake and hangs up, again
+	// and again, would otherwise be reconnected, listed and journaled as fast as it answers.
+	flap := reconnectBackoff
+	began := time.Now()
 	for {
 		cs, err := up.session()
 		if err != nil {
@@ -314,6 +325,7 @@ func (g *Gateway) supervise(up *upstream) {
 			return
 		default:
 		}
+		lived := time.Since(began)
 		if werr == nil {
 			werr = errors.New("the session ended")
 		}
@@ -331,6 +343,15 @@ func (g *Gateway) supervise(up *upstream) {
 			verb = "restarting it"
 		}
 		g.note("upstream %s stopped (%v); %s", up.name, werr, verb)
+		if lived >= stableSession {
+			flap = reconnectBackoff
+		} else {
+			select {
+			case <-g.closed:
+				return
+			case <-time.After(flap.Step()):
+			}
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			select {
@@ -358,6 +379,7 @@ func (g *Gateway) supervise(up *upstream) {
 		if err != nil { // the gateway is closing
 			return
 		}
+		began = time.Now()
 		g.note("upstream %s reconnected", up.name)
 		_ = g.refreshTools(context.Background(), up) // within ListTimeout; a failure is journaled, the previous tools keep serving
 	}

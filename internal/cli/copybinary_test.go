@@ -54,3 +54,25 @@ func TestCopyBinary(t *testing.T) {
 		t.Errorf("a missing folder: exit %d, %q", code, errb.String())
 	}
 }
+
+// A DEST that is a symlink is replaced, not followed: the file it pointed at is left as it was.
+func TestCopyBinaryDestSymlink(t *testing.T) {
+	dir, outside := t.TempDir(), filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(outside, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(dir, "reversi")
+	if err := os.Symlink(outside, dest); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := Execute([]string{"copy-binary", dest}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "keep" {
+		t.Errorf("the symlink's target was written: %d bytes", len(b))
+	}
+	if st, err := os.Lstat(dest); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("DEST is %v (%v), want a regular file", st.Mode(), err)
+	}
+}

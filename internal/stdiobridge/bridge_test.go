@@ -689,3 +689,28 @@ func TestProcessReapsOrphans(t *testing.T) {
 		return ""
 	})
 }
+
+// TestSocketSymlinkRefused: a symlink planted at the socket path (to a stale socket elsewhere,
+// or to another bridge's live one) is not followed: the bridge neither removes its target nor
+// listens through it.
+func TestSocketSymlinkRefused(t *testing.T) {
+	dir := shortDir(t)
+	target := filepath.Join(dir, "target.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: target, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	_ = ln.Close() // stale: a bridge that followed the link would remove it
+	link := filepath.Join(dir, "link.sock")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), Options{Listen: "unix://" + link, Command: pidEcho})
+	if err == nil || !strings.Contains(err.Error(), "--listen: "+link+" exists and is not a socket") {
+		t.Errorf("a symlink at the socket path: %v", err)
+	}
+	if fi, err := os.Lstat(target); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Errorf("the symlink's target was removed or changed: %v %v", fi, err)
+	}
+}

@@ -269,7 +269,12 @@ func TestSchemaRefusals(t *testing.T) {
 		{"container as root", gateway("c11", `{name: a, container: {image: "mcp/a:1", command: [a], securityContext: {runAsUser: 0}}}`), `spec.upstreams[0].container.securityContext.runAsUser: Invalid value`},
 		{"container volume on the socket", gateway("c12", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /run/reversi, emptyDir: {}}]}}`), `/tmp, /run/reversi and /reversi-bin are the sidecar's own`},
 		{"container volume on /tmp", gateway("c13", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /tmp, emptyDir: {}}]}}`), `/tmp, /run/reversi and /reversi-bin are the sidecar's own`},
-		{"container volume escaping", gateway("c14", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /data/../reversi-bin, emptyDir: {}}]}}`), `mountPath has no . or .. segments`},
+		{"container volume escaping", gateway("c14", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /data/../reversi-bin, emptyDir: {}}]}}`), `mountPath has no empty, . or .. segments`},
+		// A doubled slash is the same path to the runtime: it must not slip past the rules on
+		// the sidecar's own folders (shadowing the socket folder or the bridge).
+		{"container volume at //tmp", gateway("c14b", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: //tmp, emptyDir: {}}]}}`), `mountPath has no empty, . or .. segments`},
+		{"container volume at /run//reversi", gateway("c14c", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /run//reversi, emptyDir: {}}]}}`), `mountPath has no empty, . or .. segments`},
+		{"container volume at //reversi-bin", gateway("c14d", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: //reversi-bin, configMap: {name: c}}]}}`), `mountPath has no empty, . or .. segments`},
 		{"container volume of two kinds", gateway("c16", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /data, emptyDir: {}, secret: {name: s}}]}}`), `set exactly one of emptyDir, configMap or secret`},
 		{"container volume hostPath", gateway("c17", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /data, hostPath: {path: /}}]}}`), `unknown field "spec.upstreams[0].container.volumes[0].hostPath"`},
 		{"container volumes on one path", gateway("c18", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: v, mountPath: /data, emptyDir: {}}, {name: w, mountPath: /data, emptyDir: {}}]}}`), `two volumes have the same mountPath`},
