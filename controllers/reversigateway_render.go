@@ -331,6 +331,9 @@ func gatewayRules(gw *v1alpha1.ReversiGateway, configMaps, leases []string) []rb
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns/status"}, Verbs: []string{"get", "update", "patch"}},
 		// The approvers' decisions on its requests, read only (the controller counts them).
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"approvals"}, Verbs: []string{"get", "list", "watch"}},
+		// Events on the requests it creates (ApprovalRequested, issue 24): create, and patch for
+		// an event's series. No read: the gateway sees no one's events.
+		rbacv1.PolicyRule{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	)
 }
 
