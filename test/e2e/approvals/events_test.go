@@ -98,3 +98,72 @@ func TestApprovalEventsInKubernetes(t *testing.T) {
 		t.Errorf("events of %s:\n%q\nwant\n%q", a.ID, got, want)
 	}
 }
+
+// Issue 24, notifications in Kubernetes mode: the gateway's store (under the Kubernetes queue)
+// writes the outbox rows of a request kept as an ApprovalRequest: approval.requested when the
+// gateway creates it, and approval.approved, in the transaction of the decision record the
+// queue journals when it reads the controller's signed Approved phase, naming alice and bob
+// (the run's counted approvers). A receiver whose tool filter excludes the tool gets no row.
+// A second look at the same phase (a restart's informer) writes nothing more.
+func TestKubernetesDecisionsReachTheOutbox(t *testing.T) {
+	ns := setupNamespace(t, "outbox")
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigOf(t, actor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := store.NewMemory(nil)
+	if err := inner.SetNotificationReceivers(t.Context(), []store.Receiver{{Name: "hook"}, {Name: "payments-only", Tools: []string{"payments.*"}}}); err != nil {
+		t.Fatal(err)
+	}
+	kst, err := kube.New(t.Context(), inner, kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "a", ControllerKeys: ctlKey.Trust})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kst.Close() })
+	if _, err := kst.CreateRun(t.Context(), store.Run{ID: "run-ob", Actor: actor, Gateway: "agents"}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := kst.CreateApproval(t.Context(), store.ApprovalRequest{Tool: "memory.delete_entities", ArgsDigest: "sha256:" + strings.Repeat("0f", 32),
+		ArgsPreview: `{"entityNames":["a","[redacted]"]}`, Run: "run-ob", Actor: actor, Roles: []string{"finance"}, Quorum: 2, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := func() []string {
+		l, err := inner.ListNotifications(t.Context(), store.NotificationFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, n := range l {
+			out = append(out, fmt.Sprintf("%s %s %s kept=%v by=%v preview=%s", n.Sink, n.Notice.Key, n.Notice.Tool, n.Notice.Kept, n.Notice.DecidedBy, n.Notice.ArgumentsPreview))
+		}
+		return out
+	}
+	requested := fmt.Sprintf(`hook approval.requested:%s memory.delete_entities kept=true by=[] preview={"entityNames":["a","[redacted]"]}`, a.ID)
+	if got := rows(); !slices.Equal(got, []string{requested}) {
+		t.Fatalf("outbox after the hold:\n%q\nwant\n%q", got, requested)
+	}
+	for _, who := range []string{"alice", "bob"} {
+		if out, err := kubectl(t, who, approvalYAML(ns, a.ID+"-"+who, a.ID, "Approve"), "apply", "-f", "-"); err != nil {
+			t.Fatalf("kubectl apply by %s: %v\n%s", who, err, out)
+		}
+	}
+	want := []string{requested, fmt.Sprintf(`hook approval.approved:%s memory.delete_entities kept=true by=[alice bob] preview={"entityNames":["a","[redacted]"]}`, a.ID)}
+	waitFor(t, 20*time.Second, func() string {
+		if got := rows(); !slices.Equal(got, want) {
+			return fmt.Sprintf("outbox:\n%q\nwant\n%q", got, want)
+		}
+		return ""
+	})
+	// Another process's queue on the same store reads the same phase: its journal finds the
+	// record there (Once) and writes no second row.
+	again, err := kube.New(t.Context(), inner, kube.Options{Config: cfg, Namespace: ns, Gateway: "agents", Replica: "b", ControllerKeys: ctlKey.Trust})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = again.Close() }) // it closes inner too, as kst does; the second Close is a no-op
+	time.Sleep(time.Second)
+	if got := rows(); !slices.Equal(got, want) {
+		t.Errorf("outbox after a second queue read the request:\n%q\nwant\n%q", got, want)
+	}
+}
