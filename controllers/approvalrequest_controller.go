@@ -169,15 +169,18 @@ func (r *ApprovalRequestReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Status().Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if st.Escalated && !wasEscalated {
-		r.event(ar, corev1.EventTypeNormal, v1alpha1.ReasonEscalated, ar.Status.Message)
+	if st.Escalated && !wasEscalated && st.Phase == approvalrules.Pending {
+		r.event(ar, corev1.EventTypeNormal, v1alpha1.EventApprovalEscalated, decisionNote(ar))
 	}
 	if st.Phase != before {
-		typ := corev1.EventTypeNormal
-		if st.Phase != approvalrules.Approved {
-			typ = corev1.EventTypeWarning
+		typ, reason := corev1.EventTypeWarning, v1alpha1.EventApprovalDenied
+		switch st.Phase {
+		case approvalrules.Approved:
+			typ, reason = corev1.EventTypeNormal, v1alpha1.EventApprovalApproved
+		case approvalrules.Expired:
+			reason = v1alpha1.EventApprovalExpired
 		}
-		r.event(ar, typ, phaseOf(st), ar.Status.Message)
+		r.event(ar, typ, reason, decisionNote(ar))
 	}
 	for _, j := range results {
 		if err := r.setApprovalStatus(ctx, j); err != nil {
@@ -386,6 +389,12 @@ func (r *ApprovalRequestReconciler) setApprovalStatus(ctx context.Context, j jud
 	apr.Status.Result, apr.Status.Message = j.result, j.message
 	markReady(apr, j.result, j.message)
 	return client.IgnoreNotFound(r.Status().Patch(ctx, apr, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
+}
+
+// decisionNote is the note of an approval event (issue 24): the tool, the run and its actor,
+// then the status message (who approved or denied, or who the request now waits for).
+func decisionNote(ar *v1alpha1.ApprovalRequest) string {
+	return truncate(fmt.Sprintf("%s (run %s, actor %s): %s", ar.Spec.Tool, ar.Spec.Run, ar.Spec.Actor, ar.Status.Message), 1024)
 }
 
 func countedMessage(apr *v1alpha1.Approval) string {

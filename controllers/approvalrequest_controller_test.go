@@ -191,6 +191,59 @@ func waitEvent(t *testing.T, ns, name, want string) {
 	})
 }
 
+// approvalEvents lists the approval events (reason Approval*) about one object, each as
+// "type reason: note", waiting until there are n of them and then a moment longer, so that an
+// event too many is seen.
+func approvalEvents(t *testing.T, ns, name string, n int) []string {
+	t.Helper()
+	list := func() []string {
+		var evs eventsv1.EventList
+		if err := k8s.List(t.Context(), &evs, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range evs.Items {
+			if e.Regarding.Name == name && strings.HasPrefix(e.Reason, "Approval") {
+				out = append(out, e.Type+" "+e.Reason+": "+e.Note)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	eventually(t, 10*time.Second, func() string {
+		if got := list(); len(got) < n {
+			return fmt.Sprintf("%d approval events about %s, want %d: %q", len(got), name, n, got)
+		}
+		return ""
+	})
+	time.Sleep(500 * time.Millisecond)
+	return list()
+}
+
+// Issue 24: each decision is one Kubernetes Event on the ApprovalRequest, with the tool, the
+// run, its actor and who decided: ApprovalApproved (Normal) naming both approvers and the
+// quorum, ApprovalDenied (Warning) naming the one who denied; no other approval event.
+func TestApprovalDecisionEvents(t *testing.T) {
+	ns := approverNamespace(t)
+	newRequest(t, ns, "apr-ev-ok", nil)
+	newRequest(t, ns, "apr-ev-no", func(s *v1alpha1.ApprovalRequestSpec) { s.Tool, s.Run = "stripe.payout", "run-2" })
+	mustApply(t, "alice", ns, "apr-ev-ok-alice", "apr-ev-ok", "Approve")
+	waitPhase(t, ns, "apr-ev-ok", v1alpha1.ApprovalPending, 1)
+	mustApply(t, "bob", ns, "apr-ev-ok-bob", "apr-ev-ok", "Approve")
+	mustApply(t, "bob", ns, "apr-ev-no-bob", "apr-ev-no", "Deny")
+	waitPhase(t, ns, "apr-ev-ok", v1alpha1.ApprovalApproved, 2)
+	waitPhase(t, ns, "apr-ev-no", v1alpha1.ApprovalDenied, 0)
+
+	want := []string{"Normal ApprovalApproved: stripe.refund (run run-1, actor agent-7): approved by alice, bob (quorum 2); the gateway lets the call's retry through once"}
+	if got := approvalEvents(t, ns, "apr-ev-ok", 1); !slices.Equal(got, want) {
+		t.Errorf("events of apr-ev-ok:\n%q\nwant\n%q", got, want)
+	}
+	want = []string{"Warning ApprovalDenied: stripe.payout (run run-2, actor agent-7): denied by bob; the call stays blocked"}
+	if got := approvalEvents(t, ns, "apr-ev-no", 1); !slices.Equal(got, want) {
+		t.Errorf("events of apr-ev-no:\n%q\nwant\n%q", got, want)
+	}
+}
+
 // The acceptance of issue 8 for the controller and the webhook: a request for [finance] with
 // quorum 2 stays Pending after alice, ignores mallory (no role) and the run's own actor, and is
 // Approved by bob; an Approval claiming to be alice's applied by mallory is refused.
@@ -265,7 +318,7 @@ func TestApprovalQuorumWithKubectl(t *testing.T) {
 		t.Errorf("an admin editing a decision: %v", err)
 	}
 
-	waitEvent(t, ns, "apr-q", "Approved: approved by alice, bob")
+	waitEvent(t, ns, "apr-q", v1alpha1.EventApprovalApproved+": stripe.refund (run run-1, actor agent-7): approved by alice, bob (quorum 2)")
 	waitEvent(t, ns, "apr-q-mallory", "Rejected: Approve by mallory: not counted")
 	waitEvent(t, ns, "apr-q-alice", "Counted: Approve by alice")
 }
@@ -282,7 +335,7 @@ func TestApprovalDeny(t *testing.T) {
 		t.Errorf("denied message %q", ar.Status.Message)
 	}
 	waitResult(t, ns, "apr-d-bob", v1alpha1.ResultCounted)
-	waitEvent(t, ns, "apr-d", "Denied: denied by bob")
+	waitEvent(t, ns, "apr-d", v1alpha1.EventApprovalDenied+": stripe.refund (run run-1, actor agent-7): denied by bob; the call stays blocked")
 }
 
 // A request past expiresAt with onTimeout deny is Expired at that time (the reconciler requeues
@@ -307,6 +360,7 @@ func TestApprovalExpiryAndEscalation(t *testing.T) {
 	if ar.Status.DecidedAt == nil || !strings.Contains(ar.Status.Message, "expired at") {
 		t.Errorf("expired status: %+v", ar.Status)
 	}
+	waitEvent(t, ns, "apr-x", v1alpha1.EventApprovalExpired+": stripe.refund (run run-1, actor agent-7): expired at ")
 	mustApply(t, "alice", ns, "apr-x-alice", "apr-x", "Approve")
 	if apr := waitResult(t, ns, "apr-x-alice", v1alpha1.ResultRejected); !strings.Contains(apr.Status.Message, "already Expired") {
 		t.Errorf("an approval after expiry: %q", apr.Status.Message)
@@ -316,7 +370,7 @@ func TestApprovalExpiryAndEscalation(t *testing.T) {
 	if ar.Status.EscalatedAt == nil || !strings.Contains(ar.Status.Message, "escalated: 1 of 2 approvals; waiting for members of cfo") {
 		t.Errorf("escalated status: %+v", ar.Status)
 	}
-	waitEvent(t, ns, "apr-e", "Escalated: escalated")
+	waitEvent(t, ns, "apr-e", v1alpha1.EventApprovalEscalated+": stripe.refund (run run-1, actor agent-7): escalated: 1 of 2 approvals; waiting for members of cfo until ")
 	mustApply(t, "bob", ns, "apr-e-bob", "apr-e", "Approve")
 	if apr := waitResult(t, ns, "apr-e-bob", v1alpha1.ResultRejected); !strings.Contains(apr.Status.Message, "bob holds none of the roles [cfo]") {
 		t.Errorf("finance after escalation: %q", apr.Status.Message)

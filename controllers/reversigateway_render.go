@@ -236,6 +236,33 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 		}
 		doc["auth"] = au
 	}
+	// The notification receivers (issue 24): URL and HMAC key are ${NAME} references to env
+	// vars read from the Secrets, so the values never enter the ConfigMap. The gateway's
+	// parser checks the URLs it reads when the pod starts; here they stand for one.
+	urls := map[string]bool{}
+	if len(s.Notifications) > 0 {
+		var ns []any
+		for i, n := range s.Notifications {
+			ref := func(env string, r v1alpha1.SecretKeyReference) string {
+				rc.env = append(rc.env, corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: r.Name}, Key: r.Key}}})
+				return "${" + env + "}"
+			}
+			urlEnv := fmt.Sprintf("REVERSI_NOTIFICATION_%d_URL", i)
+			urls[urlEnv] = true
+			e := map[string]any{"name": n.Name, "type": strings.ToLower(n.Type), "url": ref(urlEnv, n.URLSecretRef)}
+			if n.SecretRef != nil {
+				e["secret"] = ref(fmt.Sprintf("REVERSI_NOTIFICATION_%d_SECRET", i), *n.SecretRef)
+			}
+			for k, l := range map[string][]string{"events": n.Events, "tools": n.Tools, "risk": n.Risk} {
+				if len(l) > 0 {
+					e[k] = l
+				}
+			}
+			ns = append(ns, e)
+		}
+		doc["notifications"] = ns
+	}
 	data, err := yaml.Marshal(doc)
 	if err != nil {
 		return rc, err
@@ -245,7 +272,13 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 	for _, e := range rc.env {
 		defined[e.Name] = true
 	}
-	if _, errs := config.Parse(GatewayConfigKey, checkable(doc, data), func(name string) (string, bool) { return "set", defined[name] }); len(errs) > 0 {
+	lookup := func(name string) (string, bool) {
+		if urls[name] {
+			return "https://receiver.invalid/", true
+		}
+		return "set", defined[name]
+	}
+	if _, errs := config.Parse(GatewayConfigKey, checkable(doc, data), lookup); len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {
 			msgs[i] = e.Error()
@@ -298,6 +331,9 @@ func gatewayRules(gw *v1alpha1.ReversiGateway, configMaps, leases []string) []rb
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"reversiruns/status"}, Verbs: []string{"get", "update", "patch"}},
 		// The approvers' decisions on its requests, read only (the controller counts them).
 		rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"approvals"}, Verbs: []string{"get", "list", "watch"}},
+		// Events on the requests it creates (ApprovalRequested, issue 24): create, and patch for
+		// an event's series. No read: the gateway sees no one's events.
+		rbacv1.PolicyRule{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	)
 }
 

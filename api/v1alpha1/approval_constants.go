@@ -12,12 +12,22 @@ const (
 	// ReasonWaitingForApprovals (ApprovalRequest Ready=False): pending or escalated; the
 	// message says how many approvals are still missing and from which roles.
 	ReasonWaitingForApprovals = "WaitingForApprovals"
-	// ReasonApproved, ReasonDenied, ReasonExpired (ApprovalRequest Ready=True) and
-	// ReasonEscalated (an event when the request escalates): the phase reached.
+	// ReasonApproved, ReasonDenied, ReasonExpired (ApprovalRequest Ready=True): the phase
+	// reached. ReasonEscalated is the phase word of an escalated request.
 	ReasonApproved  = "Approved"
 	ReasonDenied    = "Denied"
 	ReasonExpired   = "Expired"
 	ReasonEscalated = "Escalated"
+	// The events of an approval's life (issue 24), on the ApprovalRequest: EventApprovalRequested
+	// (Normal, by the gateway that created it), EventApprovalApproved (Normal),
+	// EventApprovalDenied and EventApprovalExpired (Warning) and EventApprovalEscalated (Normal:
+	// the request now waits for escalateTo), by the controller when the phase changes. The note
+	// starts with the tool, the run and its actor, then says who decided, or who is waiting.
+	EventApprovalRequested = "ApprovalRequested"
+	EventApprovalApproved  = "ApprovalApproved"
+	EventApprovalDenied    = "ApprovalDenied"
+	EventApprovalExpired   = "ApprovalExpired"
+	EventApprovalEscalated = "ApprovalEscalated"
 	// ReasonCounted and ReasonRejected (Approval Ready=True, and events): the result.
 	ReasonCounted  = "Counted"
 	ReasonRejected = "Rejected"

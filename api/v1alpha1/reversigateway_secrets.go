@@ -24,6 +24,8 @@ type GatewaySecretRef struct {
 //   - spec.trustedKeysSecretRef (the gateway's trusted Ed25519 keys)
 //   - spec.store.postgres.urlSecretRef (the postgres store's URL)
 //   - spec.auth.keysSecretRef (the API key file)
+//   - spec.notifications[i].urlSecretRef and spec.notifications[i].secretRef (a notification
+//     receiver's URL and HMAC key)
 //
 // Every one of them ends up in the gateway's pod (an env var from a secretKeyRef, a Secret
 // volume) or in its Role (get on the trusted-keys Secret), so whoever writes the spec reads
@@ -66,6 +68,12 @@ func (s *ReversiGatewaySpec) SecretRefs() []GatewaySecretRef {
 	}
 	if s.Auth != nil && s.Auth.KeysSecretRef != nil {
 		add(s.Auth.KeysSecretRef.Name, "spec.auth.keysSecretRef")
+	}
+	for i, n := range s.Notifications {
+		add(n.URLSecretRef.Name, fmt.Sprintf("spec.notifications[%d].urlSecretRef", i))
+		if n.SecretRef != nil {
+			add(n.SecretRef.Name, fmt.Sprintf("spec.notifications[%d].secretRef", i))
+		}
 	}
 	return out
 }

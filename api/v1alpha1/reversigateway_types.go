@@ -139,6 +139,18 @@ type ReversiGatewaySpec struct {
 	// +optional
 	Auth *GatewayAuth `json:"auth,omitempty"`
 
+	// Notifications are the receivers the gateway tells about approval events (issue 24,
+	// docs/notifications.md): a held call (approval.requested) and its decision. The URLs and
+	// HMAC keys come from Secrets only: the controller renders ${NAME} references into
+	// gateway.yaml and gives the gateway container the values as environment variables read
+	// from the Secrets (valueFrom.secretKeyRef), so no value reaches the ConfigMap. Delivery
+	// goes through the gateway's store (an outbox), at least once.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Notifications []GatewayNotification `json:"notifications,omitempty"`
+
 	// Port the gateway's HTTP endpoints (/mcp, /operator/mcp, /healthz, /readyz) listen on,
 	// and the Service exposes. Default 7431.
 	// +optional
@@ -229,6 +241,69 @@ type GatewayUpstream struct {
 	// on one of two upstreams that list the same URIs (otherwise a clash the gateway refuses).
 	// +optional
 	Resources *bool `json:"resources,omitempty"`
+}
+
+// Notification receiver types.
+const (
+	// NotificationWebhook is a generic JSON webhook, signed with X-Reversi-Signature when
+	// secretRef is set.
+	NotificationWebhook = "Webhook"
+	// NotificationSlack is a Slack-compatible incoming webhook (its URL is the secret).
+	NotificationSlack = "Slack"
+)
+
+// GatewayNotification is one receiver of the gateway's approval events: `notifications:` of
+// gateway.yaml (docs/notifications.md), with its URL and key from Secrets.
+//
+// +kubebuilder:validation:XValidation:rule="self.type == 'Webhook' || !has(self.secretRef)",message="secretRef (the HMAC key of X-Reversi-Signature) is for Webhook receivers: a Slack incoming webhook takes no key (its URL is the secret)",fieldPath=".secretRef"
+type GatewayNotification struct {
+	// Name identifies the receiver in the gateway's outbox (`reversi notifications list`):
+	// notifications still pending for a name that is no longer configured are dead-lettered
+	// when the gateway starts.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+$`
+	Name string `json:"name"`
+
+	// Type is Webhook (a generic JSON webhook) or Slack (a Slack-compatible incoming webhook).
+	// +required
+	// +kubebuilder:validation:Enum=Webhook;Slack
+	Type string `json:"type"`
+
+	// URLSecretRef selects the Secret key holding the receiver's http or https URL. The
+	// gateway refuses to start with a value that is not one (the egress rules apply too).
+	// +required
+	URLSecretRef SecretKeyReference `json:"urlSecretRef"`
+
+	// SecretRef selects the Secret key holding the HMAC-SHA256 key of the webhook's
+	// X-Reversi-Signature header. Webhook only; unset sends no signature.
+	// +optional
+	SecretRef *SecretKeyReference `json:"secretRef,omitempty"`
+
+	// Events are the approval events sent. Default: all of them.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:items:Enum=approval.requested;approval.approved;approval.denied;approval.expired;approval.escalated
+	Events []string `json:"events,omitempty"`
+
+	// Tools are tool-name globs (the syntax of allow and deny); only events of matching
+	// tools are sent. Default: every tool.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	Tools []string `json:"tools,omitempty"`
+
+	// Risk are the blast radii (the manifest's risk.blast_radius) whose events are sent.
+	// Default: any, also a tool without one.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:Enum=low;medium;high;critical
+	Risk []string `json:"risk,omitempty"`
 }
 
 // ValueFrom is a named value, given literally or read from a Secret key.

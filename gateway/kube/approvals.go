@@ -35,17 +35,20 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	kevents "k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -78,6 +81,11 @@ type Options struct {
 	// ControllerKeys are the controller's public keys ($REVERSI_CONTROLLER_KEYS): an Approved
 	// phase is honoured only with the controller's signature of it by one of them. Required.
 	ControllerKeys *signing.TrustSet
+	// Events records a Kubernetes Event (events.k8s.io/v1, reason ApprovalRequested) on each
+	// ApprovalRequest this gateway creates, with the tool, run, actor and who may approve
+	// (issue 24; the controller records the decisions). The gateway needs create and patch on
+	// events.events.k8s.io; an Event it cannot write is logged, nothing else.
+	Events bool
 	// Stderr receives the problems of mirror writes and journaling (default: discarded).
 	Stderr io.Writer
 	// SyncTimeout bounds the wait for the first list of requests (default 30 s).
@@ -99,6 +107,8 @@ type Store struct {
 	ignoredIn map[string]int  // ignored records of others' objects per run (MaxIgnoredPerRun)
 	creating  map[string]bool // requests this process created and is recording (CreateApproval)
 	notEnded  map[string]bool // requests whose run's ledger has no denied or expired record of them
+
+	recorder kevents.EventRecorder // nil without Options.Events
 
 	events workqueue.TypedDelayingInterface[string] // requests whose status changed
 	wg     sync.WaitGroup
@@ -174,6 +184,22 @@ func New(ctx context.Context, inner store.Store, o Options) (*Store, error) {
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stop = func() { stop(); s.events.ShutDown() }
+	if o.Events {
+		cs, err := kubernetes.NewForConfig(o.Config)
+		if err != nil {
+			stop()
+			s.events.ShutDown()
+			return nil, fmt.Errorf("kube: a client for Events: %w", err)
+		}
+		b := kevents.NewBroadcaster(&kevents.EventSinkImpl{Interface: cs.EventsV1()})
+		if err := b.StartRecordingToSinkWithContext(runCtx); err != nil {
+			stop()
+			s.events.ShutDown()
+			return nil, fmt.Errorf("kube: recording Events: %w", err)
+		}
+		s.recorder = b.NewRecorder(scheme, "reversi-gateway")
+		s.stop = func() { stop(); s.events.ShutDown(); b.Shutdown() }
+	}
 	if err := startCache(ctx, runCtx, stop, ca, o.SyncTimeout, "ApprovalRequests", o.Namespace,
 		"get, list, watch, create, patch on approvalrequests.reversi.dev"); err != nil {
 		s.events.ShutDown()
@@ -323,8 +349,35 @@ func (s *Store) CreateApproval(ctx context.Context, req store.ApprovalRequest) (
 	}
 	s.journal(ctx, store.ApprovalRecord{Run: req.Run, Request: ar.Name, Tool: req.Tool, Event: store.EventRequested,
 		Reason: req.Reason, Once: "requested"})
+	if s.recorder != nil {
+		s.recorder.Eventf(ar, nil, corev1.EventTypeNormal, v1alpha1.EventApprovalRequested, "Hold", "%s", requestedNote(ar))
+	}
 	s.waitFor(ctx, ar.Name, "")
 	return s.view(ar, stored), nil
+}
+
+// requestedNote is the note of the ApprovalRequested event: the tool, run and actor (as the
+// controller's decision events begin), why the call is held, who may approve, until when, and
+// how.
+func requestedNote(ar *v1alpha1.ApprovalRequest) string {
+	sp := ar.Spec
+	who := "any user allowed to create Approvals here except " + sp.Actor
+	if len(sp.Roles) > 0 {
+		who = "members of " + strings.Join(sp.Roles, " or ")
+	}
+	note := fmt.Sprintf("%s (run %s, actor %s): held for approval", sp.Tool, sp.Run, sp.Actor)
+	if sp.Reason != "" {
+		note += " (" + sp.Reason + ")"
+	}
+	note += fmt.Sprintf("; needs %d approval(s) from %s", ptr.Deref(sp.Quorum, 1), who)
+	if sp.ExpiresAt != nil {
+		note += " until " + sp.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	note += " (kubectl apply an Approval, or reversi approve " + ar.Name + " --apply)"
+	if len(note) > 1024 {
+		note = note[:1021] + "..."
+	}
+	return note
 }
 
 // specDigest is v1alpha1.ApprovalRequestSpec.Digest, which the controller's decision

@@ -127,8 +127,55 @@ func (s *sqlStore) AppendApproval(ctx context.Context, ar ApprovalRecord) (int64
 	if err != nil {
 		return 0, err
 	}
-	err = s.write(ctx, lazy, func(ctx context.Context, tx querier) error { return s.appendApprovalTx(ctx, tx, &rec) })
+	var wrote bool
+	err = s.write(ctx, lazy, func(ctx context.Context, tx querier) error {
+		wrote = false
+		if err := s.appendApprovalTx(ctx, tx, &rec); err != nil {
+			return err
+		}
+		var err error
+		wrote, err = s.keptPhaseNoticeTx(ctx, tx, ar)
+		return err
+	})
+	if wrote {
+		s.ob.signal()
+	}
 	return rec.Seq, err
+}
+
+// keptPhaseNoticeTx announces, in the transaction of its record, the phase a request kept in
+// Kubernetes reached (issue 24): such a request is decided by the controller, not by Decide
+// or SettleApprovals, and the gateway's queue (gateway/kube) journals the phase it reads as a
+// decision record with a Once key ("phase/approved"), once per run. The notice is the
+// request's as recorded here, decided by the approvers whose counted records the run has. A
+// request this store decides, a record without a Once key or of another event writes
+// nothing here.
+func (s *sqlStore) keptPhaseNoticeTx(ctx context.Context, tx querier, r ApprovalRecord) (bool, error) {
+	typ, ok := noticeOfEvent[r.Event]
+	if !ok || r.Once == "" {
+		return false, nil
+	}
+	a, err := s.readApprovalTx(ctx, tx, r.Request)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil || !a.Kept() || a.Run != r.Run {
+		return false, err
+	}
+	if typ == NoticeApprovalApproved || typ == NoticeApprovalDenied {
+		ds, err := collect(ctx, tx, "counted approvals", `SELECT approver, decision FROM records WHERE run = $1 AND approval = $2
+			AND kind = $3 AND event = $4 ORDER BY seq`, []any{r.Run, r.Request, string(KindApproval), string(EventCounted)},
+			func(rs rows) (Decision, error) {
+				var by, decision string
+				err := rs.Scan(&by, &decision)
+				return Decision{By: by, Approve: decision == "Approve"}, err
+			})
+		if err != nil {
+			return false, err
+		}
+		a.Decisions = ds
+	}
+	return s.noticeTx(ctx, tx, noticeOf(&a, typ, r.Note, s.stamp()))
 }
 
 // appendApprovalTx appends a decision record unless its Once key is already in the run. The

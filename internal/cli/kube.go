@@ -52,7 +52,7 @@ func kubeApprovals(ctx context.Context, st store.Store, kubeconfig, namespace, g
 		_ = st.Close()
 		return nil, err
 	}
-	ks, err := kube.New(ctx, st, kube.Options{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replicaName(), ControllerKeys: ctl, Stderr: stderr})
+	ks, err := kube.New(ctx, st, kube.Options{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replicaName(), ControllerKeys: ctl, Events: true, Stderr: stderr})
 	if err != nil {
 		_ = st.Close()
 		return nil, err

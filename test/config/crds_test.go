@@ -179,6 +179,11 @@ func gateway(name, upstream string) string {
 	return `{apiVersion: reversi.dev/v1alpha1, kind: ReversiGateway, metadata: {name: ` + name + `}, spec: {upstreams: [` + upstream + `]}}`
 }
 
+// notifying is a ReversiGateway with these spec.notifications entries.
+func notifying(name, receivers string) string {
+	return `{apiVersion: reversi.dev/v1alpha1, kind: ReversiGateway, metadata: {name: ` + name + `}, spec: {upstreams: [{name: a, command: a-mcp}], notifications: [` + receivers + `]}}`
+}
+
 const digest = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
 // The API server refuses what the schemas forbid, each time with a message that says what is
@@ -282,6 +287,17 @@ func TestSchemaRefusals(t *testing.T) {
 		{"container volume named run", gateway("c19b", `{name: a, container: {image: "mcp/a:1", command: [a], volumes: [{name: run, mountPath: /scratch, emptyDir: {}}]}}`), `tmp and run are the sidecar's own /tmp and socket folder volumes`},
 		{"container gpu", gateway("c20", `{name: a, container: {image: "mcp/a:1", command: [a], resources: {limits: {nvidia.com/gpu: 1}}}}`), `requests and limits name cpu, memory or ephemeral-storage`},
 		{"container env for a url upstream", gateway("c21", `{name: a, url: "https://mcp.example.com/mcp", env: [{name: A, value: b}]}`), `args and env are for command upstreams`},
+		// Issue 24: notification receivers, URLs and keys from Secrets only.
+		{"notification receivers", notifying("n1", `{name: hook, type: Webhook, urlSecretRef: {name: hooks, key: url}, secretRef: {name: hmac, key: k}, events: [approval.requested, approval.denied], tools: ["payments.*"], risk: [high, critical]},
+			{name: chat, type: Slack, urlSecretRef: {name: hooks, key: slack}}`), ``},
+		{"slack with an HMAC key", notifying("n2", `{name: chat, type: Slack, urlSecretRef: {name: hooks, key: slack}, secretRef: {name: hmac, key: k}}`), `secretRef (the HMAC key of X-Reversi-Signature) is for Webhook receivers`},
+		{"notification url written literally", notifying("n3", `{name: hook, type: Webhook, url: "https://hooks.example.com/x", urlSecretRef: {name: hooks, key: url}}`), `unknown field "spec.notifications[0].url"`},
+		{"notification without url", notifying("n4", `{name: hook, type: Webhook}`), `spec.notifications[0].urlSecretRef: Required value`},
+		{"notification of another type", notifying("n5", `{name: hook, type: Email, urlSecretRef: {name: hooks, key: url}}`), `Unsupported value: "Email"`},
+		{"notification of an unknown event", notifying("n6", `{name: hook, type: Webhook, urlSecretRef: {name: hooks, key: url}, events: [approval.requested, run.started]}`), `Unsupported value: "run.started"`},
+		{"notification of an unknown risk", notifying("n7", `{name: hook, type: Webhook, urlSecretRef: {name: hooks, key: url}, risk: [severe]}`), `Unsupported value: "severe"`},
+		{"notification name with a dot", notifying("n8", `{name: hook.a, type: Webhook, urlSecretRef: {name: hooks, key: url}}`), `spec.notifications[0].name: Invalid value`},
+		{"two receivers of one name", notifying("n9", `{name: hook, type: Webhook, urlSecretRef: {name: hooks, key: url}}, {name: hook, type: Slack, urlSecretRef: {name: hooks, key: slack}}`), `spec.notifications[1]: Duplicate value`},
 		{"sqlite with two replicas", `{apiVersion: reversi.dev/v1alpha1, kind: ReversiGateway, metadata: {name: g2}, spec: {replicas: 2, upstreams: [{name: a, command: a-mcp}]}}`, `the sqlite store holds one replica's ledger`},
 		{"postgres without its secret", `{apiVersion: reversi.dev/v1alpha1, kind: ReversiGateway, metadata: {name: g3}, spec: {replicas: 2, store: {type: postgres}, upstreams: [{name: a, command: a-mcp}]}}`, `store.type postgres needs store.postgres.urlSecretRef`},
 		{"no upstream", `{apiVersion: reversi.dev/v1alpha1, kind: ReversiGateway, metadata: {name: g4}, spec: {upstreams: []}}`, `spec.upstreams: Invalid value`},

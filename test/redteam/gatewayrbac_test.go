@@ -75,6 +75,7 @@ func (w *world) testGatewayRightsAreItsOwn(t *testing.T) {
 		{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns"}, Verbs: []string{"get", "list", "watch", "create"}},
 		{APIGroups: []string{"reversi.dev"}, Resources: []string{"reversiruns/status"}, Verbs: []string{"get", "update", "patch"}},
 		{APIGroups: []string{"reversi.dev"}, Resources: []string{"approvals"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	if !reflect.DeepEqual(role.Rules, want) {
 		t.Errorf("the gateway's Role:\n%s\nwant exactly\n%s", rulesText(role.Rules), rulesText(want))
