@@ -278,7 +278,7 @@ func renderConfig(gw *v1alpha1.ReversiGateway) (renderedConfig, error) {
 		}
 		return "set", defined[name]
 	}
-	if _, errs := config.Parse(GatewayConfigKey, checkable(doc, data), lookup); len(errs) > 0 {
+	if _, errs := config.Parse(GatewayConfigKey, data, lookup); len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {
 			msgs[i] = e.Error()

@@ -3,20 +3,15 @@ package controllers
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
-	"github.com/reversi-gitops/reversi/gateway/config"
 )
 
 // Container upstreams (issue 23): each runs as a native sidecar of the gateway pod (an init
@@ -328,39 +323,4 @@ func joinImageErrors(errs []*ImageNotAllowedError) string {
 		msgs[i] = e.Error()
 	}
 	return strings.Join(msgs, "; ")
-}
-
-// parsesSockets reports whether gateway/config knows `socket:` upstreams (asked once, of a
-// one-upstream file).
-var parsesSockets = sync.OnceValue(func() bool {
-	_, errs := config.Parse(GatewayConfigKey, []byte("upstreams: [{name: a, socket: /run/reversi/a.sock}]\n"), nil)
-	return len(errs) == 0
-})
-
-// checkable is the gateway.yaml renderConfig checks with gateway/config.Parse: data itself
-// when the parser knows `socket:` upstreams. Until it does (the gateway half of issue 23 adds
-// them) each socket upstream of doc is checked as a command upstream of the same name and
-// session, so the rest of the file is still checked. Delete this once gateway/config parses
-// socket:.
-func checkable(doc map[string]any, data []byte) []byte {
-	if parsesSockets() {
-		return data
-	}
-	ups, _ := doc["upstreams"].([]any)
-	alt := maps.Clone(doc)
-	alt["upstreams"] = slices.Clone(ups)
-	for i, u := range ups {
-		up, _ := u.(map[string]any)
-		if sock, ok := up["socket"]; ok {
-			up = maps.Clone(up)
-			delete(up, "socket")
-			up["command"] = sock
-			alt["upstreams"].([]any)[i] = up
-		}
-	}
-	out, err := yaml.Marshal(alt)
-	if err != nil {
-		return data
-	}
-	return out
 }
