@@ -67,7 +67,7 @@ type Container struct {
 	// localised as Args are.
 	Command []string
 	// Args are the container's args with $(VAR) references expanded from its env (as the
-	// kubelet does), every mount path replaced by its local folder and an empty --kubeconfig
+	// kubelet does), every mount path but /tmp replaced by its local folder and an empty --kubeconfig
 	// (in-cluster credentials) replaced by Kubeconfig.
 	Args []string
 	// Env is Kubelet.BaseEnv, TMPDIR (the /tmp mount's folder when there is one) and the
@@ -127,13 +127,17 @@ func (k *Kubelet) Prepare(ctx context.Context, pod *corev1.Pod, container string
 		}
 		out.Env = append(out.Env, e.Name+"="+v)
 	}
+	// /tmp is not localised in the command line: host paths under the real /tmp (a checkout, a
+	// test's folders) appear there, as in the files (see volumes).
+	named := maps.Clone(out.Mounts)
+	delete(named, "/tmp")
 	out.Command = make([]string, len(c.Command))
 	for i, a := range c.Command {
-		out.Command[i] = Localise(ExpandVars(a, vars), out.Mounts)
+		out.Command[i] = Localise(ExpandVars(a, vars), named)
 	}
 	out.Args = make([]string, len(c.Args))
 	for i, a := range c.Args {
-		out.Args[i] = Localise(ExpandVars(a, vars), out.Mounts)
+		out.Args[i] = Localise(ExpandVars(a, vars), named)
 		if i > 0 && c.Args[i-1] == "--kubeconfig" && a == "" {
 			out.Args[i] = out.Kubeconfig // in-cluster credentials: the ServiceAccount's token
 		}

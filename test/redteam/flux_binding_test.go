@@ -21,6 +21,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
@@ -138,11 +139,18 @@ func TestFluxVerificationBinding(t *testing.T) {
 			gr := &sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 				Spec: sourcev1.GitRepositorySpec{URL: honestURL, Interval: metav1.Duration{Duration: time.Hour}, Suspend: true}}
 			must(t, w.k8s.Create(w.ctx, gr))
-			gr.Status = sourcev1.GitRepositoryStatus{ObservedGeneration: gr.Generation,
-				Conditions: []metav1.Condition{{Type: fluxmeta.ReadyCondition, Status: metav1.ConditionTrue, ObservedGeneration: gr.Generation,
-					Reason: "Succeeded", Message: "stored", LastTransitionTime: metav1.Now()}},
-				Artifact: &fluxmeta.Artifact{URL: c.url, Digest: c.digest, Revision: "main@sha1:" + head, Path: "x", LastUpdateTime: metav1.Now()}}
-			must(t, w.k8s.Status().Update(w.ctx, gr))
+			// source-controller notes the suspended source in its status meanwhile: retry on a
+			// conflict with the newest copy.
+			must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				if err := w.k8s.Get(w.ctx, client.ObjectKeyFromObject(gr), gr); err != nil {
+					return err
+				}
+				gr.Status = sourcev1.GitRepositoryStatus{ObservedGeneration: gr.Generation,
+					Conditions: []metav1.Condition{{Type: fluxmeta.ReadyCondition, Status: metav1.ConditionTrue, ObservedGeneration: gr.Generation,
+						Reason: "Succeeded", Message: "stored", LastTransitionTime: metav1.Now()}},
+					Artifact: &fluxmeta.Artifact{URL: c.url, Digest: c.digest, Revision: "main@sha1:" + head, Path: "x", LastUpdateTime: metav1.Now()}}
+				return w.k8s.Status().Update(w.ctx, gr)
+			}))
 			must(t, w.k8s.Create(w.ctx, &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 				Spec: v1alpha1.ManifestRegistrySpec{SourceRef: &v1alpha1.SourceReference{Kind: v1alpha1.SourceKindGitRepository, Name: name},
 					Path: "tools", Format: v1alpha1.FormatPlain, Interval: &metav1.Duration{Duration: time.Hour}}}))
