@@ -77,9 +77,14 @@ func startBridge(t *testing.T, sock, session string) *bridge {
 	t.Cleanup(func() {
 		_ = b.cmd.Process.Kill()
 		<-b.done
+		// The parent-death signal reaches the children as the bridge dies; they take a moment
+		// to go on a loaded machine, at most 5 s.
 		for _, pid := range b.children() {
+			for deadline := time.Now().Add(5 * time.Second); procAlive(pid) && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
 			if procAlive(pid) {
-				t.Errorf("server-memory (pid %d) outlived the test's bridge", pid)
+				t.Errorf("server-memory (pid %d) outlived the test's bridge by 5 s", pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
