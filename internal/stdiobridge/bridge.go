@@ -29,7 +29,8 @@
 //     with session: per_client against a shared bridge) or someone else. A child that exits on
 //     its own is started again after a backoff (Backoff: doubling from Initial to Max, back to
 //     Initial once a child ran Reset); one connection that arrives meanwhile is held and served
-//     by the next child, others are refused.
+//     by the next child, others are refused. So is one that arrives after the served client
+//     hung up while its child is being stopped (a client reconnecting at once is not refused).
 //   - per_client: one child per connection, started when it is accepted, at most
 //     --max-connections at once (the others refused with a log line); it is not restarted: its
 //     connection ends with it.
@@ -64,6 +65,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -381,6 +383,9 @@ func (b *bridge) runShared(ln *net.UnixListener) int {
 			code = c.status()
 			if stopped {
 				_ = ln.Close()
+				if held != nil {
+					_ = held.Close()
+				}
 				return code
 			}
 			if p != nil && p.hungUp {
@@ -436,9 +441,14 @@ func (b *bridge) serveShared(c *child, held *net.Conn) (*pair, bool) {
 		}
 		select {
 		case conn := <-b.conns:
-			if p == nil {
+			switch {
+			case p == nil:
 				p = b.bridgePair(conn, c)
-			} else {
+			case p.clientClosed.Load() && *held == nil:
+				// The served client hung up and its child is being stopped: the next child
+				// serves this one (a client that reconnects at once is not refused).
+				*held = conn
+			default:
 				b.refuse(conn, "a connection is being served and --session shared serves one at a time")
 			}
 		case <-pdone:
@@ -526,6 +536,8 @@ type pair struct {
 	c      *child
 	done   chan struct{} // closed when both copies ended, the child exited and conn is closed
 	hungUp bool          // the client closed the connection first (set before done closes)
+	// clientClosed is set as soon as the client closed the connection, before its child is stopped.
+	clientClosed atomic.Bool
 }
 
 // bridgePair copies conn to the child's stdin and the child's stdout to conn until either
@@ -545,6 +557,7 @@ func (b *bridge) bridgePair(conn net.Conn, c *child) *pair {
 			inDone = true
 			if err == nil || errors.Is(err, errClientRead) {
 				p.hungUp = true
+				p.clientClosed.Store(true)
 				b.logf("the connection closed: stopping its server (pid %d)", c.pid)
 				b.stopChild(c)
 			} // else the child's stdin broke: it is exiting

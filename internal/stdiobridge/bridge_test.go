@@ -246,6 +246,35 @@ func TestShared(t *testing.T) {
 	}
 }
 
+// TestSharedReconnectWhileStopping: a client that reconnects as soon as it hung up, while its
+// child is still being stopped, is held for the next child rather than refused (a gateway
+// reconnecting at once must not lose its upstream to the bridge's own shutdown of the last one).
+func TestSharedReconnectWhileStopping(t *testing.T) {
+	// The child takes a while to exit after its stdin closed.
+	r := runBridge(t, Options{Command: []string{"/bin/sh", "-c", `echo "pid $$"; cat; sleep 2`}})
+	a := dialEcho(t, r.path)
+	a.echo(t, "first")
+	_ = a.Close()
+	waitFor(t, 10*time.Second, func() string {
+		if !strings.Contains(r.log.String(), fmt.Sprintf("the connection closed: stopping its server (pid %d)", a.pid)) {
+			return "the bridge did not see the client hang up: " + r.log.String()
+		}
+		return ""
+	})
+	if !alive(a.pid) {
+		t.Fatalf("the old child %d is gone already: the test needs it still stopping", a.pid)
+	}
+	b := dialEcho(t, r.path)
+	if b.pid == a.pid {
+		t.Fatalf("the next connection got the old child %d", a.pid)
+	}
+	b.echo(t, "second")
+	if strings.Contains(r.log.String(), "refused a connection") {
+		t.Errorf("a connection was refused:\n%s", r.log.String())
+	}
+	waitGone(t, a.pid, "the closed connection's child")
+}
+
 // TestSharedChildExit: when the child exits, its last bytes are delivered and then the
 // connection is closed (the gateway sees the end of the stream); the child is started again
 // after the backoff, doubling after each quick exit; a connection that arrives while it is
