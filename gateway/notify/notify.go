@@ -27,18 +27,12 @@
 package notify
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -48,13 +42,14 @@ import (
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/egress"
 	"github.com/reversi-gitops/reversi/gateway/store"
+	"github.com/reversi-gitops/reversi/pkg/webhook"
 )
 
-// The headers of a delivery.
+// The headers of a delivery (pkg/webhook's).
 const (
-	HeaderSignature   = "X-Reversi-Signature"
-	HeaderEvent       = "X-Reversi-Event"
-	HeaderIdempotency = "Idempotency-Key"
+	HeaderSignature   = webhook.HeaderSignature
+	HeaderEvent       = webhook.HeaderEvent
+	HeaderIdempotency = webhook.HeaderIdempotency
 )
 
 // Defaults of Options.
@@ -170,11 +165,7 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 		o.Owner = "notify-" + hex.EncodeToString(b[:])
 	}
 	if o.Client == nil {
-		o.Client = &http.Client{Timeout: o.Timeout,
-			Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: o.Timeout}).DialContext,
-				MaxIdleConnsPerHost: o.Concurrency, IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: o.Timeout,
-				TLSHandshakeTimeout: o.Timeout},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		o.Client = webhook.NewClient(o.Timeout, o.Concurrency)
 	}
 	w := &Worker{o: o, receivers: map[string]*config.Notification{},
 		metric: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -283,17 +274,13 @@ func (w *Worker) Round(ctx context.Context) (int, error) {
 	return len(rows), nil
 }
 
-// permanent is a failure a retry cannot help.
-type permanent struct{ error }
-
 // deliver makes one attempt at n and records its result.
 func (w *Worker) deliver(ctx context.Context, n store.Notification) {
 	err := w.post(ctx, n)
 	state, next, msg := store.NotificationDelivered, time.Time{}, ""
-	var perm permanent
 	switch {
 	case err == nil:
-	case errors.As(err, &perm) || n.Attempts+1 >= w.o.MaxAttempts:
+	case webhook.IsPermanent(err) || n.Attempts+1 >= w.o.MaxAttempts:
 		state, msg = store.NotificationDead, err.Error()
 	default:
 		state, msg = store.NotificationPending, err.Error()
@@ -328,7 +315,7 @@ func (w *Worker) delay(attempt int) time.Duration {
 func (w *Worker) post(ctx context.Context, n store.Notification) error {
 	r := w.receivers[n.Sink]
 	if r == nil {
-		return permanent{fmt.Errorf("the receiver %s is not configured any more", n.Sink)}
+		return &webhook.PermanentError{Err: fmt.Errorf("the receiver %s is not configured any more", n.Sink)}
 	}
 	var body []byte
 	var err error
@@ -338,77 +325,21 @@ func (w *Worker) post(ctx context.Context, n store.Notification) error {
 		body, err = WebhookBody(n.Notice, w.o.Gateway, w.o.StoreFlags)
 	}
 	if err != nil {
-		return permanent{fmt.Errorf("rendering: %w", err)}
+		return &webhook.PermanentError{Err: fmt.Errorf("rendering: %w", err)}
 	}
 	if len(body) > w.o.MaxBodyBytes {
-		return permanent{fmt.Errorf("the body is %d bytes, above the limit of %d", len(body), w.o.MaxBodyBytes)}
+		return &webhook.PermanentError{Err: fmt.Errorf("the body is %d bytes, above the limit of %d", len(body), w.o.MaxBodyBytes)}
 	}
 	if err := egress.Check(ctx, r.URL, w.o.Egress, w.o.Resolver); err != nil {
 		return fmt.Errorf("refused by the egress rules: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.o.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(body))
-	if err != nil {
-		return permanent{fmt.Errorf("request: %v", redactURL(err, r.URL))}
+	d := webhook.Delivery{URL: r.URL, Event: n.Notice.Type, Key: n.Notice.Key, Body: body, UserAgent: "reversi-gateway"}
+	if r.Type == config.NotifyWebhook {
+		d.Secret = r.Secret
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "reversi-gateway")
-	req.Header.Set(HeaderEvent, n.Notice.Type)
-	req.Header.Set(HeaderIdempotency, n.Notice.Key)
-	if r.Type == config.NotifyWebhook && r.Secret != "" {
-		req.Header.Set(HeaderSignature, Sign(r.Secret, body))
-	}
-	resp, err := w.o.Client.Do(req)
-	if err != nil {
-		return redactURL(err, r.URL)
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, w.o.ReadLimit))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, w.o.ReadLimit)) // a little more, for keep-alive
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return nil
-	}
-	err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, printable(answer))
-	switch {
-	case resp.StatusCode >= 300 && resp.StatusCode < 400:
-		return permanent{fmt.Errorf("%w (redirects are not followed: configure the final URL)", err)}
-	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests:
-		return permanent{err}
-	}
-	return err
-}
-
-// Sign is the X-Reversi-Signature of body: "sha256=" and the hex HMAC-SHA256 of body keyed
-// with secret.
-func Sign(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
-}
-
-// Verify reports whether signature is body's X-Reversi-Signature under secret (constant time).
-func Verify(secret string, body []byte, signature string) bool {
-	return hmac.Equal([]byte(Sign(secret, body)), []byte(signature))
-}
-
-// redactURL keeps the URL (a Slack URL is a secret) out of a transport error.
-func redactURL(err error, u string) error {
-	return errors.New(strings.ReplaceAll(err.Error(), u, "<receiver url>"))
-}
-
-// printable is at most 200 bytes of an answer, control characters replaced.
-func printable(b []byte) string {
-	if len(b) > 200 {
-		b = b[:200]
-	}
-	out := []rune(string(b))
-	for i, r := range out {
-		if r < 0x20 || r == 0x7f {
-			out[i] = ' '
-		}
-	}
-	return string(out)
+	return webhook.Post(ctx, w.o.Client, d, w.o.ReadLimit)
 }
 
 func (w *Worker) logf(format string, args ...any) {

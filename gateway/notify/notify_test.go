@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reversi-gitops/reversi/pkg/webhook"
+
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/reversi-gitops/reversi/gateway/config"
@@ -244,10 +246,10 @@ func TestWebhookDeliversSignedWithinASecond(t *testing.T) {
 	if took := d.at.Sub(start); took > time.Second {
 		t.Fatalf("delivered after %s", took)
 	}
-	if !Verify("s3cret", d.body, d.headers.Get(HeaderSignature)) || !strings.HasPrefix(d.headers.Get(HeaderSignature), "sha256=") {
+	if !webhook.Verify("s3cret", d.body, d.headers.Get(HeaderSignature)) || !strings.HasPrefix(d.headers.Get(HeaderSignature), "sha256=") {
 		t.Fatalf("signature %q does not verify", d.headers.Get(HeaderSignature))
 	}
-	if Verify("other", d.body, d.headers.Get(HeaderSignature)) {
+	if webhook.Verify("other", d.body, d.headers.Get(HeaderSignature)) {
 		t.Fatal("the signature verifies with another secret")
 	}
 	key := "approval.requested:" + a.ID
@@ -289,7 +291,7 @@ func TestWebhookDeliversSignedWithinASecond(t *testing.T) {
 	}
 	d = rcv.next(t, time.Second)
 	if d.headers.Get(HeaderEvent) != "approval.approved" || d.headers.Get(HeaderIdempotency) != "approval.approved:"+a.ID ||
-		!Verify("s3cret", d.body, d.headers.Get(HeaderSignature)) || !strings.Contains(string(d.body), `"decided_by":["bob"]`) ||
+		!webhook.Verify("s3cret", d.body, d.headers.Get(HeaderSignature)) || !strings.Contains(string(d.body), `"decided_by":["bob"]`) ||
 		strings.Contains(string(d.body), "approve_command") {
 		t.Fatalf("approved delivery %v %s", d.headers, d.body)
 	}
@@ -386,7 +388,7 @@ func TestDeliveredAfterRestart(t *testing.T) {
 	if time.Since(start) < 250*time.Millisecond {
 		t.Fatalf("delivered after %s, inside the dead worker's lease", time.Since(start))
 	}
-	if !Verify("s3", d.body, d.headers.Get(HeaderSignature)) || !strings.Contains(string(d.body), `"run":"run-child"`) {
+	if !webhook.Verify("s3", d.body, d.headers.Get(HeaderSignature)) || !strings.Contains(string(d.body), `"run":"run-child"`) {
 		t.Fatalf("delivery %v %s", d.headers, d.body)
 	}
 	rcv.quiet(t, 200*time.Millisecond)

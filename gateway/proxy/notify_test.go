@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reversi-gitops/reversi/pkg/webhook"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
@@ -91,7 +93,7 @@ func TestHeldCallNotifies(t *testing.T) {
 	if took := time.Since(start); took > time.Second+500*time.Millisecond {
 		t.Errorf("delivered %s after the call began", took)
 	}
-	if !gwnotify.Verify("k", d.body, d.h.Get(gwnotify.HeaderSignature)) || d.h.Get(gwnotify.HeaderIdempotency) != "approval.requested:"+id {
+	if !webhook.Verify("k", d.body, d.h.Get(gwnotify.HeaderSignature)) || d.h.Get(gwnotify.HeaderIdempotency) != "approval.requested:"+id {
 		t.Fatalf("headers %v", d.h)
 	}
 	if strings.Contains(string(d.body), secret) {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reversi-gitops/reversi/pkg/webhook"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reversi-gitops/reversi/gateway/config"
@@ -136,7 +138,7 @@ func TestGatewayCommandNotifies(t *testing.T) {
 		if strings.Contains(string(body), secretName) || !strings.Contains(string(body), "[redacted]") || !strings.Contains(string(body), id) {
 			t.Errorf("%s: body %s", c.r.URL, body)
 		}
-		if c.secret != "" && !notify.Verify(c.secret, body, h.Get(notify.HeaderSignature)) {
+		if c.secret != "" && !webhook.Verify(c.secret, body, h.Get(notify.HeaderSignature)) {
 			t.Errorf("%s: signature %q", c.r.URL, h.Get(notify.HeaderSignature))
 		}
 	}
@@ -148,7 +150,7 @@ func TestGatewayCommandNotifies(t *testing.T) {
 	if out, errOut, code := reversiInProcess("approvals", "approve", id, "--data", data, "--by", "bob"); code != 0 {
 		t.Fatalf("approve: %d %s %s", code, out, errOut)
 	}
-	if h, body := hook.wait(t, 2, 2*time.Second); h.Get(notify.HeaderEvent) != "approval.approved" || !notify.Verify("gw-secret", body, h.Get(notify.HeaderSignature)) {
+	if h, body := hook.wait(t, 2, 2*time.Second); h.Get(notify.HeaderEvent) != "approval.approved" || !webhook.Verify("gw-secret", body, h.Get(notify.HeaderSignature)) {
 		t.Fatalf("second delivery %v %s", h, body)
 	}
 	env.wait(t, 2, 2*time.Second)

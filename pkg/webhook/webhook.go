@@ -1,0 +1,153 @@
+// Package webhook posts one signed JSON notification to a receiver: the delivery primitive
+// that the gateway's outbox worker (gateway/notify) and the controller's rendering alerts
+// share.
+//
+// A delivery is a POST with Content-Type application/json, X-Reversi-Event (the event type),
+// Idempotency-Key (the same on every attempt: receivers deduplicate by it) and, when the
+// receiver has a secret, X-Reversi-Signature: "sha256=" and the hex HMAC-SHA256 of the body
+// keyed with the secret. Redirects are not followed, no proxy is taken from the environment,
+// and at most ReadLimit bytes of an answer are read.
+//
+// Post classifies failures: a *PermanentError is one a retry cannot help (a redirect, a 4xx
+// other than 408 and 429, a request that cannot be built); any other error (a transport
+// error, 5xx, 408, 429) is worth retrying. Errors never contain the receiver's URL (a Slack
+// URL is a secret).
+//
+// Source: issue 24 (Providers: the generic webhook).
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// The headers of a delivery.
+const (
+	HeaderSignature   = "X-Reversi-Signature"
+	HeaderEvent       = "X-Reversi-Event"
+	HeaderIdempotency = "Idempotency-Key"
+)
+
+// DefaultReadLimit is how much of an answer is read (bytes), for the error message.
+const DefaultReadLimit = 4 << 10
+
+// Delivery is one POST.
+type Delivery struct {
+	// URL is the receiver's (http or https).
+	URL string
+	// Event is X-Reversi-Event, Key the Idempotency-Key.
+	Event, Key string
+	// Secret signs the body (X-Reversi-Signature); "" sends no signature.
+	Secret string
+	// Body is the JSON body.
+	Body []byte
+	// UserAgent defaults to "reversi".
+	UserAgent string
+}
+
+// PermanentError is a failed delivery that a retry cannot help.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// IsPermanent reports whether err (from Post) is a *PermanentError.
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// NewClient is the client deliveries use: timeout bounds connect, TLS, the answer's headers
+// and the whole exchange; at most idlePerHost idle connections are kept per host; no proxy
+// from the environment; redirects are returned, not followed.
+func NewClient(timeout time.Duration, idlePerHost int) *http.Client {
+	return &http.Client{Timeout: timeout,
+		Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: timeout}).DialContext,
+			MaxIdleConnsPerHost: idlePerHost, IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: timeout,
+			TLSHandshakeTimeout: timeout},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// Post makes one attempt at d with client, reading at most readLimit bytes of the answer
+// (<= 0: DefaultReadLimit). It returns nil on a 2xx answer, a *PermanentError when a retry
+// cannot help, or another error worth retrying.
+func Post(ctx context.Context, client *http.Client, d Delivery, readLimit int64) error {
+	if readLimit <= 0 {
+		readLimit = DefaultReadLimit
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))
+	if err != nil {
+		return &PermanentError{fmt.Errorf("request: %v", redactURL(err, d.URL))}
+	}
+	ua := d.UserAgent
+	if ua == "" {
+		ua = "reversi"
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", ua)
+	req.Header.Set(HeaderEvent, d.Event)
+	req.Header.Set(HeaderIdempotency, d.Key)
+	if d.Secret != "" {
+		req.Header.Set(HeaderSignature, Sign(d.Secret, d.Body))
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return redactURL(err, d.URL)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, readLimit))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, readLimit)) // a little more, for keep-alive
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, printable(answer))
+	switch {
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return &PermanentError{fmt.Errorf("%w (redirects are not followed: configure the final URL)", err)}
+	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests:
+		return &PermanentError{err}
+	}
+	return err
+}
+
+// Sign is the X-Reversi-Signature of body: "sha256=" and the hex HMAC-SHA256 of body keyed
+// with secret.
+func Sign(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Verify reports whether signature is body's X-Reversi-Signature under secret (constant time).
+func Verify(secret string, body []byte, signature string) bool {
+	return hmac.Equal([]byte(Sign(secret, body)), []byte(signature))
+}
+
+// redactURL keeps the URL out of a transport error.
+func redactURL(err error, u string) error {
+	return errors.New(strings.ReplaceAll(err.Error(), u, "<receiver url>"))
+}
+
+// printable is at most 200 bytes of an answer, control characters replaced.
+func printable(b []byte) string {
+	if len(b) > 200 {
+		b = b[:200]
+	}
+	out := []rune(string(b))
+	for i, r := range out {
+		if r < 0x20 || r == 0x7f {
+			out[i] = ' '
+		}
+	}
+	return string(out)
+}
