@@ -8,11 +8,13 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/reversi-gitops/reversi/api/manifest"
 )
 
 // Notification is one entry of `notifications:` (gateway.yaml or reversi.config.yaml): a
-// receiver of the approval events (issue 24). URL and Secret hold the values after ${NAME}
+// receiver of the approval events and alerts (issue 24). URL and Secret hold the values after ${NAME}
 // expansion from the environment.
 //
 //	notifications:
@@ -22,6 +24,7 @@ import (
 //	    events: [approval.requested]   # default: every approval event
 //	    tools: ["payments.*"]          # tool globs; default: every tool
 //	    risk: [high, critical]         # the manifest's risk.blast_radius; default: any
+//	    namespaces: [payments]         # Kubernetes namespaces; default: any
 type Notification struct {
 	// Name identifies the receiver in the outbox (`name:`, default "<type>-<8 hex of the
 	// URL's SHA-256>"): rows pending for a name that is no longer configured are dead-lettered.
@@ -38,6 +41,9 @@ type Notification struct {
 	Tools []string
 	// Risk are the blast radii sent (low, medium, high, critical); empty: any, also none.
 	Risk []string
+	// Namespaces are the Kubernetes namespaces sent (the namespace of the object a notice is
+	// about); empty: every namespace, also none (a standalone gateway's notices have none).
+	Namespaces []string
 	// Where is "file:line" of the entry ("" when it came from the environment), Field its
 	// path ("notifications[0]"): for the errors found after decoding (egress).
 	Where, Field string
@@ -50,13 +56,14 @@ const (
 )
 
 // NotificationEvents are the values of `events:` (store.NoticeTypes; kept here so that the
-// config package does not import the store).
-var NotificationEvents = []string{"approval.requested", "approval.approved", "approval.denied", "approval.expired", "approval.escalated"}
+// config package does not import the store): the approval events, then the alerts (issue 24).
+var NotificationEvents = []string{"approval.requested", "approval.approved", "approval.denied", "approval.expired", "approval.escalated",
+	"alert.reload_refused", "alert.rendering_refused", "alert.rollback_failed", "alert.halted", "alert.resumed", "alert.upstream_down"}
 
 // notificationRisks are the values of `risk:` (manifest risk.blast_radius).
 var notificationRisks = []string{"low", "medium", "high", "critical"}
 
-var notificationFields = []string{"name", "type", "url", "secret", "events", "tools", "risk"}
+var notificationFields = []string{"name", "type", "url", "secret", "events", "tools", "risk", "namespaces"}
 
 // ApprovalWebhookEnv names the environment variable of the seed's approval webhook (seed "MCP
 // gateway", Storage and notifications: "`REVERSI_APPROVAL_WEBHOOK` still works"): when set, a
@@ -165,6 +172,13 @@ func (d *decoder) notifications(m map[string]any) []Notification {
 		n.Risk, _ = d.strList(o, p, "risk", func(ep, s string) bool {
 			if !slices.Contains(notificationRisks, s) {
 				d.fail(ep, "%q is not one of %s (the manifest's risk.blast_radius)", s, strings.Join(notificationRisks, ", "))
+				return false
+			}
+			return true
+		})
+		n.Namespaces, _ = d.strList(o, p, "namespaces", func(ep, s string) bool {
+			if errs := validation.IsDNS1123Label(s); len(errs) > 0 {
+				d.fail(ep, "%q is not a namespace name: %s", s, strings.Join(errs, "; "))
 				return false
 			}
 			return true

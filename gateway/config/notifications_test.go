@@ -18,7 +18,8 @@ notifications:
     events: [approval.requested, approval.approved]
     tools: ["payments.*"]
     risk: [high, critical]
-  - {type: slack, name: chat, url: "${SLACK_URL}"}
+    namespaces: [payments]
+  - {type: slack, name: chat, url: "${SLACK_URL}", events: [alert.rendering_refused]}
 `
 	g, errs := Parse("gateway.yaml", []byte(file), env(map[string]string{"HOOK_TOKEN": "tk", "HOOK_SECRET": "s3", "SLACK_URL": "https://slack.example.com/services/T/B/X"}))
 	if len(errs) > 0 {
@@ -27,8 +28,9 @@ notifications:
 	want := []Notification{
 		{Name: "webhook-" + g.Notifications[0].Name[len("webhook-"):], Type: "webhook", URL: "https://hooks.example.com/reversi?t=tk", Secret: "s3",
 			Events: []string{"approval.requested", "approval.approved"}, Tools: []string{"payments.*"}, Risk: []string{"high", "critical"},
-			Where: "gateway.yaml:3", Field: "notifications[0]"},
-		{Name: "chat", Type: "slack", URL: "https://slack.example.com/services/T/B/X", Where: "gateway.yaml:9", Field: "notifications[1]"},
+			Namespaces: []string{"payments"}, Where: "gateway.yaml:3", Field: "notifications[0]"},
+		{Name: "chat", Type: "slack", URL: "https://slack.example.com/services/T/B/X", Events: []string{"alert.rendering_refused"},
+			Where: "gateway.yaml:10", Field: "notifications[1]"},
 	}
 	if !reflect.DeepEqual(g.Notifications, want) || len(g.Notifications[0].Name) != len("webhook-")+8 {
 		t.Fatalf("got  %+v\nwant %+v", g.Notifications, want)
@@ -46,6 +48,7 @@ notifications:
 		{"notifications: [{type: webhook, url: 'https://h.example.com', events: [approval.made]}]", `g.yaml:2: notifications[0].events[0]: "approval.made" is not one of approval.requested`},
 		{"notifications: [{type: webhook, url: 'https://h.example.com', tools: ['[']}]", `g.yaml:2: notifications[0].tools[0]: "[" is not a valid glob`},
 		{"notifications: [{type: webhook, url: 'https://h.example.com', risk: [huge]}]", `g.yaml:2: notifications[0].risk[0]: "huge" is not one of low, medium, high, critical`},
+		{"notifications: [{type: webhook, url: 'https://h.example.com', namespaces: [Payments_1]}]", `g.yaml:2: notifications[0].namespaces[0]: "Payments_1" is not a namespace name: a lowercase RFC 1123 label`},
 		{"notifications: [{type: webhook, url: 'https://h.example.com', retries: 3}]", `g.yaml:2: notifications[0].retries: unknown field "retries"`},
 		{"notifications: [{type: webhook, url: 'https://h.example.com', name: a}, {type: slack, url: 'https://s.example.com', name: a}]", "g.yaml:2: notifications[1]: receiver a is also notifications[0]"},
 	} {

@@ -211,7 +211,7 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 }
 
 func receiverOf(r *config.Notification) store.Receiver {
-	return store.Receiver{Name: r.Name, Events: r.Events, Tools: r.Tools, Risk: r.Risk}
+	return store.Receiver{Name: r.Name, Events: r.Events, Tools: r.Tools, Risk: r.Risk, Namespaces: r.Namespaces}
 }
 
 // Collector is the worker's metric, for the gateway's registry.

@@ -240,7 +240,7 @@ func TestSQLiteMigratesVersion2(t *testing.T) {
 		t.Fatalf("records after migration: %v", ev)
 	}
 	var v int
-	if err := queryRow(context.Background(), s.r, `PRAGMA user_version`).Scan(&v); err != nil || v != 5 {
+	if err := queryRow(context.Background(), s.r, `PRAGMA user_version`).Scan(&v); err != nil || v != 6 {
 		t.Fatalf("user_version %d, %v", v, err)
 	}
 }

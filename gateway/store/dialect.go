@@ -235,6 +235,8 @@ var schemaColumns = []struct{ table, column, def string }{
 	// 5: the redacted arguments preview and the tool's risk, for notifications (issue 24)
 	{"approvals", "args_preview", `{text} NOT NULL DEFAULT ''`},
 	{"approvals", "risk", `{text} NOT NULL DEFAULT ''`},
+	// 6: the receivers' namespace filters (issue 24)
+	{"notification_receivers", "namespaces", `{text} NOT NULL DEFAULT ''`},
 }
 
 // schemaIndexes need the migrated columns.

@@ -47,9 +47,9 @@ func checkMigratedV3(t *testing.T, s Store) {
 	if r := must[Run](t)(s.GetRun(ctx, "r1")); !r.LastActivity.After(nt(3)) {
 		t.Fatalf("last activity %v: the records appended since do not count", r.LastActivity)
 	}
-	// version 5: the outbox and the request's preview and risk
+	// version 5: the outbox and the request's preview and risk; 6: the receivers' namespaces
 	o := s.(Outbox)
-	if err := o.SetNotificationReceivers(ctx, []Receiver{{Name: "hook"}}); err != nil {
+	if err := o.SetNotificationReceivers(ctx, []Receiver{{Name: "hook"}, {Name: "ops", Namespaces: []string{"ops"}}}); err != nil {
 		t.Fatal(err)
 	}
 	a := must[Approval](t)(s.CreateApproval(ctx, ApprovalRequest{Tool: "notes.delete", Run: "r1", Actor: "agent-alice",
@@ -94,7 +94,7 @@ func TestSQLiteMigratesVersion3(t *testing.T) {
 	checkMigratedV3(t, s)
 	var v, tables int
 	if err := queryRow(context.Background(), s.r, `SELECT (SELECT user_version FROM pragma_user_version),
-		(SELECT count(*) FROM sqlite_master WHERE name IN ('pending', 'records_one_outcome', 'flush_mark'))`).Scan(&v, &tables); err != nil || v != 5 || tables != 0 {
+		(SELECT count(*) FROM sqlite_master WHERE name IN ('pending', 'records_one_outcome', 'flush_mark'))`).Scan(&v, &tables); err != nil || v != 6 || tables != 0 {
 		t.Fatalf("user_version %d, %d objects of version 3 left (%v)", v, tables, err)
 	}
 }

@@ -53,8 +53,21 @@ const (
 	NoticeApprovalEscalated = "approval.escalated"
 )
 
-// NoticeTypes lists every notice type.
-var NoticeTypes = []string{NoticeApprovalRequested, NoticeApprovalApproved, NoticeApprovalDenied, NoticeApprovalExpired, NoticeApprovalEscalated}
+// The alerts (issue 24): a reload the gateway refused, a rendering the controller refused
+// (signature, downgrade, drift), a rollback step that ended verification_failed or
+// unrecoverable, the kill switch turned on (halted) and off (resumed), an upstream down.
+const (
+	NoticeAlertReloadRefused    = "alert.reload_refused"
+	NoticeAlertRenderingRefused = "alert.rendering_refused"
+	NoticeAlertRollbackFailed   = "alert.rollback_failed"
+	NoticeAlertHalted           = "alert.halted"
+	NoticeAlertResumed          = "alert.resumed"
+	NoticeAlertUpstreamDown     = "alert.upstream_down"
+)
+
+// NoticeTypes lists every notice type (gateway/config.NotificationEvents).
+var NoticeTypes = []string{NoticeApprovalRequested, NoticeApprovalApproved, NoticeApprovalDenied, NoticeApprovalExpired, NoticeApprovalEscalated,
+	NoticeAlertReloadRefused, NoticeAlertRenderingRefused, NoticeAlertRollbackFailed, NoticeAlertHalted, NoticeAlertResumed, NoticeAlertUpstreamDown}
 
 // noticeOfEvent maps the phase events of a request's decision records to notice types.
 var noticeOfEvent = map[ApprovalEvent]string{EventApproved: NoticeApprovalApproved, EventDenied: NoticeApprovalDenied,
@@ -78,10 +91,13 @@ type Notice struct {
 	// At is when the event was committed.
 	At       time.Time `json:"at"`
 	Approval string    `json:"approval"`
-	Tool     string    `json:"tool"`
-	Run      string    `json:"run"`
-	Actor    string    `json:"actor"`
-	Reason   string    `json:"reason,omitempty"`
+	// Namespace is the Kubernetes namespace of the object the notice is about ("" for a
+	// standalone gateway), for the receivers' namespace filters.
+	Namespace string `json:"namespace,omitempty"`
+	Tool      string `json:"tool"`
+	Run       string `json:"run"`
+	Actor     string `json:"actor"`
+	Reason    string `json:"reason,omitempty"`
 	// ArgumentsPreview is the redacted preview of the call's arguments (JSON text,
 	// engine.ArgumentsPreview): never the arguments themselves.
 	ArgumentsPreview string    `json:"arguments_preview,omitempty"`
@@ -123,8 +139,9 @@ type NotificationFilter struct {
 type Receiver struct {
 	Name string
 	// Events are notice types; Tools tool-name globs (api/policy.GlobMatch: the gateway's
-	// allow/deny semantics); Risk blast radii (the manifest's risk.blast_radius).
-	Events, Tools, Risk []string
+	// allow/deny semantics); Risk blast radii (the manifest's risk.blast_radius); Namespaces
+	// Kubernetes namespaces (Notice.Namespace).
+	Events, Tools, Risk, Namespaces []string
 }
 
 // Matches reports whether r's filters admit n.
@@ -136,6 +153,9 @@ func (r *Receiver) Matches(n Notice) bool {
 		return false
 	}
 	if len(r.Risk) > 0 && !slices.Contains(r.Risk, n.Risk.BlastRadius) {
+		return false
+	}
+	if len(r.Namespaces) > 0 && !slices.Contains(r.Namespaces, n.Namespace) {
 		return false
 	}
 	return true
@@ -208,8 +228,8 @@ func (s *sqlStore) SetNotificationReceivers(ctx context.Context, rs []Receiver) 
 		}
 		now := tn(s.stamp())
 		for _, r := range rs {
-			if _, err := tx.exec(ctx, `INSERT INTO notification_receivers (name, events, tools, risk, updated) VALUES ($1, $2, $3, $4, $5)`,
-				r.Name, encodeGroups(r.Events), encodeGroups(r.Tools), encodeGroups(r.Risk), now); err != nil {
+			if _, err := tx.exec(ctx, `INSERT INTO notification_receivers (name, events, tools, risk, namespaces, updated) VALUES ($1, $2, $3, $4, $5, $6)`,
+				r.Name, encodeGroups(r.Events), encodeGroups(r.Tools), encodeGroups(r.Risk), encodeGroups(r.Namespaces), now); err != nil {
 				return fmt.Errorf("store: notification receivers: %w", err)
 			}
 		}
@@ -232,17 +252,20 @@ func (s *sqlStore) SetNotificationReceivers(ctx context.Context, rs []Receiver) 
 
 // receiversTx reads the stored receivers in tx.
 func receiversTx(ctx context.Context, tx querier) ([]Receiver, error) {
-	return collect(ctx, tx, "notification receivers", `SELECT name, events, tools, risk FROM notification_receivers ORDER BY name`, nil,
+	return collect(ctx, tx, "notification receivers", `SELECT name, events, tools, risk, namespaces FROM notification_receivers ORDER BY name`, nil,
 		func(r rows) (Receiver, error) {
 			var rc Receiver
-			var ev, tools, risk string
-			if err := r.Scan(&rc.Name, &ev, &tools, &risk); err != nil {
+			var ev, tools, risk, ns string
+			if err := r.Scan(&rc.Name, &ev, &tools, &risk, &ns); err != nil {
 				return Receiver{}, err
 			}
 			var err error
-			if rc.Events, err = decodeGroups(ev); err == nil {
-				if rc.Tools, err = decodeGroups(tools); err == nil {
-					rc.Risk, err = decodeGroups(risk)
+			for _, f := range []struct {
+				to  *[]string
+				raw string
+			}{{&rc.Events, ev}, {&rc.Tools, tools}, {&rc.Risk, risk}, {&rc.Namespaces, ns}} {
+				if *f.to, err = decodeGroups(f.raw); err != nil {
+					break
 				}
 			}
 			return rc, err

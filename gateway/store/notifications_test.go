@@ -292,3 +292,28 @@ func TestPostgresClaimsAcrossReplicas(t *testing.T) {
 		t.Fatalf("%d of %d rows claimed", len(seen), n)
 	}
 }
+
+// TestReceiverMatches: each filter admits what it lists; a namespace filter excludes a notice
+// without a namespace (a standalone gateway's), an empty one admits every namespace.
+func TestReceiverMatches(t *testing.T) {
+	n := Notice{Type: NoticeApprovalRequested, Tool: "payments.refund", Namespace: "payments", Risk: Risk{BlastRadius: "high"}}
+	for _, c := range []struct {
+		r    Receiver
+		want bool
+	}{
+		{Receiver{}, true},
+		{Receiver{Events: []string{NoticeApprovalRequested}, Tools: []string{"payments.*"}, Risk: []string{"high"}, Namespaces: []string{"payments"}}, true},
+		{Receiver{Events: []string{NoticeAlertHalted}}, false},
+		{Receiver{Tools: []string{"notes.*"}}, false},
+		{Receiver{Risk: []string{"low"}}, false},
+		{Receiver{Namespaces: []string{"ops", "payments"}}, true},
+		{Receiver{Namespaces: []string{"ops"}}, false},
+	} {
+		if got := c.r.Matches(n); got != c.want {
+			t.Errorf("%+v admits %v, want %v", c.r, got, c.want)
+		}
+	}
+	if (&Receiver{Namespaces: []string{"payments"}}).Matches(Notice{Type: NoticeApprovalRequested}) {
+		t.Error("a namespace filter admits a notice without a namespace")
+	}
+}

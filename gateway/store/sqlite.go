@@ -98,8 +98,8 @@ var sqliteDialect = (&dialect{
 		// 2: high_water; 3: decision records (records.approval, event, approver, groups),
 		// approvals.actor_uid, actor_email, uid, spec_digest; 4: open intents on the records
 		// (records.instance, open; no pending table), Seq from max(seq); 5: the notification
-		// outbox (notifications), approvals.args_preview, risk
-		`PRAGMA user_version = 5`,
+		// outbox (notifications), approvals.args_preview, risk; 6: notification_receivers.namespaces
+		`PRAGMA user_version = 6`,
 	},
 }).withStatements()
 
