@@ -124,6 +124,12 @@ type Report struct {
 	// answer, and PolicyPassed its answer to the same call with a number that is not a card's.
 	PolicyBlocked, PolicyPassed string
 	PolicyEnforced              time.Duration
+	// Notified and NotifiedApproved are the approvers' webhook deliveries (issue 24) of the
+	// held call (approval.requested) and of alice's approval (approval.approved): the event,
+	// whether X-Reversi-Signature verified with the Secret's key, and the body;
+	// NotifiedAfter is how long after the held answer the first arrived.
+	Notified, NotifiedApproved Delivery
+	NotifiedAfter              time.Duration
 	// GatewayArgs is the argv the gateway process ran with (the Deployment's, localised).
 	GatewayArgs []string
 	// SidecarCommand is the argv the memory server's sidecar ran with (its rendered command,
@@ -237,6 +243,8 @@ type story struct {
 	podName   string
 	logs      []string
 	cleanupFn []func()
+	// hook is the approvers' webhook receiver (spec.notifications).
+	hook *hookReceiver
 	// before is `<gateway>-manifests` as the controller rendered it before the PR: a
 	// complete, signed, older rendering for the replay in step 7.
 	before *corev1.ConfigMap
@@ -601,6 +609,14 @@ func (s *story) gateway(ctx context.Context) error {
 	if s.port, err = podrun.FreePort(); err != nil {
 		return err
 	}
+	// The approvers' webhook: the gateway posts to it when a call is held (issue 24). Its URL
+	// and HMAC key are in a Secret; the controller renders them as the pod's environment.
+	s.hook = newHookReceiver(hookKey)
+	s.cleanupFn = append(s.cleanupFn, s.hook.srv.Close)
+	if _, err := s.kubectl(ctx, "create", "secret", "generic", "approvers-hook", "-n", Namespace,
+		"--from-literal=url="+s.hook.srv.URL+"/reversi", "--from-literal=hmac="+hookKey); err != nil {
+		return err
+	}
 	var envYAML strings.Builder
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -625,6 +641,12 @@ spec:
   manifests: {registries: [%s]}
   trustedKeysSecretRef: {name: manifest-keys}
   auth: {keysSecretRef: {name: gateway-keys, key: keys.json}}
+  notifications:
+  - name: approvers
+    type: Webhook
+    urlSecretRef: {name: approvers-hook, key: url}
+    secretRef: {name: approvers-hook, key: hmac}
+    events: [approval.requested, approval.approved]
 `, Gateway, Namespace, s.port, ServerImage, node, args[0], envYAML.String(), Registry)
 	if err := s.apply(ctx, "gateway.yaml", y); err != nil {
 		return err
@@ -967,8 +989,24 @@ func (s *story) mergePR(ctx context.Context) error {
 	s.report.Held = text
 	s.report.Request = requestID.FindStringSubmatch(text)[1]
 	s.say("git commit → enforced by the running gateway in %s (pod digest %s → %s)", s.report.Enforced.Round(time.Millisecond), short(before), short(s.podDigest(ctx)))
-	_, err := s.kubectl(ctx, "get", "approvalrequests", "-n", Namespace)
+	held := time.Now()
+	d, err := s.hook.wait(ctx, "approval.requested", 10*time.Second)
+	if err != nil {
+		return err
+	}
+	s.report.Notified, s.report.NotifiedAfter = d, time.Since(held)
+	s.showDelivery(d)
+	_, err = s.kubectl(ctx, "get", "approvalrequests", "-n", Namespace)
 	return err
+}
+
+// showDelivery prints what the approvers' webhook received.
+func (s *story) showDelivery(d Delivery) {
+	verified := "X-Reversi-Signature verified with the Secret's key"
+	if !d.Verified {
+		verified = "X-Reversi-Signature DID NOT verify"
+	}
+	s.say("approvers' webhook <- POST %s (%s):\n    %s", d.Event, verified, oneLine(d.Body, 400))
 }
 
 // approve: alice (group finance) applies an Approval with kubectl; the agent's retry passes.
@@ -1013,6 +1051,12 @@ func (s *story) approve(ctx context.Context) error {
 	s.report.ApprovedAfter = time.Since(began)
 	s.report.Approved = text
 	s.showCall("memory.create_relations (retry)", text, false)
+	d, err := s.hook.wait(ctx, "approval.approved", 10*time.Second)
+	if err != nil {
+		return err
+	}
+	s.report.NotifiedApproved = d
+	s.showDelivery(d)
 	// One approval, one call: the same call again is held for a new request.
 	again, isErr, err := s.call(ctx, "memory.create_relations", relation)
 	if err != nil {
@@ -1347,6 +1391,7 @@ func (s *story) summary() {
 	s.say("  blocked      memory.create_relations had no manifest: blocked")
 	s.say("  relayed      the agent read memory://knowledge-graph through the gateway, not only tools")
 	s.say("  merged PR    a signed commit made it need finance's approval: enforced in %s, no restart", r.Enforced.Round(time.Millisecond))
+	s.say("  notified     the approvers' webhook got a signed approval.requested %s after the call was held, then approval.approved", r.NotifiedAfter.Round(time.Millisecond))
 	s.say("  approved     alice (finance) applied an Approval; the retry passed %s later", r.ApprovedAfter.Round(time.Millisecond))
 	s.say("  forged vote  an Approval naming alice, written by admin, was refused at admission")
 	s.say("  once         the same call again was held for a new request: one approval, one call")

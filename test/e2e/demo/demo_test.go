@@ -77,6 +77,19 @@ func TestDemoStory(t *testing.T) {
 		t.Errorf("the new rule took %s to be enforced, want under 5 s", r.Enforced)
 	}
 	// 3. alice's Approval lets the retry through.
+	// The approvers heard of the held call at once, and of alice's approval (issue 24).
+	n, na := r.Notified, r.NotifiedApproved
+	if n.Event != "approval.requested" || !n.Verified || n.Key != "approval.requested:"+r.Request ||
+		!strings.Contains(n.Body, `"approval_id":"`+r.Request+`"`) || !strings.Contains(n.Body, `"tool":"memory.create_relations"`) ||
+		!strings.Contains(n.Body, "reversi approve "+r.Request) {
+		t.Errorf("the approvers' webhook on the held call: %+v", n)
+	}
+	if r.NotifiedAfter > 5*time.Second {
+		t.Errorf("the approvers' webhook heard of the held call %s after it was held", r.NotifiedAfter)
+	}
+	if na.Event != "approval.approved" || !na.Verified || na.Key != "approval.approved:"+r.Request || !strings.Contains(na.Body, `"decided_by":["alice"]`) {
+		t.Errorf("the approvers' webhook on the approval: %+v", na)
+	}
 	if !strings.Contains(r.Approved, `"relationType": "owes"`) {
 		t.Errorf("the approved retry: %q", r.Approved)
 	}
