@@ -46,12 +46,14 @@ type dialect struct {
 	seqWith, seqFrom string
 	// extraDDL runs after the shared schema: this database's own indexes and settings.
 	extraDDL []string
-	// outcomeCloses: insertOutcome also closes the intent, in the same statement (an UPSERT
-	// of the intent's key, see withStatements), so that an outcome is one statement, which
-	// the runner commits by itself (single). Where it is false (Postgres) the outcome closes
-	// its intent by a second statement whose rows affected decide between concurrent
-	// outcomes of a step (see outcomeTx).
-	outcomeCloses bool
+	// outcomeCall, when set, is insertOutcome: a call of a function of the database that
+	// numbers the outcome and closes its intent (Postgres: pgOutcomeFunction); outcomeRace
+	// reports its error for an intent that a concurrent outcome closed meanwhile (read as
+	// ErrCompleted). Else insertOutcome is one INSERT that closes the intent by an UPSERT of
+	// its key (SQLite, one writer at a time; see withStatements). Either way an outcome is one
+	// statement, which the runner commits by itself (single).
+	outcomeCall string
+	outcomeRace func(error) bool
 
 	// The numbered inserts (numbered), made from the fields above by withStatements.
 	insertIntent, insertOutcome, insertRecord string
@@ -68,9 +70,9 @@ func (d *dialect) withStatements() *dialect {
 	// $1 run, $2 time, $3 step, $4 status, $5 compensation_tool, $6 handle, $7 note: only an
 	// open intent gets an outcome (no row otherwise); the outcome repeats its tool.
 	open := ` records i WHERE i.run = $1 AND i.seq = $3 AND i.kind = 'intent' AND i.open = 1`
-	d.insertOutcome = d.numbered(`kind, time, step, tool, status, compensation_tool, handle, note`,
-		`'outcome', $2, i.seq, i.tool, $4, $5, $6, $7`, `,`+open, "seq, tool, kind")
-	if d.outcomeCloses {
+	if d.outcomeCall != "" {
+		d.insertOutcome = d.outcomeCall
+	} else {
 		// The SELECT yields a second row, the intent's own key, which meets the intent in
 		// the primary key and so only closes it (ON CONFLICT ... DO UPDATE; the row's other
 		// values are never stored). SQLite reads the whole SELECT before it inserts (the

@@ -89,8 +89,48 @@ var postgresDialect = (&dialect{
 	seqFrom: `s`,
 	extraDDL: []string{
 		`CREATE INDEX IF NOT EXISTS records_time ON records (time DESC, run, seq DESC)`,
+		pgOutcomeFunction,
+	},
+	// an outcome is one call of pgOutcomeFunction: one round trip, committed by itself
+	outcomeCall: `SELECT o_seq, o_tool, o_kind FROM reversi_outcome($1, $2, $3, $4, $5, $6, $7)`,
+	outcomeRace: func(err error) bool {
+		var e *pgconn.PgError
+		return errors.As(err, &e) && e.Code == pgOutcomeRace
 	},
 }).withStatements()
+
+// pgOutcomeFunction completes a step in one statement (the dialect's insertOutcome; the
+// parameters are insertOutcome's: run, time, step, status, compensation_tool, handle, note).
+// It returns no row when the step is not an open intent (RecordOutcome then tells
+// ErrCompleted from ErrNotFound). Otherwise it takes the run's row lock first, as every
+// writer does (numbering the outcome), then closes the intent only if it is still open: of
+// concurrent outcomes of a step (replicas) the second waits for the first's run lock and then
+// finds the intent closed. It raises pgOutcomeRace then, which rolls the numbering back (Seq
+// stays gapless) and reads as ErrCompleted.
+const pgOutcomeFunction = `CREATE OR REPLACE FUNCTION reversi_outcome(p_run TEXT, p_time BIGINT, p_step BIGINT,
+	p_status TEXT, p_compensation TEXT, p_handle TEXT, p_note TEXT)
+RETURNS TABLE (o_seq BIGINT, o_tool TEXT, o_kind TEXT) LANGUAGE plpgsql AS $fn$
+DECLARE n BIGINT; t TEXT;
+BEGIN
+	PERFORM 1 FROM records r WHERE r.run = p_run AND r.seq = p_step AND r.kind = 'intent' AND r.open = 1;
+	IF NOT FOUND THEN
+		RETURN;
+	END IF;
+	UPDATE runs SET next_seq = next_seq + 1 WHERE id = p_run RETURNING next_seq INTO n;
+	UPDATE records r SET open = 0 WHERE r.run = p_run AND r.seq = p_step AND r.kind = 'intent' AND r.open = 1
+		RETURNING r.tool INTO t;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'step % of run % was completed meanwhile', p_step, p_run USING ERRCODE = 'RV001';
+	END IF;
+	INSERT INTO records (run, seq, kind, time, step, tool, status, compensation_tool, handle, note)
+		VALUES (p_run, n, 'outcome', p_time, p_step, t, p_status, p_compensation, p_handle, p_note);
+	RETURN QUERY SELECT n, t, 'outcome'::TEXT;
+END
+$fn$`
+
+// pgOutcomeRace is the SQLSTATE pgOutcomeFunction raises when a concurrent outcome closed
+// the intent between its check and its lock.
+const pgOutcomeRace = "RV001"
 
 // postgresSchemaLock is the advisory lock key (pg_advisory_xact_lock) that serialises schema
 // creation: concurrent CREATE TABLE IF NOT EXISTS of one table can otherwise fail.
@@ -132,7 +172,8 @@ func redact(err error, databaseURL string) error {
 }
 
 // OpenPostgres connects to databaseURL (postgres://user:password@host:port/db?sslmode=...;
-// pgx's keywords, e.g. pool_max_conns, default 16) and creates the store's tables if missing,
+// pgx's keywords, e.g. pool_max_conns, default 16; the store opens at most pool_max_conns +
+// pool_max_conns/2 + 1 connections: the pool, the lazy writes' pool, the instance lock) and creates the store's tables if missing,
 // in the schema named by the URL's search_path parameter (default PostgresSchema). A nil clock
 // means time.Now. Call Recover after opening to complete the steps that stopped replicas left
 // without an outcome. Errors: a bad URL, an unreachable server, or missing privileges (the
@@ -151,7 +192,17 @@ func OpenPostgres(ctx context.Context, databaseURL string, clock Clock) (*Postgr
 	if err != nil {
 		return nil, fmt.Errorf("store: postgres %s: %w", where, err)
 	}
+	lazyCfg := cfg.Copy()
+	lazyCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	lazyCfg.MaxConns = max(1, cfg.MaxConns/2)
+	lazyCfg.MinConns = min(lazyCfg.MinConns, lazyCfg.MaxConns)
+	lazy, err := pgxpool.NewWithConfig(ctx, lazyCfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: postgres %s: %w", where, err)
+	}
 	fail := func(err error) (*Postgres, error) {
+		lazy.Close()
 		pool.Close()
 		return nil, fmt.Errorf("store: postgres %s: %w", where, err)
 	}
@@ -164,8 +215,9 @@ func OpenPostgres(ctx context.Context, databaseURL string, clock Clock) (*Postgr
 	}
 	go lock.watchdog()
 	s := &Postgres{pool: pool, schema: schema, lock: lock,
-		sqlStore: sqlStore{d: postgresDialect, r: pgxQuerier{pool}, w: pgRunner{pool}, inst: lock, instance: lock.id, now: clock}}
+		sqlStore: sqlStore{d: postgresDialect, r: pgxQuerier{pool}, w: pgRunner{pool: pool, lazy: lazy}, inst: lock, instance: lock.id, now: clock}}
 	s.release = func() error {
+		lazy.Close()
 		pool.Close()
 		return nil
 	}
@@ -229,24 +281,26 @@ const postgresWriteTimeout = 30 * time.Second
 // synchronous_commit off, so it returns without waiting for the server's WAL flush: it
 // survives a crash of the gateway; a crash of the server inside the WAL writer's delay can lose
 // it, and Recover then completes the step as uncertain (the safe reading). A later synchronous
-// commit (the next intent) flushes it too. A durable single statement runs without BEGIN and
-// COMMIT of its own (one round trip).
-type pgRunner struct{ pool *pgxpool.Pool }
+// commit (the next intent) flushes it too. A single statement runs without BEGIN and COMMIT
+// of its own (one round trip).
+//
+// Lazy writes go to a pool of their own (half as many connections as the pool's
+// pool_max_conns, at least 1) whose sessions run with synchronous_commit off, so that a lazy
+// single statement (an outcome) is one round trip too, and a lazy transaction needs no SET
+// LOCAL.
+type pgRunner struct{ pool, lazy *pgxpool.Pool }
 
 func (p pgRunner) run(ctx context.Context, h how, fn txFunc) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postgresWriteTimeout)
 	defer cancel()
-	if h.isSingle() && !h.isLazy() {
-		return fn(wctx, pgxQuerier{p.pool})
+	pool := p.pool
+	if h.isLazy() {
+		pool = p.lazy
 	}
-	return pgx.BeginFunc(wctx, p.pool, func(tx pgx.Tx) error {
-		if h.isLazy() {
-			if _, err := tx.Exec(wctx, `SET LOCAL synchronous_commit = off`); err != nil {
-				return err
-			}
-		}
-		return fn(wctx, pgxQuerier{tx})
-	})
+	if h.isSingle() {
+		return fn(wctx, pgxQuerier{pool})
+	}
+	return pgx.BeginFunc(wctx, pool, func(tx pgx.Tx) error { return fn(wctx, pgxQuerier{tx}) })
 }
 
 func (pgRunner) close() error { return nil }

@@ -516,3 +516,48 @@ func TestPostgresConsumeAcrossReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresOutcomeRaceAcrossReplicas: outcomes of ONE step written at once by both
+// replicas (a gateway and a peer's Recover, say): exactly one commits, the others read
+// ErrCompleted, and the run's numbering stays gapless (the losers' numbering is rolled back).
+func TestPostgresOutcomeRaceAcrossReplicas(t *testing.T) {
+	url := pgURL("")
+	a, b := openPG(t, url, nil), openPG(t, url, nil)
+	ctx := context.Background()
+	must[Run](t)(a.CreateRun(ctx, Run{ID: "race", Actor: "alice"}))
+	const rounds, racers = 20, 6
+	for round := range rounds {
+		step := must[int64](t)(a.RecordIntent(ctx, Intent{Run: "race", Tool: "crm.create", ArgsDigest: fmt.Sprint(round)}))
+		errs := make([]error, racers)
+		var wg sync.WaitGroup
+		for i := range racers {
+			s := a
+			if i%2 == 1 {
+				s = b
+			}
+			wg.Go(func() { _, errs[i] = s.RecordOutcome(ctx, "race", step, StepOutcome{Status: Succeeded, Note: fmt.Sprint(i)}) })
+		}
+		wg.Wait()
+		won := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, ErrCompleted):
+				t.Fatalf("round %d racer %d: %v, want nil or ErrCompleted", round, i, err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("round %d: %d outcomes committed for one step, want 1 (%v)", round, won, errs)
+		}
+	}
+	recs := must[[]Record](t)(b.Records(ctx, "race", 0, 0))
+	if len(recs) != 2*rounds {
+		t.Fatalf("%d records, want %d (one intent and one outcome per round)", len(recs), 2*rounds)
+	}
+	for i, r := range recs {
+		if r.Seq != int64(i+1) || (i%2 == 1 && (r.Kind != KindOutcome || r.Step != recs[i-1].Seq)) {
+			t.Fatalf("record %d: %+v; want seq %d, each outcome after its intent", i, r, i+1)
+		}
+	}
+}

@@ -91,8 +91,6 @@ var sqliteDialect = (&dialect{
 	columns:   `SELECT name FROM pragma_table_info($1)`,
 	unique:    sqliteUnique,
 	seqFrom:   `(SELECT coalesce((SELECT max(seq) FROM records WHERE run = $1), 0) + 1 AS n FROM runs WHERE id = $1) s`,
-	// one writer at a time: the outcome's statement closes its intent itself
-	outcomeCloses: true,
 	extraDDL: []string{
 		`DROP TABLE IF EXISTS flush_mark`, // version 3's lazy flush wrote a row there
 		// 2: high_water; 3: decision records (records.approval, event, approver, groups),

@@ -401,15 +401,17 @@ func (s *sqlStore) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 }
 
 // outcomeTx completes step: the outcome is numbered (taking the run first, as every writer
-// does) and inserted only if the step is an open intent, and the intent is closed: by the
-// same statement where the dialect's outcomeCloses (one writer at a time), else by a
-// conditional UPDATE (open = 1) whose rows affected decide: of concurrent outcomes of a step
-// (Postgres replicas: the second waits for the first's row lock, then finds it closed)
-// exactly one commits. Errors: ErrNotFound (no run or no such intent), ErrCompleted.
+// does) and inserted only if the step is an open intent, and the intent is closed, by one
+// statement (the dialect's insertOutcome): of concurrent outcomes of a step (Postgres
+// replicas: the second waits for the first's run lock, then finds the intent closed) exactly
+// one commits. Errors: ErrNotFound (no run or no such intent), ErrCompleted.
 func (s *sqlStore) outcomeTx(ctx context.Context, tx querier, run string, step int64, o StepOutcome, handle string) (Record, error) {
 	rec := Record{Run: run, Kind: KindOutcome, Step: step, Status: o.Status, CompensationTool: o.CompensationTool, Note: o.Note,
 		Time: s.stamp()}
 	err := scanOutcome(ctx, tx, s.d.insertOutcome, &rec, run, tn(rec.Time), step, string(o.Status), o.CompensationTool, handle, o.Note)
+	if s.d.outcomeRace != nil && s.d.outcomeRace(err) {
+		return Record{}, fmt.Errorf("%w: step %d in run %s", ErrCompleted, step, run)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		var open int
 		err := queryRow(ctx, tx, `SELECT open FROM records WHERE run = $1 AND seq = $2 AND kind = 'intent'`, run, step).Scan(&open)
@@ -420,16 +422,6 @@ func (s *sqlStore) outcomeTx(ctx context.Context, tx querier, run string, step i
 	}
 	if err != nil {
 		return Record{}, fmt.Errorf("store: outcome: %w", err)
-	}
-	if s.d.outcomeCloses {
-		return rec, nil
-	}
-	n, err := tx.exec(ctx, `UPDATE records SET open = 0 WHERE run = $1 AND seq = $2 AND open = 1`, run, step)
-	if err != nil {
-		return Record{}, fmt.Errorf("store: outcome: %w", err)
-	}
-	if n != 1 {
-		return Record{}, fmt.Errorf("%w: step %d in run %s", ErrCompleted, step, run)
 	}
 	return rec, nil // Handle unset: only Recover reads the record back, whose outcomes have none
 }
@@ -472,12 +464,8 @@ func (s *sqlStore) RecordOutcome(ctx context.Context, run string, step int64, o 
 	if err != nil {
 		return 0, err
 	}
-	h := lazy
-	if s.d.outcomeCloses {
-		h |= single
-	}
 	var rec Record
-	err = s.write(ctx, h, func(ctx context.Context, tx querier) error {
+	err = s.write(ctx, lazy|single, func(ctx context.Context, tx querier) error {
 		var err error
 		rec, err = s.outcomeTx(ctx, tx, run, step, o, enc)
 		return err
