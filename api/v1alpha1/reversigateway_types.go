@@ -480,7 +480,9 @@ type ReversiGatewayStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Reconciling and Stalled (kstatus).
+	// Conditions: Ready, Reconciling and Stalled (kstatus), and NotificationsDelivered while
+	// spec.notifications is set (False when a pod's store holds dead-lettered notifications;
+	// it does not change Ready).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
