@@ -122,7 +122,8 @@ func (p *reporter) current() (r report, seq uint64, ok bool) {
 	return p.latest, p.seq, p.loaded
 }
 
-// run writes each report set (and each changed summary, once the first report was set), retrying failed writes with backoff, until ctx ends.
+// run writes each report set (and each changed summary, once the first report was set),
+// retrying failed writes with backoff, until ctx ends.
 func (p *reporter) run(ctx context.Context) {
 	var written uint64 // the seq written last (0: none)
 	failing := ""      // the error logged last, "" after a success
