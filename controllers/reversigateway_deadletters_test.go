@@ -61,11 +61,12 @@ func TestGatewayNotificationsDeliveredCondition(t *testing.T) {
 	before := condition(getGateway(t, ns, "ntf").Status.Conditions, v1alpha1.ConditionReady)
 
 	last := "approvers-hook: HTTP 400: bad request (approval.requested:apr-1)"
-	patchLease(t, lease, map[string]any{v1alpha1.AnnotationNotificationsDead: "2", v1alpha1.AnnotationNotificationsRetrying: "0",
+	patchLease(t, lease, map[string]any{v1alpha1.AnnotationNotificationsDead: "2", v1alpha1.AnnotationNotificationsRetrying: "3",
 		v1alpha1.AnnotationNotificationsLastDead: last})
 	gw := waitGateway(t, ns, "ntf", notesIs(metav1.ConditionFalse, v1alpha1.ReasonNotificationDeadLettered,
 		"pod ntf-gateway-abc: 2 notifications dead-lettered (last: "+last+")",
-		"kubectl exec -n "+ns+" ntf-gateway-abc -c gateway -- /reversi notifications list --state dead --data /var/lib/reversi"))
+		"kubectl exec -n "+ns+" ntf-gateway-abc -c gateway -- /reversi notifications list --state dead --data /var/lib/reversi",
+		"3 notifications are retrying after a failed attempt"))
 	t.Logf("NotificationsDelivered: %s", condition(gw.Status.Conditions, v1alpha1.ConditionNotificationsDelivered).Message)
 	if c := condition(gw.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != before.Status || c.Reason != before.Reason {
 		t.Errorf("Ready changed with the dead letters: %+v, before %+v", c, before)

@@ -44,9 +44,11 @@ func notesOf(pod string, a map[string]string) (podNotes, bool) {
 //     URL, which the pods leave out) and the kubectl exec command that lists them, then the
 //     other pods with dead letters (at most 5 named); a Warning event of that reason when the
 //     condition becomes False;
-//   - else at least one pod reports: True, reason NoDeadLetters, with the rows retrying;
+//   - else at least one pod reports: True, reason NoDeadLetters;
 //   - else Unknown, reason NotificationsUnreported.
 //
+// False and True messages end with how many notifications retry (pending after a failed
+// attempt), when any do.
 // It never touches Ready, Reconciling or Stalled: a dead letter does not stop the gateway
 // from serving. Source: issue 24.
 func (r *ReversiGatewayReconciler) notifications(gw *v1alpha1.ReversiGateway, pods []corev1.Pod, reports map[string]map[string]string) {
@@ -76,6 +78,9 @@ func (r *ReversiGatewayReconciler) notifications(gw *v1alpha1.ReversiGateway, po
 	switch {
 	case len(dead) > 0:
 		msg := deadLetterMessage(gw, dead)
+		if retrying > 0 {
+			msg += fmt.Sprintf("; %s retrying after a failed attempt", plural(retrying, "notification is", "notifications are"))
+		}
 		setCondition(gw, v1alpha1.ConditionNotificationsDelivered, metav1.ConditionFalse, v1alpha1.ReasonNotificationDeadLettered, msg)
 		if !wasFalse {
 			r.event(gw, corev1.EventTypeWarning, v1alpha1.ReasonNotificationDeadLettered, msg)
