@@ -618,7 +618,8 @@ func applyFailure(err error, what string) *stepError {
 }
 
 // rollout fills the status from the Deployment and the reports on the pods' Leases, and sets
-// Ready when every desired pod is ready and serves the desired manifests. Only a Lease gw
+// Ready when every desired pod is ready and serves the desired manifests, and
+// NotificationsDelivered from the pods' outbox reports (notifications; it leaves Ready alone). Only a Lease gw
 // controls, of a pod that reportsTo gw, counts: the pods' own annotations are ignored (anyone
 // with pods patch in the namespace could write them).
 func (r *ReversiGatewayReconciler) rollout(ctx context.Context, gw *v1alpha1.ReversiGateway, dep *appsv1.Deployment, pods []corev1.Pod, b bundle.Bundle, digest, sources string, signed bool) (ctrl.Result, *stepError) {
@@ -680,6 +681,7 @@ func (r *ReversiGatewayReconciler) rollout(ctx context.Context, gw *v1alpha1.Rev
 		}
 	}
 	gw.Status.Manifests = ms
+	r.notifications(gw, pods, reports)
 	note := ""
 	if !signed {
 		note = "; the pods do not verify signatures: set spec.trustedKeysSecretRef"

@@ -480,7 +480,9 @@ type ReversiGatewayStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Reconciling and Stalled (kstatus).
+	// Conditions: Ready, Reconciling and Stalled (kstatus), and NotificationsDelivered while
+	// spec.notifications is set (False when a pod's store holds dead-lettered notifications;
+	// it does not change Ready).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -611,3 +613,35 @@ func (in *ReversiGateway) SetConditions(c []metav1.Condition) { in.Status.Condit
 func init() {
 	SchemeBuilder.Register(&ReversiGateway{}, &ReversiGatewayList{})
 }
+
+// The notification outbox of a gateway's pods as the ReversiGateway reports it (issue 24:
+// dead letters "visible (`reversi notifications list`, a metric, a condition)").
+const (
+	// AnnotationNotificationsDead on a gateway pod's Lease (see AnnotationManifestDigest):
+	// how many notifications of the configured receivers are dead-lettered in the pod's store
+	// (a decimal count, at most 10000: "at least" then). Written by the pod when it changes
+	// (the outbox is read every 2 s); absent when the gateway has no receivers.
+	AnnotationNotificationsDead = "reversi.dev/notifications-dead"
+	// AnnotationNotificationsRetrying on a gateway pod's Lease: how many notifications are
+	// pending after a failed attempt (due again after a backoff). Absent as above.
+	AnnotationNotificationsRetrying = "reversi.dev/notifications-retrying"
+	// AnnotationNotificationsLastDead on a gateway pod's Lease: the newest dead letter,
+	// `<receiver>: <error> (<idempotency key>)`, at most 1024 bytes; never a receiver's URL or
+	// key. Absent when there is none.
+	AnnotationNotificationsLastDead = "reversi.dev/notifications-last-dead"
+
+	// ConditionNotificationsDelivered (ReversiGateway, present while spec.notifications is
+	// set): True when no pod reports a dead-lettered notification, False (reason
+	// ReasonNotificationDeadLettered) when one does, Unknown (ReasonNotificationsUnreported)
+	// before any pod has reported its outbox. It never changes Ready, which is about serving.
+	ConditionNotificationsDelivered = "NotificationsDelivered"
+	// ReasonNotificationDeadLettered (NotificationsDelivered=False): a pod's store holds dead
+	// letters; the message names the pod, the count, the last error and the command that
+	// lists them. Dead letters are never retried and stay in the store.
+	ReasonNotificationDeadLettered = "NotificationDeadLettered"
+	// ReasonNoDeadLetters (NotificationsDelivered=True): no pod reports a dead letter.
+	ReasonNoDeadLetters = "NoDeadLetters"
+	// ReasonNotificationsUnreported (NotificationsDelivered=Unknown): no pod has reported
+	// its outbox on its Lease yet (starting, or an image without the report).
+	ReasonNotificationsUnreported = "NotificationsUnreported"
+)

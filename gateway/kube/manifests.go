@@ -361,7 +361,9 @@ func (m *Manifests) report(digest, revision string, loadErr error) {
 
 // writeLease writes r on the pod's Lease (coordination.k8s.io/v1, named PodName, in
 // Namespace; the ReversiGateway controller creates it and grants this pod patch on it by
-// name): the three annotations (a refusal's is removed after a successful load),
+// name): the manifest annotations (a refusal's is removed after a successful load), the
+// notification annotations (removed when r has no summary, the last dead letter when there is
+// none),
 // spec.holderIdentity (the pod's name) and spec.renewTime (now, in microseconds), in one merge
 // patch. Errors: the API server's (NotFound or Forbidden until the controller has seen the
 // pod); the reporter retries.
@@ -376,15 +378,24 @@ func (m *Manifests) writeLease(ctx context.Context, r report) error {
 
 // leasePatch is the merge patch of a report on the Lease of pod at now.
 func leasePatch(pod string, r report, now time.Time) ([]byte, error) {
-	var errText any // null removes the annotation
-	if r.loadErr != "" {
-		errText = r.loadErr
+	orNull := func(s string) any { // null removes the annotation
+		if s == "" {
+			return nil
+		}
+		return s
+	}
+	var dead, retrying any
+	if r.notes.reported {
+		dead, retrying = strconv.Itoa(r.notes.dead), strconv.Itoa(r.notes.retrying)
 	}
 	return json.Marshal(map[string]any{
 		"metadata": map[string]any{"annotations": map[string]any{
-			v1alpha1.AnnotationManifestDigest:   r.digest,
-			v1alpha1.AnnotationManifestRevision: r.revision,
-			v1alpha1.AnnotationManifestError:    errText,
+			v1alpha1.AnnotationManifestDigest:        r.digest,
+			v1alpha1.AnnotationManifestRevision:      r.revision,
+			v1alpha1.AnnotationManifestError:         orNull(r.loadErr),
+			v1alpha1.AnnotationNotificationsDead:     dead,
+			v1alpha1.AnnotationNotificationsRetrying: retrying,
+			v1alpha1.AnnotationNotificationsLastDead: orNull(r.notes.lastDead),
 		}},
 		"spec": map[string]any{"holderIdentity": pod, "renewTime": metav1.NewMicroTime(now)},
 	})

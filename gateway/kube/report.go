@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,11 +13,35 @@ import (
 // maxReportError bounds the refusal a report carries (bytes; a longer one ends in "...").
 const maxReportError = 2048
 
+// maxReportDeadLetter bounds the last dead letter a report carries (bytes; a longer one ends
+// in "...").
+const maxReportDeadLetter = 1024
+
 // report is what a gateway pod says it serves: the digest (`sha256:<hex>`) and revision of
-// the manifests it enforces, and why it refused the last rendering it saw ("" after a
-// successful load).
+// the manifests it enforces, why it refused the last rendering it saw ("" after a
+// successful load), and the summary of its notification outbox.
 type report struct {
 	digest, revision, loadErr string
+	notes                     notesReport
+}
+
+// notesReport is the summary of a pod's notification outbox (issue 24: dead letters visible
+// as a condition): the dead letters, the rows pending after a failed attempt, and the newest
+// dead letter as "<receiver>: <error> (<idempotency key>)", at most maxReportDeadLetter bytes,
+// never a receiver's URL or key. The zero value (reported false) is "no summary": a gateway
+// without receivers, whose Lease then carries no notification annotations.
+type notesReport struct {
+	reported       bool
+	dead, retrying int
+	lastDead       string
+}
+
+// cut bounds s to n bytes (a longer one ends in "..."), keeping it valid UTF-8.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-3], "") + "..."
 }
 
 // newReport is the report of a load: loadErr nil when it succeeded, else its text cut to
@@ -24,10 +49,7 @@ type report struct {
 func newReport(digest, revision string, loadErr error) report {
 	r := report{digest: digest, revision: revision}
 	if loadErr != nil {
-		r.loadErr = loadErr.Error()
-		if len(r.loadErr) > maxReportError {
-			r.loadErr = r.loadErr[:maxReportError-3] + "..."
-		}
+		r.loadErr = cut(loadErr.Error(), maxReportError)
 	}
 	return r
 }
@@ -52,7 +74,8 @@ type reporter struct {
 
 	mu     sync.Mutex
 	latest report
-	seq    uint64 // counts set calls; the report of seq is latest
+	seq    uint64 // counts the changes; the report of seq is latest
+	loaded bool   // set was called: nothing is written before the pod says what it serves
 	wake   chan struct{}
 }
 
@@ -60,24 +83,47 @@ func newReporter(what string, write func(context.Context, report) error, logf fu
 	return &reporter{write: write, what: what, logf: logf, backoff: reportBackoff, wake: make(chan struct{}, 1)}
 }
 
-// set makes r the report to write, and wakes run. It never blocks.
+// set makes r's manifest part (digest, revision, load error) the report to write, keeping the
+// notification summary set last, and wakes run. Every call is written, also when nothing
+// changed (each reload reports). It never blocks.
 func (p *reporter) set(r report) {
 	p.mu.Lock()
-	p.latest, p.seq = r, p.seq+1
+	r.notes = p.latest.notes
+	p.latest, p.seq, p.loaded = r, p.seq+1, true
 	p.mu.Unlock()
+	p.poke()
+}
+
+// setNotes makes n the report's notification summary, keeping its manifest part. A summary
+// equal to the one set last changes nothing and is not written: the outbox is read every few
+// seconds, the Lease written only when what it says changes. It never blocks.
+func (p *reporter) setNotes(n notesReport) {
+	p.mu.Lock()
+	if p.latest.notes == n {
+		p.mu.Unlock()
+		return
+	}
+	p.latest.notes, p.seq = n, p.seq+1
+	p.mu.Unlock()
+	p.poke()
+}
+
+func (p *reporter) poke() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (p *reporter) current() (report, uint64) {
+// current is the report to write and its seq; ok is false until set was called.
+func (p *reporter) current() (r report, seq uint64, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.latest, p.seq
+	return p.latest, p.seq, p.loaded
 }
 
-// run writes each report set, retrying failed writes with backoff, until ctx ends.
+// run writes each report set (and each changed summary, once the first report was set),
+// retrying failed writes with backoff, until ctx ends.
 func (p *reporter) run(ctx context.Context) {
 	var written uint64 // the seq written last (0: none)
 	failing := ""      // the error logged last, "" after a success
@@ -89,8 +135,8 @@ func (p *reporter) run(ctx context.Context) {
 		}
 		// Each wake starts a new backoff at its first, shortest step.
 		_ = p.backoff.DelayFunc().Until(ctx, true, true, func(ctx context.Context) (bool, error) {
-			r, seq := p.current()
-			if seq == written {
+			r, seq, ok := p.current()
+			if !ok || seq == written { // a summary alone waits for the first set
 				return true, nil
 			}
 			if err := p.write(ctx, r); err != nil {

@@ -106,7 +106,7 @@ func TestReporterRetriesTheLatestReportUntilWritten(t *testing.T) {
 	f.refuse(nil)
 	waitFor(t, "a write", func() bool { _, w, _ := f.snapshot(); return len(w) == 1 })
 	_, written, logs := f.snapshot()
-	if want := (report{"sha256:two", "rev 2", "ConfigMap agents/pay-manifests was refused"}); written[0] != want {
+	if want := (report{digest: "sha256:two", revision: "rev 2", loadErr: "ConfigMap agents/pay-manifests was refused"}); written[0] != want {
 		t.Fatalf("written %+v, want the latest report %+v", written[0], want)
 	}
 	// Two errors, each logged once however often it came back, then the recovery.
@@ -120,7 +120,7 @@ func TestReporterRetriesTheLatestReportUntilWritten(t *testing.T) {
 	waitFor(t, "the third report", func() bool { _, w, _ := f.snapshot(); return len(w) == 2 })
 	a, _, _ := f.snapshot()
 	time.Sleep(20 * time.Millisecond)
-	if attempts, written, _ := f.snapshot(); len(written) != 2 || len(attempts) != len(a) || written[1] != (report{"sha256:three", "rev 3", ""}) {
+	if attempts, written, _ := f.snapshot(); len(written) != 2 || len(attempts) != len(a) || written[1] != (report{digest: "sha256:three", revision: "rev 3"}) {
 		t.Errorf("after the third report: %d attempts (%d before), written %+v", len(attempts), len(a), written)
 	}
 	cancel()

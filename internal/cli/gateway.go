@@ -95,6 +95,7 @@ func newGatewayCmd() *cobra.Command {
 			var initial proxy.Loaded
 			var load proxy.LoadFunc
 			var kubeRun func(context.Context, kube.Target)
+			var km *kube.Manifests // with --kube-configmap
 			if kubeCM == "" && kubeKeys != "" {
 				return errors.New("--kube-trusted-keys is for --kube-configmap: without it it would be ignored")
 			}
@@ -108,12 +109,12 @@ func newGatewayCmd() *cobra.Command {
 				return errors.New("--policy (or policy: in gateway.yaml) with --kube-configmap: a ReversiGateway's policy comes with its rendering, not from a local file")
 			}
 			if kubeCM != "" { // the manifests come from the API server (ReversiGateway pods)
-				km, l, err := kubeManifests(cmd.Context(), kubeCM, kubeKeys, kubeControllerKeys, gatewayName, kubeconfig, namespace, cmd.ErrOrStderr())
+				m, l, err := kubeManifests(cmd.Context(), kubeCM, kubeKeys, kubeControllerKeys, gatewayName, kubeconfig, namespace, cmd.ErrOrStderr())
 				if err != nil {
 					return err
 				}
-				defer km.Close()
-				initial, load, src, kubeRun = l, km.Load, "", km.Run
+				defer m.Close()
+				km, initial, load, src, kubeRun = m, l, m.Load, "", m.Run
 			} else if src != "" || len(ppaths) > 0 {
 				if initial, err = loadGateway(src, ppaths); err != nil {
 					return err
@@ -147,6 +148,13 @@ func newGatewayCmd() *cobra.Command {
 			if err != nil {
 				_ = st.Close()
 				return err
+			}
+			var reportNotes func(context.Context) // the outbox's summary on the pod's Lease (issue 24)
+			if notifier != nil && km != nil {
+				if reportNotes, err = kubeNotificationReport(km, st, g, pc, cmd.ErrOrStderr()); err != nil {
+					_ = st.Close()
+					return err
+				}
 			}
 			if kubeconfig != "" || namespace != "" {
 				kst, err := kubeApprovals(cmd.Context(), st, kubeconfig, namespace, gatewayName, kubeControllerKeys, cmd.ErrOrStderr())
@@ -199,6 +207,12 @@ func newGatewayCmd() *cobra.Command {
 			reloadTriggers(ctx, gw, watched, pc)
 			if kubeRun != nil {
 				go kubeRun(ctx, gw)
+			}
+			if reportNotes != nil { // it reads the store: stopped before the store closes
+				rctx, rcancel := context.WithCancel(ctx)
+				done := make(chan struct{})
+				go func() { defer close(done); reportNotes(rctx) }()
+				defer func() { rcancel(); <-done }()
 			}
 			stopProfile := startCPUProfile(cmd.ErrOrStderr())
 			err = gw.Serve(ctx)

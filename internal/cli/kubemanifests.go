@@ -2,13 +2,17 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
+	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/kube"
 	"github.com/reversi-gitops/reversi/gateway/proxy"
+	"github.com/reversi-gitops/reversi/gateway/store"
+	projconfig "github.com/reversi-gitops/reversi/internal/config"
 	"github.com/reversi-gitops/reversi/pkg/signing"
 )
 
@@ -78,4 +82,31 @@ func controllerTrust(path string) (*signing.TrustSet, error) {
 		return nil, fmt.Errorf("$%s: %w", ControllerKeysEnv, err)
 	}
 	return t, nil
+}
+
+// kubeNotificationReport is the loop that reports the summary of the notification outbox of
+// st (the SQL store, before any Kubernetes wrapper) on the pod's Lease, beside the manifest
+// digest (kube.Manifests.ReportNotifications, issue 24: the ReversiGateway's
+// NotificationsDelivered condition); it runs until its context ends. Nil when the gateway has
+// no receivers (gatewayReceivers). The receivers' URLs and keys are never reported. Errors:
+// the receivers' configuration, or a store without an outbox summary.
+func kubeNotificationReport(km *kube.Manifests, st store.Store, g *config.Gateway, pc *projconfig.Config, stderr io.Writer) (func(context.Context), error) {
+	rs, err := gatewayReceivers(g, pc)
+	if err != nil || len(rs) == 0 {
+		return nil, err
+	}
+	sum, ok := st.(store.NotificationSummarizer)
+	if !ok {
+		return nil, errors.New("notifications: the store cannot summarize its outbox for the pod's report")
+	}
+	o := kube.NotificationReportOptions{Outbox: sum}
+	for _, r := range rs {
+		o.Receivers = append(o.Receivers, r.Name)
+		o.Redact = append(o.Redact, r.URL, r.Secret)
+	}
+	return func(ctx context.Context) {
+		if err := km.ReportNotifications(ctx, o); err != nil {
+			fmt.Fprintf(stderr, "reversi-gateway: %v\n", err)
+		}
+	}, nil
 }

@@ -144,6 +144,8 @@ type world struct {
 	stop         func()
 	stderr       *syncbuf.Buffer
 	desired1     string
+	// dataDir is the gateway's --data (its SQLite store; /var/lib/reversi in the pod).
+	dataDir string
 	// commit commits the repository (signed, with Flux); requestFetch asks for the new commit
 	// at once, as a git webhook would: the registry's requestedAt annotation, or with Flux the
 	// GitRepository's.
@@ -157,6 +159,13 @@ type worldOptions struct {
 	// verifies each commit's SSH signature (GitRepository spec.verify), and the ManifestRegistry
 	// consumes its artifact through spec.sourceRef with spec.verify.commit (issue 22).
 	flux bool
+	// manifests replaces memoryManifests as v1 of the registry (server-memory's tools).
+	manifests string
+	// notifications are the gateway's spec.notifications, and secrets Secrets created in the
+	// namespace before it (the receivers' URLs and keys): the gateway is started with the
+	// container's secretKeyRef env read from them, as the kubelet would.
+	notifications []v1alpha1.GatewayNotification
+	secrets       map[string]map[string][]byte
 }
 
 func startWorld(t testing.TB) *world { return startWorldWith(t, worldOptions{}) }
@@ -206,7 +215,11 @@ func startWorldWith(t testing.TB, o worldOptions) *world {
 	key := signingtest.NewKey(t)
 	repo := sourcetest.NewRepo(t)
 	regDir := filepath.Join(repo.Dir, "reg")
-	v1 := parseManifests(t, memoryManifests)
+	src := memoryManifests
+	if o.manifests != "" {
+		src = o.manifests
+	}
+	v1 := parseManifests(t, src)
 	_, err = registry.New(regDir).Publish(v1, manifest.Approved, registry.WriteOptions{By: "alice", Signer: key.Signer})
 	must(err)
 	commitKey := sourcetest.NewSSHKey(t)
@@ -227,6 +240,9 @@ func startWorldWith(t testing.TB, o worldOptions) *world {
 		"unrelated":     {"password": []byte("hunter2")},
 		"commit-keys":   {"alice.sshpub": commitKey.AuthorizedKey},
 	} {
+		must(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}))
+	}
+	for name, data := range o.secrets {
 		must(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}))
 	}
 	regSpec := v1alpha1.ManifestRegistrySpec{URL: repo.FileURL(), Ref: &v1alpha1.GitRef{Branch: "main"}, Path: "reg",
@@ -264,6 +280,7 @@ func startWorldWith(t testing.TB, o worldOptions) *world {
 			Manifests:            &v1alpha1.GatewayManifests{Registries: []string{"memory"}},
 			TrustedKeysSecretRef: &v1alpha1.LocalObjectReference{Name: "manifest-keys"},
 			Auth:                 &v1alpha1.GatewayAuth{KeysSecretRef: &v1alpha1.SecretKeyReference{Name: "gateway-keys", Key: "keys.json"}},
+			Notifications:        o.notifications,
 		}}))
 
 	gwStatus := func() *v1alpha1.ReversiGateway {
@@ -276,7 +293,7 @@ func startWorldWith(t testing.TB, o worldOptions) *world {
 		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pay-gateway"}, &dep); err != nil {
 			return err.Error()
 		}
-		if gw := gwStatus(); gw.Status.Manifests == nil || gw.Status.Manifests.Tools != 3 {
+		if gw := gwStatus(); gw.Status.Manifests == nil || int(gw.Status.Manifests.Tools) != len(v1) {
 			return fmt.Sprintf("status %+v", gw.Status)
 		}
 		return ""
@@ -328,21 +345,27 @@ func startWorldWith(t testing.TB, o worldOptions) *world {
 	cfgPath := filepath.Join(dir, "gateway.yaml")
 	gwYAML := strings.ReplaceAll(cfgMap.Data[controllers.GatewayConfigKey], controllers.GatewayAuthDir+"/"+controllers.GatewayAuthKey, keysPath)
 	must(os.WriteFile(cfgPath, []byte(gwYAML), 0o600))
+	dataDir := filepath.Join(dir, "data")
 	argv := append([]string(nil), dep.Spec.Template.Spec.Containers[0].Args...)
 	for i := range argv {
 		switch {
 		case i > 0 && argv[i-1] == "--config":
 			argv[i] = cfgPath
 		case i > 0 && argv[i-1] == "--data":
-			argv[i] = filepath.Join(dir, "data")
+			argv[i] = dataDir
 		}
 	}
 	t.Logf("reversi %s", strings.Join(argv, " "))
 	t.Setenv("KUBECONFIG", kubeconfig)
 	t.Setenv(controllers.PodNameEnv, "pay-gateway-0")
 	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
-		if e.Name == controllers.ControllerKeysEnv {
+		switch {
+		case e.Name == controllers.ControllerKeysEnv:
 			t.Setenv(e.Name, e.Value)
+		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil: // the receivers' URLs and keys, as the kubelet reads them
+			var sec corev1.Secret
+			must(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: e.ValueFrom.SecretKeyRef.Name}, &sec))
+			t.Setenv(e.Name, string(sec.Data[e.ValueFrom.SecretKeyRef.Key]))
 		}
 	}
 	gwCtx, stopGW := context.WithCancel(context.Background())
@@ -419,7 +442,7 @@ func startWorldWith(t testing.TB, o worldOptions) *world {
 	}
 	return &world{env: env, k8s: k8s, ctx: ctx, ns: ns, must: must, key: key, repo: repo, regDir: regDir, v1: v1, cs: cs,
 		gwStatus: gwStatus, annotations: annotations, createEntity: createEntity, stopMgr: stopMgr, mgrDone: mgrDone,
-		stop: stop, stderr: stderr, desired1: desired1, commit: commit, requestFetch: requestFetch}
+		stop: stop, stderr: stderr, desired1: desired1, dataDir: dataDir, commit: commit, requestFetch: requestFetch}
 }
 
 // requestAt sets the annotation (a requestedAt: reversi.dev's or Flux's) on the object to now,
