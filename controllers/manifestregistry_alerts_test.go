@@ -177,7 +177,6 @@ func metricValue(t *testing.T, state string) float64 {
 	return 0
 }
 
-
 // noURL fails when the receiver's URL (host and port) appears in the registry's status or in
 // an Event of the namespace: a Slack URL is a secret (issue 24).
 func noURL(t *testing.T, ns string, rc *testReceiver) {
