@@ -126,7 +126,7 @@ func unsignedRegistry(t *testing.T, ns string) (*sourcetest.Repo, *sourcetest.SS
 	repo := signedRegistryRepo(t, k) // an unsigned commit
 	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
 	createSecret(t, ns, "commit-keys", map[string][]byte{"ci.sshpub": sshKey.AuthorizedKey})
-	create(t, newRegistry(ns, "reg", repo.FileURL(), func(r *v1alpha1.ManifestRegistry) {
+	create(t, newRegistry(ns, ownManagerRegistry, repo.FileURL(), func(r *v1alpha1.ManifestRegistry) {
 		r.Labels = map[string]string{ownManagerLabel: "true"}
 		withKeys("manifest-keys")(r)
 		r.Spec.Verify.Commit = &v1alpha1.CommitVerification{Mode: v1alpha1.CommitVerifyHEAD, SecretRef: v1alpha1.LocalObjectReference{Name: "commit-keys"}}
@@ -139,7 +139,7 @@ func waitAlert(t *testing.T, ns, receiver string, state v1alpha1.NotificationSta
 	t.Helper()
 	var reg *v1alpha1.ManifestRegistry
 	eventually(t, 15*time.Second, func() string {
-		reg = getRegistry(t, ns, "reg")
+		reg = getRegistry(t, ns, ownManagerRegistry)
 		for _, n := range reg.Status.Notifications {
 			if n.Receiver == receiver {
 				if n.State != state || n.Key != key {
@@ -182,7 +182,7 @@ func metricValue(t *testing.T, state string) float64 {
 func noURL(t *testing.T, ns string, rc *testReceiver) {
 	t.Helper()
 	host := strings.TrimPrefix(rc.URL, "http://")
-	status, _ := json.Marshal(getRegistry(t, ns, "reg").Status)
+	status, _ := json.Marshal(getRegistry(t, ns, ownManagerRegistry).Status)
 	if bytes.Contains(status, []byte(host)) {
 		t.Errorf("the receiver's URL is in the status: %s", status)
 	}
@@ -208,7 +208,7 @@ func TestRenderingAlertOncePerRevision(t *testing.T) {
 	repo, sshKey, rev := unsignedRegistry(t, ns)
 
 	got := rc.waitFor(t, 1)
-	key := AlertKey(ns, "reg", rev, v1alpha1.ReasonCommitVerificationFailed)
+	key := AlertKey(ns, ownManagerRegistry, rev, v1alpha1.ReasonCommitVerificationFailed)
 	d := got[0]
 	if !webhook.Verify("s3cret", d.body, d.header.Get(webhook.HeaderSignature)) {
 		t.Errorf("X-Reversi-Signature %q does not verify the body", d.header.Get(webhook.HeaderSignature))
@@ -221,8 +221,8 @@ func TestRenderingAlertOncePerRevision(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{"schema_version": 1.0, "type": EventRenderingRefused, "idempotency_key": key, "revision": rev,
-		"reason": v1alpha1.ReasonCommitVerificationFailed, "severity": "warning", "command": "kubectl describe manifestregistry -n " + ns + " reg",
-		"object": map[string]any{"kind": "ManifestRegistry", "namespace": ns, "name": "reg"}}
+		"reason": v1alpha1.ReasonCommitVerificationFailed, "severity": "warning", "command": "kubectl describe manifestregistry -n " + ns + " " + ownManagerRegistry,
+		"object": map[string]any{"kind": "ManifestRegistry", "namespace": ns, "name": ownManagerRegistry}}
 	for k, v := range want {
 		if fmt.Sprint(body[k]) != fmt.Sprint(v) {
 			t.Errorf("body %s = %v, want %v", k, body[k], v)
@@ -243,9 +243,9 @@ func TestRenderingAlertOncePerRevision(t *testing.T) {
 	}
 
 	// The same refused revision, reconciled again: nothing new.
-	at := requestReconcile(t, ns, "reg")
+	at := requestReconcile(t, ns, ownManagerRegistry)
 	eventually(t, 10*time.Second, func() string {
-		if r := getRegistry(t, ns, "reg"); r.Status.LastHandledReconcileAt != at {
+		if r := getRegistry(t, ns, ownManagerRegistry); r.Status.LastHandledReconcileAt != at {
 			return "the forced reconcile was not handled yet"
 		}
 		return ""
@@ -259,9 +259,9 @@ func TestRenderingAlertOncePerRevision(t *testing.T) {
 	repo.WriteFile("README", "another unsigned change\n")
 	repo.Commit("unsigned again")
 	rev2 := "main@sha1:" + repo.Rev("HEAD")
-	requestReconcile(t, ns, "reg")
+	requestReconcile(t, ns, ownManagerRegistry)
 	got = rc.waitFor(t, 2)
-	key2 := AlertKey(ns, "reg", rev2, v1alpha1.ReasonCommitVerificationFailed)
+	key2 := AlertKey(ns, ownManagerRegistry, rev2, v1alpha1.ReasonCommitVerificationFailed)
 	if k := got[1].header.Get(webhook.HeaderIdempotency); k != key2 {
 		t.Errorf("second alert's key %s, want %s", k, key2)
 	}
@@ -270,8 +270,8 @@ func TestRenderingAlertOncePerRevision(t *testing.T) {
 	// A signed revision is rendered: no alert.
 	repo.WriteFile("README", "signed\n")
 	repo.CommitSigned("signed", sshKey)
-	requestReconcile(t, ns, "reg")
-	waitReady(t, ns, "reg", metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
+	requestReconcile(t, ns, ownManagerRegistry)
+	waitReady(t, ns, ownManagerRegistry, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, "main@sha1:"+repo.Rev("HEAD"))
 	time.Sleep(300 * time.Millisecond)
 	if n := len(rc.deliveries()); n != 2 {
 		t.Errorf("%d deliveries after a good revision, want 2", n)
@@ -294,7 +294,7 @@ func TestRenderingAlertRetriedThenDelivered(t *testing.T) {
 	ownManager(t, ns, &AlertOptions{Receivers: []config.Notification{{Name: "hook", Type: config.NotifyWebhook, URL: rc.URL}},
 		Backoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
 	_, _, rev := unsignedRegistry(t, ns)
-	key := AlertKey(ns, "reg", rev, v1alpha1.ReasonCommitVerificationFailed)
+	key := AlertKey(ns, ownManagerRegistry, rev, v1alpha1.ReasonCommitVerificationFailed)
 	reg := waitAlert(t, ns, "hook", v1alpha1.NotificationDelivered, key)
 	got := rc.deliveries()
 	if len(got) != 4 {
@@ -329,7 +329,7 @@ func TestRenderingAlertDeadLettered(t *testing.T) {
 	ownManager(t, ns, &AlertOptions{Receivers: []config.Notification{{Name: "hook", Type: config.NotifySlack, URL: rc.URL}},
 		MaxAttempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	_, _, rev := unsignedRegistry(t, ns)
-	reg := waitAlert(t, ns, "hook", v1alpha1.NotificationDead, AlertKey(ns, "reg", rev, v1alpha1.ReasonCommitVerificationFailed))
+	reg := waitAlert(t, ns, "hook", v1alpha1.NotificationDead, AlertKey(ns, ownManagerRegistry, rev, v1alpha1.ReasonCommitVerificationFailed))
 	if n := len(rc.deliveries()); n != 3 {
 		t.Errorf("%d attempts, want 3", n)
 	}
@@ -383,7 +383,7 @@ func TestRenderingAlertSurvivesRestart(t *testing.T) {
 	}
 	stop := ownManager(t, ns, alerts())
 	_, _, rev := unsignedRegistry(t, ns)
-	key := AlertKey(ns, "reg", rev, v1alpha1.ReasonCommitVerificationFailed)
+	key := AlertKey(ns, ownManagerRegistry, rev, v1alpha1.ReasonCommitVerificationFailed)
 	select {
 	case <-arrived:
 	case <-time.After(15 * time.Second):
@@ -419,7 +419,7 @@ func TestRenderingAlertFilters(t *testing.T) {
 		{Name: "this-ns", Type: config.NotifySlack, URL: newReceiver(t, nil).URL, Namespaces: []string{ns}, Events: []string{EventRenderingRefused}},
 	}})
 	_, _, rev := unsignedRegistry(t, ns)
-	key := AlertKey(ns, "reg", rev, v1alpha1.ReasonCommitVerificationFailed)
+	key := AlertKey(ns, ownManagerRegistry, rev, v1alpha1.ReasonCommitVerificationFailed)
 	waitAlert(t, ns, "all", v1alpha1.NotificationDelivered, key)
 	reg := waitAlert(t, ns, "this-ns", v1alpha1.NotificationDelivered, key)
 	time.Sleep(200 * time.Millisecond)
@@ -430,6 +430,44 @@ func TestRenderingAlertFilters(t *testing.T) {
 	}
 	if len(reg.Status.Notifications) != 2 {
 		t.Errorf("status.notifications %+v, want entries for all and this-ns only", reg.Status.Notifications)
+	}
+}
+
+// A rendered ConfigMap that someone edited is restored and alerted once, with reason
+// RenderingDrift and the rendered revision (issue 24: "rendering refused (signature,
+// downgrade, drift)"); Ready stays True.
+func TestRenderingAlertDrift(t *testing.T) {
+	ns := namespace(t)
+	rc := newReceiver(t, nil)
+	ownManager(t, ns, &AlertOptions{Receivers: []config.Notification{{Name: "hook", Type: config.NotifyWebhook, URL: rc.URL}}})
+	k := newKey(t)
+	repo := signedRegistryRepo(t, k)
+	createSecret(t, ns, "manifest-keys", map[string][]byte{"mf.PublicPEM": k.PublicPEM})
+	create(t, newRegistry(ns, ownManagerRegistry, repo.FileURL(), func(r *v1alpha1.ManifestRegistry) {
+		r.Labels = map[string]string{ownManagerLabel: "true"}
+		withKeys("manifest-keys")(r)
+	}))
+	rev := "main@sha1:" + repo.Rev("HEAD")
+	waitReady(t, ns, ownManagerRegistry, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, rev)
+	if n := len(rc.deliveries()); n != 0 {
+		t.Fatalf("%d deliveries for a good rendering", n)
+	}
+	cm := configMap(t, ns, ownManagerRegistry+"-manifests")
+	cm.Data["revision"] = "main@sha1:ffffffffffffffffffffffffffffffffffffffff"
+	if err := k8s.Update(t.Context(), cm, client.FieldOwner("mallory-edit")); err != nil {
+		t.Fatal(err)
+	}
+	got := rc.waitFor(t, 1)
+	key := AlertKey(ns, ownManagerRegistry, rev, v1alpha1.EventRenderingDrift)
+	if k := got[0].header.Get(webhook.HeaderIdempotency); k != key {
+		t.Errorf("key %s, want %s", k, key)
+	}
+	if !strings.Contains(string(got[0].body), "mallory-edit") {
+		t.Errorf("body %s does not name who edited the ConfigMap", got[0].body)
+	}
+	reg := waitAlert(t, ns, "hook", v1alpha1.NotificationDelivered, key)
+	if c := condition(reg.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready %+v, want True (the drift was restored)", c)
 	}
 }
 

@@ -73,9 +73,11 @@ func TestMain(m *testing.M) {
 		Scheme:        env.Scheme,
 		Metrics:       metricsserver.Options{BindAddress: "0"},
 		WebhookServer: env.WebhookServer(),
-		// Registries labelled ownManagerLabel belong to a test's own manager (ownManager).
+		// Registries labelled ownManagerLabel, and the ConfigMaps of registries named
+		// ownManagerRegistry, belong to a test's own manager (ownManager).
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&v1alpha1.ManifestRegistry{}: {Label: labels.NewSelector().Add(mustRequirement(ownManagerLabel, selection.DoesNotExist))}}},
+			&v1alpha1.ManifestRegistry{}: {Label: labels.NewSelector().Add(mustRequirement(ownManagerLabel, selection.DoesNotExist))},
+			&corev1.ConfigMap{}:          {Label: labels.NewSelector().Add(mustRequirement(LabelRegistry, selection.NotIn, ownManagerRegistry))}}},
 	})
 	if err == nil {
 		ctlKey, err = EphemeralSigningKey()
@@ -107,8 +109,12 @@ func TestMain(m *testing.M) {
 // does not hold it, so no event of its own enqueues it): a test's own manager reconciles it.
 const ownManagerLabel = "reversi.dev/test-own-manager"
 
-func mustRequirement(key string, op selection.Operator) labels.Requirement {
-	r, err := labels.NewRequirement(key, op, nil)
+// ownManagerRegistry is the name of those registries: the suite's manager does not cache their
+// ConfigMaps either, so it never restores a drift the test's own manager should see.
+const ownManagerRegistry = "own-reg"
+
+func mustRequirement(key string, op selection.Operator, vals ...string) labels.Requirement {
+	r, err := labels.NewRequirement(key, op, vals)
 	if err != nil {
 		panic(err)
 	}
