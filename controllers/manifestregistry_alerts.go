@@ -224,8 +224,10 @@ func (r *ManifestRegistryReconciler) pruneAlerts(reg *v1alpha1.ManifestRegistry)
 // deadLetter counts n as dead and records a Warning Event naming the receiver and why.
 func (r *ManifestRegistryReconciler) deadLetter(reg *v1alpha1.ManifestRegistry, n v1alpha1.RegistryNotification, why string) {
 	alertDeliveries.WithLabelValues("dead").Inc()
-	r.event(reg, corev1.EventTypeWarning, v1alpha1.ReasonNotificationDeadLettered, n.Revision,
-		fmt.Sprintf("alert %s to receiver %s was dead-lettered after %d attempts: %s", n.Key, n.Receiver, n.Attempts, why))
+	// An Event's note holds at most 1 KiB: the key and the error are cut to fit.
+	r.event(reg, corev1.EventTypeWarning, v1alpha1.ReasonNotificationDeadLettered, "",
+		fmt.Sprintf("alert %s to receiver %s was dead-lettered after %d attempts: %s; see status.notifications",
+			truncateText(n.Key, 300), n.Receiver, n.Attempts, truncateText(why, 400)))
 }
 
 // syncAlerts prepares status.notifications for a status write: entries of receivers no
@@ -297,6 +299,8 @@ func (r *ManifestRegistryReconciler) deliverAlerts(ctx context.Context, reg *v1a
 	return due, nil
 }
 
+// alertOptions are r.Alerts with the defaults filled in (SetupWithManager fills them once, so
+// that every reconcile shares one HTTP client and its idle connections).
 func (r *ManifestRegistryReconciler) alertOptions() AlertOptions {
 	o := *r.Alerts
 	o.defaults()

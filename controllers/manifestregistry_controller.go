@@ -115,6 +115,11 @@ func fail(reason string, stalled bool, format string, args ...any) *stepError {
 // SetupWithManager registers the reconciler: registries, the ConfigMaps they own, and the
 // Secrets they reference (a changed key re-verifies at once).
 func (r *ManifestRegistryReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Alerts != nil {
+		o := *r.Alerts
+		o.defaults()
+		r.Alerts = &o
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ManifestRegistry{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deleting))).
