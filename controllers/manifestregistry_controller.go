@@ -227,6 +227,12 @@ func (r *ManifestRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	if err := r.patchStatus(ctx, reg, base); err != nil {
 		return ctrl.Result{}, err
 	}
+	// Alerts first: the annotation's removal below changes the resourceVersion their status
+	// write is locked to.
+	res, err := r.withAlerts(ctx, reg, res)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	// The override is spent once applied: the annotation goes, so the same revision is not
 	// accepted again later (after a fix-forward) without someone annotating it again.
 	if v := reg.Annotations[v1alpha1.AnnotationAcceptRevision]; v != "" && reg.Status.AcceptedRevision == v &&
@@ -235,7 +241,7 @@ func (r *ManifestRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 			return ctrl.Result{}, err
 		}
 	}
-	return r.withAlerts(ctx, reg, res)
+	return res, nil
 }
 
 // withAlerts delivers the due alerts of reg (deliverAlerts) after its status was written and
