@@ -536,3 +536,54 @@ func TestLoadNotificationsConfig(t *testing.T) {
 		}
 	}
 }
+
+// The outbox stays bounded (issue 24): one entry per admitting receiver; the same key is not
+// recorded again; a newer alert replaces the older one, a superseded Pending one counting as
+// dead; a receiver no longer configured loses its entry (dead when Pending). The backoff
+// doubles from Backoff up to MaxBackoff with at most 20 % jitter.
+func TestRecordAlertBounds(t *testing.T) {
+	r := &ManifestRegistryReconciler{Alerts: &AlertOptions{Receivers: []config.Notification{
+		{Name: "a", Type: config.NotifyWebhook, URL: "https://a.example"},
+		{Name: "b", Type: config.NotifySlack, URL: "https://b.example"},
+		{Name: "elsewhere", Type: config.NotifyWebhook, URL: "https://c.example", Namespaces: []string{"other"}},
+	}}}
+	reg := &v1alpha1.ManifestRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: "payments", Name: "reg"}}
+	r.recordAlert(reg, v1alpha1.ReasonVersionDowngrade, "main@sha1:1", "older index")
+	if len(reg.Status.Notifications) != 2 || reg.Status.Notifications[0].Receiver != "a" || reg.Status.Notifications[1].State != v1alpha1.NotificationPending {
+		t.Fatalf("%+v", reg.Status.Notifications)
+	}
+	first := reg.Status.Notifications[0].OccurredAt
+	reg.Status.Notifications[0].State = v1alpha1.NotificationDelivered
+	r.recordAlert(reg, v1alpha1.ReasonVersionDowngrade, "main@sha1:1", "older index")
+	if n := reg.Status.Notifications[0]; n.State != v1alpha1.NotificationDelivered || !n.OccurredAt.Equal(&first) {
+		t.Errorf("the same refusal was recorded again: %+v", n)
+	}
+	dead := metricValue(t, "dead")
+	r.recordAlert(reg, v1alpha1.ReasonVersionDowngrade, "main@sha1:2", "older index again")
+	for _, n := range reg.Status.Notifications {
+		if n.Key != AlertKey("payments", "reg", "main@sha1:2", v1alpha1.ReasonVersionDowngrade) || n.State != v1alpha1.NotificationPending {
+			t.Errorf("a newer alert did not replace the older: %+v", n)
+		}
+	}
+	if d := metricValue(t, "dead") - dead; d != 1 {
+		t.Errorf("dead grew by %v, want 1 (b's superseded Pending alert)", d)
+	}
+	r.Alerts.Receivers = r.Alerts.Receivers[:1]
+	r.syncAlerts(reg)
+	if len(reg.Status.Notifications) != 1 || reg.Status.Notifications[0].Receiver != "a" {
+		t.Errorf("after b was removed: %+v", reg.Status.Notifications)
+	}
+	if d := metricValue(t, "dead") - dead; d != 2 {
+		t.Errorf("dead grew by %v, want 2", d)
+	}
+	if c := condition(reg.Status.Conditions, v1alpha1.ConditionNotificationsDelivered); c == nil || c.Reason != v1alpha1.ReasonNotificationPending {
+		t.Errorf("NotificationsDelivered %+v, want True NotificationPending", c)
+	}
+	o := AlertOptions{}
+	o.defaults()
+	for attempt, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 9: 256 * time.Second, 10: 5 * time.Minute, 30: 5 * time.Minute} {
+		if got := backoff(o, attempt); got < want || got > want+want/5 {
+			t.Errorf("backoff after attempt %d: %s, want %s to %s", attempt, got, want, want+want/5)
+		}
+	}
+}
