@@ -48,6 +48,8 @@ const (
 	DefaultAlertMaxAttempts = 8
 	DefaultAlertBackoff     = time.Second
 	DefaultAlertMaxBackoff  = 5 * time.Minute
+	// maxReceiverName bounds a receiver's name (status.notifications[].receiver).
+	maxReceiverName = 63
 	// maxAlertText bounds status.notifications[].message and lastError (bytes).
 	maxAlertText = 1024
 )
@@ -132,6 +134,14 @@ func LoadNotificationsConfig(file string, lookup config.LookupFunc) ([]config.No
 		}
 	}
 	rs, errs := config.ParseNotifications(file, data, lookup)
+	if len(errs) > 0 {
+		return nil, &NotificationsConfigError{File: file, Errs: errs}
+	}
+	for _, n := range rs {
+		if len(n.Name) > maxReceiverName {
+			errs = append(errs, fmt.Errorf("%s: %s.name: %q is longer than %d characters (status.notifications names receivers): give it a shorter name", n.Where, n.Field, n.Name, maxReceiverName))
+		}
+	}
 	if len(errs) > 0 {
 		return nil, &NotificationsConfigError{File: file, Errs: errs}
 	}

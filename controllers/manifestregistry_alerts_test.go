@@ -521,6 +521,7 @@ func TestLoadNotificationsConfig(t *testing.T) {
 		"extra.yaml":   "extra.yaml:1: upstreams: unknown field",
 		"event.yaml":   `notifications[0].events[0]: "alert.nope" is not one of`,
 		"unknown.yaml": `notifications[0]`,
+		"long.yaml":    "long.yaml:2: notifications[0].name: \"" + strings.Repeat("x", 64) + "\" is longer than 63 characters",
 	} {
 		content := map[string]string{
 			"unset.yaml":   "notifications:\n  - type: webhook\n    url: ${NOPE}\n",
@@ -528,6 +529,7 @@ func TestLoadNotificationsConfig(t *testing.T) {
 			"extra.yaml":   "upstreams: {}\nnotifications: []\n",
 			"event.yaml":   "notifications:\n  - type: webhook\n    url: https://h.example\n    events: [alert.nope]\n",
 			"unknown.yaml": "notifications:\n  - type: webhook\n    url: https://h.example\n    retries: 3\n",
+			"long.yaml":    "notifications:\n  - name: " + strings.Repeat("x", 64) + "\n    type: webhook\n    url: https://h.example\n",
 		}[file]
 		_, err := LoadNotificationsConfig(write(file, content), lookup)
 		var ce *NotificationsConfigError

@@ -293,10 +293,11 @@ type ManifestRegistryStatus struct {
 // RegistryNotification is one receiver's latest rendering alert (issue 24) and its delivery.
 type RegistryNotification struct {
 	// Receiver is the receiver's name (`name:` in the notifications file, default
-	// `<type>-<8 hex of the URL's SHA-256>`). Never the URL: a Slack URL is a secret.
+	// `<type>-<8 hex of the URL's SHA-256>`; at most 63 characters). Never the URL: a Slack
+	// URL is a secret.
 	// +required
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:MaxLength=63
 	Receiver string `json:"receiver"`
 
 	// Type is the event type, alert.rendering_refused.
@@ -304,9 +305,9 @@ type RegistryNotification struct {
 	Type string `json:"type"`
 
 	// Key is the Idempotency-Key of every attempt:
-	// `alert.rendering_refused:<namespace>/<name>:<revision>:<reason>`.
+	// `alert.rendering_refused:<namespace>/<name>:<revision>:<reason>` (as long as the
+	// revision makes it: no limit here, so that a refusal's status write never fails on it).
 	// +required
-	// +kubebuilder:validation:MaxLength=1024
 	Key string `json:"key"`
 
 	// Revision is the refused revision (status.lastAttemptedRevision when it was refused, or
