@@ -91,6 +91,10 @@ type ManifestRegistryReconciler struct {
 	// FluxArtifactHosts are the hosts a Flux source's status.artifact.url may name
 	// (DefaultFluxArtifactHosts when empty; see checkArtifactURL).
 	FluxArtifactHosts []string
+	// Alerts sends alert.rendering_refused to the receivers of --notifications-config when a
+	// revision is refused for a security reason or a rendered ConfigMap drifted (issue 24;
+	// manifestregistry_alerts.go). Nil: no alerts.
+	Alerts *AlertOptions
 }
 
 // stepError is a failed step: the Ready reason, a message saying what to do, and whether
@@ -111,6 +115,11 @@ func fail(reason string, stalled bool, format string, args ...any) *stepError {
 // SetupWithManager registers the reconciler: registries, the ConfigMaps they own, and the
 // Secrets they reference (a changed key re-verifies at once).
 func (r *ManifestRegistryReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Alerts != nil {
+		o := *r.Alerts
+		o.defaults()
+		r.Alerts = &o
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ManifestRegistry{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deleting))).
@@ -186,7 +195,11 @@ func (r *ManifestRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		removeCondition(reg, v1alpha1.ConditionReconciling)
 		removeCondition(reg, v1alpha1.ConditionStalled) // nothing is being attempted
 		reg.Status.ObservedGeneration = reg.Generation
-		return ctrl.Result{}, r.patchStatus(ctx, reg, base)
+		r.syncAlerts(reg)
+		if err := r.patchStatus(ctx, reg, base); err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.withAlerts(ctx, reg, ctrl.Result{})
 	}
 
 	res, stepErr := r.reconcile(ctx, reg)
@@ -197,15 +210,27 @@ func (r *ManifestRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 			reg.Status.InvalidTools, reg.Status.InvalidToolCount = boundInvalid(stepErr.invalid)
 		}
 		r.event(reg, corev1.EventTypeWarning, stepErr.reason, reg.Status.LastAttemptedRevision, stepErr.msg)
+		if alertReason(reg, stepErr) {
+			// The outbox entry goes out in the status write that records the refusal.
+			r.recordAlert(reg, stepErr.reason, reg.Status.LastAttemptedRevision, stepErr.msg)
+		}
+		r.syncAlerts(reg)
 		if err := r.patchStatus(ctx, reg, base); err != nil {
 			return ctrl.Result{}, err
 		}
 		if stepErr.stalled {
-			return ctrl.Result{}, nil // a spec or Secret change triggers the next attempt
+			return r.withAlerts(ctx, reg, ctrl.Result{}) // a spec or Secret change triggers the next attempt
 		}
-		return ctrl.Result{RequeueAfter: retryAfter(reg)}, nil
+		return r.withAlerts(ctx, reg, ctrl.Result{RequeueAfter: retryAfter(reg)})
 	}
+	r.syncAlerts(reg)
 	if err := r.patchStatus(ctx, reg, base); err != nil {
+		return ctrl.Result{}, err
+	}
+	// Alerts first: the annotation's removal below changes the resourceVersion their status
+	// write is locked to.
+	res, err := r.withAlerts(ctx, reg, res)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	// The override is spent once applied: the annotation goes, so the same revision is not
@@ -215,6 +240,19 @@ func (r *ManifestRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		if err := r.removeAcceptAnnotation(ctx, reg); err != nil {
 			return ctrl.Result{}, err
 		}
+	}
+	return res, nil
+}
+
+// withAlerts delivers the due alerts of reg (deliverAlerts) after its status was written and
+// requeues for the next one due, if sooner than res does.
+func (r *ManifestRegistryReconciler) withAlerts(ctx context.Context, reg *v1alpha1.ManifestRegistry, res ctrl.Result) (ctrl.Result, error) {
+	due, err := r.deliverAlerts(ctx, reg)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if due > 0 && (res.RequeueAfter == 0 || due < res.RequeueAfter) {
+		res.RequeueAfter = due
 	}
 	return res, nil
 }
@@ -1044,8 +1082,9 @@ func (r *ManifestRegistryReconciler) render(ctx context.Context, reg *v1alpha1.M
 		annotations: map[string]string{AnnotationRevision: b.Snapshots[0].Snapshot.Revision, AnnotationInputs: inputs}}
 	drifts, err := set.apply(ctx, r.Client, r.Scheme())
 	if len(drifts) > 0 {
-		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventRenderingDrift, b.Snapshots[0].Snapshot.Revision,
-			driftNote(reg.Namespace, drifts, "the rendering of "+b.Snapshots[0].Snapshot.Describe()))
+		note := driftNote(reg.Namespace, drifts, "the rendering of "+b.Snapshots[0].Snapshot.Describe())
+		r.event(reg, corev1.EventTypeWarning, v1alpha1.EventRenderingDrift, b.Snapshots[0].Snapshot.Revision, note)
+		r.recordAlert(reg, v1alpha1.EventRenderingDrift, b.Snapshots[0].Snapshot.Revision, note)
 	}
 	if conflict := (*OwnershipConflictError)(nil); errors.As(err, &conflict) {
 		return nil, "", fail(v1alpha1.ReasonOwnershipConflict, false, "%v", conflict)

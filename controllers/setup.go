@@ -81,6 +81,10 @@ type Options struct {
 	// it puts every admission webhook it registers behind a gate that refuses objects of other
 	// namespaces (WatchedNamespaces, NamespaceNotWatchedError).
 	WatchNamespaces []string
+	// Alerts are the ManifestRegistry rendering alerts (issue 24): the receivers of
+	// `reversi controller --notifications-config` (LoadNotificationsConfig) and the delivery
+	// bounds. Nil or no receivers: no alerts.
+	Alerts *AlertOptions
 }
 
 // Setup registers every reconciler with the manager, and with o.Webhooks the admission
@@ -120,7 +124,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		TempDir: o.TempDir, MaxShardBytes: o.MaxShardBytes, Key: o.SigningKey, APIReader: mgr.GetAPIReader(), AllowFileURLs: o.AllowFileURLs,
 		SourceMaxFileBytes: o.SourceMaxFileBytes, SourceMaxTotalBytes: o.SourceMaxTotalBytes, SourceMaxFiles: o.SourceMaxFiles, SourceMaxRefs: o.SourceMaxRefs,
 		SourceMaxTimeout: o.SourceMaxTimeout, Concurrent: o.Concurrent, NoCrossNamespaceRefs: o.NoCrossNamespaceRefs,
-		FluxArtifactHosts: o.FluxArtifactHosts,
+		FluxArtifactHosts: o.FluxArtifactHosts, Alerts: o.Alerts,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -12,9 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -70,6 +73,11 @@ func TestMain(m *testing.M) {
 		Scheme:        env.Scheme,
 		Metrics:       metricsserver.Options{BindAddress: "0"},
 		WebhookServer: env.WebhookServer(),
+		// Registries labelled ownManagerLabel, and the ConfigMaps of registries named
+		// ownManagerRegistry, belong to a test's own manager (ownManager).
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&v1alpha1.ManifestRegistry{}: {Label: labels.NewSelector().Add(mustRequirement(ownManagerLabel, selection.DoesNotExist))},
+			&corev1.ConfigMap{}:          {Label: labels.NewSelector().Add(mustRequirement(LabelRegistry, selection.NotIn, ownManagerRegistry))}}},
 	})
 	if err == nil {
 		ctlKey, err = EphemeralSigningKey()
@@ -95,6 +103,22 @@ func TestMain(m *testing.M) {
 	cancel()
 	_ = env.Stop()
 	os.Exit(code)
+}
+
+// ownManagerLabel marks a ManifestRegistry that the suite's manager leaves alone (its cache
+// does not hold it, so no event of its own enqueues it): a test's own manager reconciles it.
+const ownManagerLabel = "reversi.dev/test-own-manager"
+
+// ownManagerRegistry is the name of those registries: the suite's manager does not cache their
+// ConfigMaps either, so it never restores a drift the test's own manager should see.
+const ownManagerRegistry = "own-reg"
+
+func mustRequirement(key string, op selection.Operator, vals ...string) labels.Requirement {
+	r, err := labels.NewRequirement(key, op, vals)
+	if err != nil {
+		panic(err)
+	}
+	return *r
 }
 
 func requireEnv(t testing.TB) {

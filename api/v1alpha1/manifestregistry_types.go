@@ -233,7 +233,7 @@ type ManifestRegistryStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions: Ready, Reconciling and Stalled (kstatus), SourceVerified and
-	// ArtifactInStorage.
+	// ArtifactInStorage, and NotificationsDelivered while the controller has alert receivers.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -275,7 +275,111 @@ type ManifestRegistryStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	InvalidToolCount int32 `json:"invalidToolCount,omitempty"`
+
+	// Notifications is the outbox of the controller's rendering alerts (issue 24): for each
+	// receiver of `reversi controller --notifications-config` whose filters admit the
+	// registry, the latest alert.rendering_refused and how its delivery went. It is written in
+	// the same status write as the refusal it announces, so a controller that restarts before
+	// delivering finds it here and delivers it. Bounded: one entry per receiver (the latest
+	// alert; a newer one replaces it), at most 32 receivers. A controller without receivers
+	// leaves it as it is.
+	// +optional
+	// +listType=map
+	// +listMapKey=receiver
+	// +kubebuilder:validation:MaxItems=32
+	Notifications []RegistryNotification `json:"notifications,omitempty"`
 }
+
+// RegistryNotification is one receiver's latest rendering alert (issue 24) and its delivery.
+type RegistryNotification struct {
+	// Receiver is the receiver's name (`name:` in the notifications file, default
+	// `<type>-<8 hex of the URL's SHA-256>`; at most 63 characters). Never the URL: a Slack
+	// URL is a secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Receiver string `json:"receiver"`
+
+	// Type is the event type, alert.rendering_refused.
+	// +required
+	Type string `json:"type"`
+
+	// Key is the Idempotency-Key of every attempt:
+	// `alert.rendering_refused:<namespace>/<name>:<revision>:<reason>` (as long as the
+	// revision makes it: no limit here, so that a refusal's status write never fails on it).
+	// +required
+	Key string `json:"key"`
+
+	// Revision is the refused revision (status.lastAttemptedRevision when it was refused, or
+	// the rendered revision whose ConfigMap drifted).
+	// +optional
+	Revision string `json:"revision,omitempty"`
+
+	// Reason is the refusal's reason: the Ready reason (CommitVerificationFailed,
+	// SignatureVerificationFailed, VersionDowngrade, RevisionNotDescendant, RegistryMismatch,
+	// or another one with SourceVerified=False), or RenderingDrift.
+	// +required
+	Reason string `json:"reason"`
+
+	// Message is the refusal's message, at most 1024 bytes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// OccurredAt is when the refusal was recorded.
+	// +required
+	OccurredAt metav1.Time `json:"occurredAt"`
+
+	// State is Pending (to be delivered at nextAttemptTime), Delivered (a 2xx answer) or
+	// Dead (dead-lettered: the attempts ran out or the receiver refused it for good).
+	// +required
+	State NotificationState `json:"state"`
+
+	// Attempts is how many deliveries were tried.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Attempts int32 `json:"attempts,omitempty"`
+
+	// LastAttemptTime is when the last delivery was tried.
+	// +optional
+	LastAttemptTime *metav1.Time `json:"lastAttemptTime,omitempty"`
+
+	// NextAttemptTime is when a Pending alert is tried next.
+	// +optional
+	NextAttemptTime *metav1.Time `json:"nextAttemptTime,omitempty"`
+
+	// LastError is the last failed attempt's error, at most 1024 bytes (never the URL).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	LastError string `json:"lastError,omitempty"`
+}
+
+// NotificationState is the delivery state of a RegistryNotification.
+// +kubebuilder:validation:Enum=Pending;Delivered;Dead
+type NotificationState string
+
+// The states of a RegistryNotification (issue 24).
+const (
+	NotificationPending   NotificationState = "Pending"
+	NotificationDelivered NotificationState = "Delivered"
+	NotificationDead      NotificationState = "Dead"
+)
+
+// The rendering alerts' condition and reasons (issue 24). NotificationsDelivered is present
+// while the controller has receivers; it never changes Ready (kstatus reads Ready, Reconciling
+// and Stalled only).
+const (
+	// ConditionNotificationsDelivered (ManifestRegistry) is False when the latest alert to a
+	// receiver was dead-lettered (the message names the receiver and the last error), True
+	// otherwise.
+	ConditionNotificationsDelivered = "NotificationsDelivered"
+	// ReasonNotificationDeadLettered: an alert was dead-lettered (False; also a Warning Event).
+	ReasonNotificationDeadLettered = "NotificationDeadLettered"
+	// ReasonNotificationPending: an alert is waiting for its next attempt (True).
+	ReasonNotificationPending = "NotificationPending"
+	// MaxRegistryNotifications bounds status.notifications (receivers).
+	MaxRegistryNotifications = 32
+)
 
 // RegistryArtifact describes the rendering a ManifestRegistry stores in its ConfigMaps.
 type RegistryArtifact struct {

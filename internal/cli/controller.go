@@ -27,7 +27,7 @@ import (
 func init() { register(newControllerCmd) }
 
 func newControllerCmd() *cobra.Command {
-	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey, stampKey, gatewayImage string
+	var kubeconfig, metricsAddr, probeAddr, keysSecret, tempDir, signingKey, stampKey, gatewayImage, notificationsConfig string
 	var gatewayIdentities, watchNamespaces, gatewayImages, upstreamImages, fluxArtifactHosts []string
 	var leaderElect, devLog, webhooks, allowFileURLs, noCrossNamespaceRefs bool
 	var maxFileBytes, maxTotalBytes int64
@@ -49,6 +49,10 @@ func newControllerCmd() *cobra.Command {
 				return err
 			}
 			upImages, err := upstreamImagePatterns(upstreamImages, cmd.Flags().Changed("upstream-images"))
+			if err != nil {
+				return err
+			}
+			alerts, err := controllerAlerts(notificationsConfig)
 			if err != nil {
 				return err
 			}
@@ -91,7 +95,7 @@ func newControllerCmd() *cobra.Command {
 				StampKey: stamp, GatewayIdentities: ids, WatchNamespaces: watched, GatewayImage: gatewayImage, GatewayImages: images, UpstreamImages: upImages,
 				AllowFileURLs: allowFileURLs, SourceMaxFileBytes: maxFileBytes, SourceMaxTotalBytes: maxTotalBytes,
 				SourceMaxFiles: maxFiles, SourceMaxRefs: maxRefs, SourceMaxTimeout: maxTimeout, Concurrent: concurrent,
-				NoCrossNamespaceRefs: noCrossNamespaceRefs, FluxArtifactHosts: fluxArtifactHosts}); err != nil {
+				NoCrossNamespaceRefs: noCrossNamespaceRefs, FluxArtifactHosts: fluxArtifactHosts, Alerts: alerts}); err != nil {
 				return err
 			}
 			if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -119,6 +123,7 @@ func newControllerCmd() *cobra.Command {
 	f.DurationVar(&maxTimeout, "source-max-timeout", controllers.DefaultSourceMaxTimeout, "the longest a registry's fetch may take, whatever its spec.timeout says")
 	f.BoolVar(&noCrossNamespaceRefs, "no-cross-namespace-refs", false, "refuse a ManifestRegistry whose spec.sourceRef names a Flux source in another namespace (as Flux's own flag: multi-tenant clusters set both)")
 	f.StringSliceVar(&fluxArtifactHosts, "flux-artifact-hosts", controllers.DefaultFluxArtifactHosts, "the hosts a Flux source's status.artifact.url may name (source-controller's --storage-adv-addr): HOST (any port) or HOST:PORT, comma-separated or repeated; * allows every host, which lets anyone who may write a source's status make the controller fetch any URL it can reach")
+	f.StringVar(&notificationsConfig, "notifications-config", "", "a YAML file of notifications: receivers in gateway.yaml's format (${NAME} read from the controller's environment) that get alert.rendering_refused when a ManifestRegistry revision is refused (commit or manifest signature, downgrade, ancestry, another registry) or a rendered ConfigMap drifted; see docs/notifications.md, Controller alerts (default: no alerts)")
 	f.IntVar(&concurrent, "concurrent", controllers.DefaultConcurrent, "how many ManifestRegistries reconcile at once")
 	f.Float32Var(&apiQPS, "kube-api-qps", 50, "requests per second to the API server (client-side limit)")
 	f.IntVar(&apiBurst, "kube-api-burst", 300, "burst of requests to the API server (client-side limit)")
@@ -133,6 +138,20 @@ func newControllerCmd() *cobra.Command {
 	f.IntVar(&webhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS)")
 	f.StringVar(&webhookCertDir, "webhook-cert-dir", "", "folder with tls.crt and tls.key (default $TMPDIR/k8s-webhook-server/serving-certs)")
 	return cmd
+}
+
+// controllerAlerts reads --notifications-config (controllers.LoadNotificationsConfig, with
+// the process's environment); nil when the flag is not given. A bad file is an error naming
+// the file, the line and the field, before the controller connects anywhere.
+func controllerAlerts(file string) (*controllers.AlertOptions, error) {
+	if file == "" {
+		return nil, nil
+	}
+	rs, err := controllers.LoadNotificationsConfig(file, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	return &controllers.AlertOptions{Receivers: rs}, nil
 }
 
 // parseGatewayIdentities parses the --gateway-identity values (controllers.ParseGatewayIdentity);

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -83,5 +85,35 @@ func TestGatewayImagePatterns(t *testing.T) {
 		if _, err := gatewayImagePatterns(c.image, c.vals, true); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q %q: %v, want %q", c.image, c.vals, err, c.want)
 		}
+	}
+}
+
+// --notifications-config (issue 24): a file the controller cannot use stops it at start with
+// the file, line and field, before it connects anywhere; a good one gives the receivers, with
+// ${NAME} read from the environment.
+func TestNotificationsConfigFlag(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "alerts.yaml")
+	if err := os.WriteFile(bad, []byte("notifications:\n  - type: webhook\n    url: ${REVERSI_TEST_UNSET_URL}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newControllerCmd()
+	cmd.SetArgs([]string{"--notifications-config", bad, "--kubeconfig", "/nonexistent"})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	want := bad + ":3: notifications[0].url: environment variable REVERSI_TEST_UNSET_URL is not set"
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a bad notifications file: %v, want %q", err, want)
+	}
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("notifications:\n  - type: slack\n    name: ops\n    url: ${REVERSI_TEST_SLACK_URL}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("REVERSI_TEST_SLACK_URL", "https://chat.example/T/B/x")
+	o, err := controllerAlerts(good)
+	if err != nil || o == nil || len(o.Receivers) != 1 || o.Receivers[0].Name != "ops" || o.Receivers[0].URL != "https://chat.example/T/B/x" {
+		t.Errorf("a good file: %+v %v", o, err)
+	}
+	if o, err := controllerAlerts(""); o != nil || err != nil {
+		t.Errorf("no flag: %+v %v", o, err)
 	}
 }
