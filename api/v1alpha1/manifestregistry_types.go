@@ -365,16 +365,13 @@ const (
 	NotificationDead      NotificationState = "Dead"
 )
 
-// The rendering alerts' condition and reasons (issue 24). NotificationsDelivered is present
-// while the controller has receivers; it never changes Ready (kstatus reads Ready, Reconciling
-// and Stalled only).
+// The rendering alerts' condition on a ManifestRegistry (issue 24): NotificationsDelivered
+// (ConditionNotificationsDelivered, also a ReversiGateway's) is present while the controller
+// has receivers; it never changes Ready (kstatus reads Ready, Reconciling and Stalled only).
+// It is False (ReasonNotificationDeadLettered; also a Warning Event) when the latest alert to
+// a receiver was dead-lettered, the message naming the receiver and the last error, and True
+// otherwise.
 const (
-	// ConditionNotificationsDelivered (ManifestRegistry) is False when the latest alert to a
-	// receiver was dead-lettered (the message names the receiver and the last error), True
-	// otherwise.
-	ConditionNotificationsDelivered = "NotificationsDelivered"
-	// ReasonNotificationDeadLettered: an alert was dead-lettered (False; also a Warning Event).
-	ReasonNotificationDeadLettered = "NotificationDeadLettered"
 	// ReasonNotificationPending: an alert is waiting for its next attempt (True).
 	ReasonNotificationPending = "NotificationPending"
 	// MaxRegistryNotifications bounds status.notifications (receivers).

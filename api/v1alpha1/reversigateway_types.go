@@ -630,14 +630,15 @@ const (
 	// key. Absent when there is none.
 	AnnotationNotificationsLastDead = "reversi.dev/notifications-last-dead"
 
-	// ConditionNotificationsDelivered (ReversiGateway, present while spec.notifications is
-	// set): True when no pod reports a dead-lettered notification, False (reason
+	// ConditionNotificationsDelivered on a ManifestRegistry: see its status.notifications.
+	// On a ReversiGateway (present while spec.notifications is set): True when no pod reports a dead-lettered notification, False (reason
 	// ReasonNotificationDeadLettered) when one does, Unknown (ReasonNotificationsUnreported)
 	// before any pod has reported its outbox. It never changes Ready, which is about serving.
 	ConditionNotificationsDelivered = "NotificationsDelivered"
-	// ReasonNotificationDeadLettered (NotificationsDelivered=False): a pod's store holds dead
-	// letters; the message names the pod, the count, the last error and the command that
-	// lists them. Dead letters are never retried and stay in the store.
+	// ReasonNotificationDeadLettered (NotificationsDelivered=False): a ReversiGateway pod's
+	// store holds dead letters (the message names the pod, the count, the last error and the
+	// command that lists them; they are never retried and stay in the store), or a
+	// ManifestRegistry's latest alert to a receiver was dead-lettered.
 	ReasonNotificationDeadLettered = "NotificationDeadLettered"
 	// ReasonNoDeadLetters (NotificationsDelivered=True): no pod reports a dead letter.
 	ReasonNoDeadLetters = "NoDeadLetters"
