@@ -93,7 +93,6 @@ func rollbackAlert(e RollbackEntry, tool, actor string) Notice {
 	if e.Note != "" {
 		msg += " (" + e.Note + ")"
 	}
-	msg += "; check what the step changed and undo it by hand, the ledger has the step's record"
 	return Notice{Type: NoticeAlertRollbackFailed, Object: &ObjectRef{Kind: ObjectRun, Name: e.Run}, Run: e.Run, Actor: actor,
 		Tool: tool, Risk: e.Risk, Step: e.Step, Status: string(e.Status), Severity: SeverityCritical, Reason: alerting[e.Status],
 		Message: msg}
