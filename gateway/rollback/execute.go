@@ -332,7 +332,7 @@ func (x *executor) record(ctx context.Context, sr *StepResult, status store.Stat
 		e.Tool = sr.Compensation.Tool
 	}
 	// The step's risk, for the receivers' risk filters of its alert (issue 24).
-	if m := x.manifest(sr.Tool); m != nil {
+	if m := x.manifest(sr.Tool); m != nil && m.Risk != nil {
 		e.Risk = store.Risk{DataClass: m.Risk.DataClass, BlastRadius: m.Risk.BlastRadius, Environment: m.Risk.Environment}
 	}
 	// Written even if the caller gives up now: the compensation may already have acted.
