@@ -405,13 +405,13 @@ func (g *Gateway) haltTool(ctx context.Context, req *mcp.CallToolRequest, in Hal
 	h := &g.sec.halt
 	who := g.principal(req)
 	h.mu.Lock()
-	was, prev := h.on, h.reason
+	was, prevBy, prev := h.on, h.by, h.reason
 	h.on, h.by, h.reason, h.since = true, who, in.Reason, time.Now().UTC()
 	since := h.since
 	h.mu.Unlock()
-	// Journaled with its alert.halted in one transaction (issue 24); halting again with the
-	// same reason changes nothing and announces nothing.
-	if !was || prev != in.Reason {
+	// Journaled with its alert.halted in one transaction (issue 24); the same principal
+	// halting again with the same reason changes nothing and announces nothing.
+	if !was || prevBy != who || prev != in.Reason {
 		note := fmt.Sprintf("halted by %s: %s", who, in.Reason)
 		a := g.alert(store.NoticeAlertHalted, store.SeverityCritical, "Halted", fmt.Sprintf("the kill switch is on: %s halted the gateway (%s); "+
 			"every upstream call is blocked until an admin calls reversi.resume", who, in.Reason))
