@@ -63,6 +63,9 @@ func alertAction(n store.Notice, storeFlags string) string {
 	kube := n.Namespace != ""
 	switch n.Type {
 	case store.NoticeAlertReloadRefused:
+		if kube {
+			return fmt.Sprintf("The previous manifests keep serving. The rendering the gateway read did not load: check its registries with `kubectl get manifestregistries -n %s` and the gateway's log; the gateway reloads when its ConfigMap changes.", n.Namespace)
+		}
 		return "The previous manifests keep serving. Fix the manifests (check them with `reversi validate PATH`, and a signed registry with `reversi manifests verify`), then reload with the reversi.reload tool or let the file watch pick the change up."
 	case store.NoticeAlertRollbackFailed:
 		if kube {

@@ -37,6 +37,10 @@ func TestAlertGolden(t *testing.T) {
 	for name, n := range goldenAlerts {
 		golden(t, "slack-alert-"+name+".json", func() ([]byte, error) { return SlackBody(n, "gw-a", "--data .reversi") })
 	}
+	kube := goldenAlerts["reload-refused"]
+	kube.Namespace, kube.Object = "agents", &store.ObjectRef{Kind: "ReversiGateway", Namespace: "agents", Name: "gw-a"}
+	kube.Key = "alert.reload_refused:agents/gw-a:12"
+	golden(t, "slack-alert-reload-refused-kube.json", func() ([]byte, error) { return SlackBody(kube, "gw-a", "") })
 	for _, name := range []string{"rollback-failed", "reload-refused"} {
 		golden(t, "webhook-alert-"+name+".json", func() ([]byte, error) { return WebhookBody(goldenAlerts[name], "gw-a", "--data .reversi") })
 	}

@@ -85,10 +85,11 @@ type Risk struct {
 }
 
 // Notice is what one notification announces: the event and the request as they were when the
-// event was committed. It is stored as JSON in the outbox row (its field names are the JSON's).
+// event was committed, or an alert (IsAlert(Type)) and what it is about. It is stored as JSON in the outbox row (its field names are the JSON's).
 type Notice struct {
-	// Type is one of NoticeTypes; Key the idempotency key "<type>:<approval id>", the same for
-	// every receiver and every attempt (receivers deduplicate by it).
+	// Type is one of NoticeTypes; Key the idempotency key "<type>:<approval id>" (an alert's:
+	// "<type>:<object>:<seq>", see alertTx), the same for every receiver and every attempt
+	// (receivers deduplicate by it).
 	Type string `json:"type"`
 	Key  string `json:"idempotency_key"`
 	// At is when the event was committed.
