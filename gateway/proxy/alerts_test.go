@@ -141,6 +141,15 @@ func TestRefusedReloadAlerts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go f.gw.Watch(ctx, 50*time.Millisecond, dir)
+	// The watch is running once it has seen a change that reloads nothing (a probe file
+	// rewritten until then: the watch's first look may come after a write).
+	for i, deadline := 0, time.Now().Add(5*time.Second); !strings.Contains(f.stderr.String(), "reload: no change"); i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("the watch did not run:\n%s", f.stderr.String())
+		}
+		write(t, filepath.Join(dir, "probe"), strings.Repeat("x", i))
+		time.Sleep(60 * time.Millisecond)
+	}
 
 	// Tamper with one signed version: the same file, another description.
 	versions, _ := filepath.Glob(filepath.Join(dir, "tools", "*", "v*.json"))

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,14 +74,21 @@ func TestGatewayCommandAlertsCarryItsNamespace(t *testing.T) {
 		t.Fatalf("starting reversi gateway: %v\n%s", err, stderr.String())
 	}
 	defer cs.Close()
-	if err := os.WriteFile(mpath, []byte("- tool: mem.read_graph\n  effect: maybe\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// The broken file is written again (another size) until its refusal arrives: the file
+	// watch (every 2 s) may take its first look after the first write.
 	var d got
-	select {
-	case d = <-mine:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no alert.reload_refused within 15 s\n%s", stderr.String())
+	for i := 0; d.body == nil; i++ {
+		if i == 5 {
+			t.Fatalf("no alert.reload_refused within 15 s\n%s", stderr.String())
+		}
+		broken := fmt.Sprintf("- tool: mem.read_graph\n  effect: maybe%s\n", strings.Repeat("e", i))
+		if err := os.WriteFile(mpath, []byte(broken), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case d = <-mine:
+		case <-time.After(3 * time.Second):
+		}
 	}
 	var b notify.AlertBody
 	if err := json.Unmarshal(d.body, &b); err != nil {
