@@ -60,6 +60,9 @@ const (
 var NotificationEvents = []string{"approval.requested", "approval.approved", "approval.denied", "approval.expired", "approval.escalated",
 	"alert.reload_refused", "alert.rendering_refused", "alert.rollback_failed", "alert.halted", "alert.resumed", "alert.upstream_down"}
 
+// ApprovalEvents are the approval events of NotificationEvents ($REVERSI_APPROVAL_WEBHOOK's).
+var ApprovalEvents = NotificationEvents[:5]
+
 // notificationRisks are the values of `risk:` (manifest risk.blast_radius).
 var notificationRisks = []string{"low", "medium", "high", "critical"}
 
@@ -89,7 +92,10 @@ func ApprovalWebhook(lookup LookupFunc) (Notification, bool, error) {
 		return Notification{}, false, fmt.Errorf("$%s: %v", ApprovalWebhookEnv, err)
 	}
 	secret, _ := lookup(ApprovalWebhookSecretEnv)
-	return Notification{Name: "approval-webhook", Type: NotifyWebhook, URL: u, Secret: secret, Field: "$" + ApprovalWebhookEnv}, true, nil
+	// The seed's variable is an approval webhook: it gets the approval events, not the alerts
+	// (issue 24), which a `notifications:` receiver asks for.
+	return Notification{Name: "approval-webhook", Type: NotifyWebhook, URL: u, Secret: secret, Events: slices.Clone(ApprovalEvents),
+		Field: "$" + ApprovalWebhookEnv}, true, nil
 }
 
 // ParseNotifications reads only `notifications:` of a file whose other fields another decoder

@@ -64,11 +64,12 @@ notifications:
 	}
 }
 
-// TestApprovalWebhookEnv: $REVERSI_APPROVAL_WEBHOOK is a webhook for every approval event,
+// TestApprovalWebhookEnv: $REVERSI_APPROVAL_WEBHOOK is a webhook for every approval event (no alert),
 // signed with $REVERSI_APPROVAL_WEBHOOK_SECRET; unset is none; a bad URL names the variable.
 func TestApprovalWebhookEnv(t *testing.T) {
 	n, ok, err := ApprovalWebhook(env(map[string]string{ApprovalWebhookEnv: "https://h.example.com/x", ApprovalWebhookSecretEnv: "k"}))
-	if err != nil || !ok || !reflect.DeepEqual(n, Notification{Name: "approval-webhook", Type: NotifyWebhook, URL: "https://h.example.com/x", Secret: "k", Field: "$REVERSI_APPROVAL_WEBHOOK"}) {
+	if err != nil || !ok || !reflect.DeepEqual(n, Notification{Name: "approval-webhook", Type: NotifyWebhook, URL: "https://h.example.com/x", Secret: "k",
+		Events: []string{"approval.requested", "approval.approved", "approval.denied", "approval.expired", "approval.escalated"}, Field: "$REVERSI_APPROVAL_WEBHOOK"}) {
 		t.Fatalf("%+v %v %v", n, ok, err)
 	}
 	if _, ok, err := ApprovalWebhook(env(nil)); ok || err != nil {

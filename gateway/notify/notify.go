@@ -1,7 +1,9 @@
 // Package notify delivers the gateway's notifications: the approval events (a call held for
-// approval, and its request approved, denied, expired or escalated) that the store wrote into
-// its outbox in the same transaction as the event (store.Outbox), to the receivers of
-// `notifications:` (gateway.yaml, reversi.config.yaml) and $REVERSI_APPROVAL_WEBHOOK.
+// approval, and its request approved, denied, expired or escalated) and the alerts (a reload
+// refused, a rollback step not undone, the kill switch on and off, an upstream down) that the
+// store wrote into its outbox in the same transaction as the event (store.Outbox), to the
+// receivers of `notifications:` (gateway.yaml, reversi.config.yaml) and
+// $REVERSI_APPROVAL_WEBHOOK (approval events only).
 //
 // Delivery is at least once: a Worker claims due rows with a lease (one replica at a time
 // delivers a row, also with several gateways on one Postgres store), posts them, and marks
@@ -13,7 +15,7 @@
 // deduplicate.
 //
 // Providers:
-//   - webhook: POST of Body as JSON, with X-Reversi-Event (the type), Idempotency-Key and,
+//   - webhook: POST of Body (an alert: AlertBody) as JSON, with X-Reversi-Event (the type), Idempotency-Key and,
 //     when the receiver has a secret, X-Reversi-Signature: sha256=<hex HMAC-SHA256 of the
 //     body with the secret>.
 //   - slack: POST of {"text": ...} (SlackBody) to a Slack-compatible incoming webhook.

@@ -62,8 +62,12 @@ func decides(typ string) bool {
 	return typ == store.NoticeApprovalRequested || typ == store.NoticeApprovalEscalated
 }
 
-// WebhookBody renders n for the generic webhook.
+// WebhookBody renders n for the generic webhook: Body for an approval event, AlertBody for
+// an alert (store.IsAlert).
 func WebhookBody(n store.Notice, gateway, storeFlags string) ([]byte, error) {
+	if store.IsAlert(n.Type) {
+		return alertWebhookBody(n, gateway, storeFlags)
+	}
 	b := Body{SchemaVersion: SchemaVersion, Type: n.Type, IdempotencyKey: n.Key, OccurredAt: n.At, Gateway: gateway,
 		Approval: n.Approval, Tool: n.Tool, Run: n.Run, Actor: n.Actor, Reason: n.Reason, ArgumentsPreview: n.ArgumentsPreview,
 		Risk: n.Risk, Roles: n.Roles, Quorum: n.Quorum, DecidedBy: n.DecidedBy, Note: n.Note}
@@ -95,7 +99,13 @@ var slackEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 // SlackBody renders n for a Slack-compatible incoming webhook: {"text": ...} in mrkdwn, with
 // the tool, run, actor, redacted preview, risk, roles and quorum, expiry and the exact
 // commands. Every value is escaped (&, <, >), and the preview sits in a code block.
+//
+// An alert (store.IsAlert) reads as one line saying what happened on which gateway to which
+// object, run or upstream, then the details and what to do.
 func SlackBody(n store.Notice, gateway, storeFlags string) ([]byte, error) {
+	if store.IsAlert(n.Type) {
+		return alertSlackBody(n, gateway, storeFlags)
+	}
 	e := slackEscape.Replace
 	var b strings.Builder
 	title := titles[n.Type]

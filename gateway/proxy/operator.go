@@ -403,23 +403,39 @@ func (g *Gateway) haltTool(ctx context.Context, req *mcp.CallToolRequest, in Hal
 		return nil, HaltOut{}, errors.New("give a reason: agents read it on every blocked call")
 	}
 	h := &g.sec.halt
+	who := g.principal(req)
 	h.mu.Lock()
-	h.on, h.by, h.reason, h.since = true, g.principal(req), in.Reason, time.Now().UTC()
+	was, prevBy, prev := h.on, h.by, h.reason
+	h.on, h.by, h.reason, h.since = true, who, in.Reason, time.Now().UTC()
+	since := h.since
 	h.mu.Unlock()
-	g.journalNote(ctx, fmt.Sprintf("halted by %s: %s", g.principal(req), in.Reason))
-	g.warn("halted by %s: %s", g.principal(req), in.Reason)
+	// Journaled with its alert.halted in one transaction (issue 24); the same principal
+	// halting again with the same reason changes nothing and announces nothing.
+	if !was || prevBy != who || prev != in.Reason {
+		note := fmt.Sprintf("halted by %s: %s", who, in.Reason)
+		a := g.alert(store.NoticeAlertHalted, store.SeverityCritical, "Halted", fmt.Sprintf("the kill switch is on: %s halted the gateway (%s); "+
+			"every upstream call is blocked until an admin calls reversi.resume", who, in.Reason))
+		a.Actor, a.Since = who, since
+		g.journalAlert(ctx, store.KindNote, note, a)
+	}
+	g.warn("halted by %s: %s", who, in.Reason)
 	return nil, h.get(), nil
 }
 
 func (g *Gateway) resumeTool(ctx context.Context, req *mcp.CallToolRequest, _ Empty) (*mcp.CallToolResult, HaltOut, error) {
 	h := &g.sec.halt
+	who := g.principal(req)
 	h.mu.Lock()
-	was := h.on
+	was, by, reason, since := h.on, h.by, h.reason, h.since
 	h.on, h.by, h.reason, h.since = false, "", "", time.Time{}
 	h.mu.Unlock()
 	if was {
-		g.journalNote(ctx, "resumed by "+g.principal(req))
-		g.warn("resumed by %s", g.principal(req))
+		a := g.alert(store.NoticeAlertResumed, store.SeverityWarning, "Resumed", fmt.Sprintf("the kill switch is off: %s resumed the gateway, "+
+			"halted by %s since %s (%s, %s ago); upstream calls run again", who, by, since.Format(time.RFC3339), reason,
+			time.Since(since).Round(time.Second)))
+		a.Actor, a.Since = who, since
+		g.journalAlert(ctx, store.KindNote, "resumed by "+who, a)
+		g.warn("resumed by %s", who)
 	}
 	return nil, h.get(), nil
 }

@@ -143,8 +143,9 @@ func (g *Gateway) reloadFailed(err error) ReloadResult {
 // reloadFailedLocked is reloadFailed with stateMu held.
 func (g *Gateway) reloadFailedLocked(err error) ReloadResult {
 	g.warn("reload refused, the previous manifests keep serving (and the previous policy): %v", err)
+	// The record and its alert.reload_refused notifications commit together (issue 24).
 	if _, jerr := g.store.AppendEvent(context.Background(), store.Event{Run: store.GatewayJournal, Kind: store.KindReloadFailed,
-		Note: err.Error()}); jerr != nil {
+		Note: err.Error(), Alert: g.reloadRefusedAlert(err, g.setChecksum)}); jerr != nil {
 		g.warn("journal reload failure: %v", jerr)
 	}
 	g.metrics.reloaded(false)

@@ -314,6 +314,10 @@ func (g *Gateway) supervise(up *upstream) {
 	// and again, would otherwise be reconnected, listed and journaled as fast as it answers.
 	flap := reconnectBackoff
 	began := time.Now()
+	// alerted: the upstream's going down was announced (alert.upstream_down) and it has not
+	// stayed up for stableSession since: a session that ends again sooner is the same outage
+	// flapping, journaled but not announced again (issue 24: one alert per transition).
+	alerted := false
 	for {
 		cs, err := up.session()
 		if err != nil {
@@ -342,7 +346,11 @@ func (g *Gateway) supervise(up *upstream) {
 		if up.cfg.Command != "" {
 			verb = "restarting it"
 		}
-		g.note("upstream %s stopped (%v); %s", up.name, werr, verb)
+		if lived >= stableSession {
+			alerted = false
+		}
+		g.upstreamDown(up, werr, began, verb, !alerted)
+		alerted = true
 		if lived >= stableSession {
 			flap = reconnectBackoff
 		} else {

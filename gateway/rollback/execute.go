@@ -331,6 +331,10 @@ func (x *executor) record(ctx context.Context, sr *StepResult, status store.Stat
 	if sr.Compensation != nil {
 		e.Tool = sr.Compensation.Tool
 	}
+	// The step's risk, for the receivers' risk filters of its alert (issue 24).
+	if m := x.manifest(sr.Tool); m != nil && m.Risk != nil {
+		e.Risk = store.Risk{DataClass: m.Risk.DataClass, BlastRadius: m.Risk.BlastRadius, Environment: m.Risk.Environment}
+	}
 	// Written even if the caller gives up now: the compensation may already have acted.
 	if _, err := x.env.Store.AppendRollback(context.WithoutCancel(ctx), e); err != nil {
 		return fmt.Errorf("rollback of run %s: journal step %d (%s): %w", x.run.ID, sr.Step, status, err)
@@ -699,4 +703,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// manifest is the manifest of tool that applies now (nil: none, or no manifests given).
+func (x *executor) manifest(tool string) *manifest.Manifest {
+	if x.env.Manifests == nil {
+		return nil
+	}
+	return x.env.Manifests.Manifest(tool)
 }

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apipolicy "github.com/reversi-gitops/reversi/api/policy"
@@ -82,10 +85,11 @@ type Risk struct {
 }
 
 // Notice is what one notification announces: the event and the request as they were when the
-// event was committed. It is stored as JSON in the outbox row (its field names are the JSON's).
+// event was committed, or an alert (IsAlert(Type)) and what it is about. It is stored as JSON in the outbox row (its field names are the JSON's).
 type Notice struct {
-	// Type is one of NoticeTypes; Key the idempotency key "<type>:<approval id>", the same for
-	// every receiver and every attempt (receivers deduplicate by it).
+	// Type is one of NoticeTypes; Key the idempotency key "<type>:<approval id>" (an alert's:
+	// "<type>:<object>:<seq>", see alertTx), the same for every receiver and every attempt
+	// (receivers deduplicate by it).
 	Type string `json:"type"`
 	Key  string `json:"idempotency_key"`
 	// At is when the event was committed.
@@ -111,7 +115,55 @@ type Notice struct {
 	DecidedBy []string `json:"decided_by,omitempty"`
 	// Note says what happened (e.g. "quorum 2 reached").
 	Note string `json:"note,omitempty"`
+
+	// The fields of an alert (the alert.* types; Source: issue 24). Their JSON names are the
+	// controller's alert body's (object, revision, reason, message, severity). Of the fields
+	// above an alert uses Run (a rollback's run), Actor (who turned the kill switch),
+	// Tool and Risk (a rollback step's tool and its manifest's risk: what the tools and risk
+	// filters see), Reason (a CamelCase reason, e.g. ReloadRefused) and Namespace.
+	//
+	// Object is what the alert is about: the gateway (kind ReversiGateway in Kubernetes,
+	// Gateway standalone) or the run (ReversiRun).
+	Object *ObjectRef `json:"object,omitempty"`
+	// Severity is SeverityWarning or SeverityCritical.
+	Severity string `json:"severity,omitempty"`
+	// Message says what happened and what to do, in a sentence or two.
+	Message string `json:"message,omitempty"`
+	// Revision is the manifest set's checksum ("sha256:<hex>") served when the event happened.
+	Revision string `json:"revision,omitempty"`
+	// Upstream is the upstream's name (alert.upstream_down).
+	Upstream string `json:"upstream,omitempty"`
+	// Step is the rollback's step (the intent's Seq in Run), Status its rollback status
+	// (verification_failed, unrecoverable).
+	Step   int64  `json:"step,omitempty"`
+	Status string `json:"status,omitempty"`
+	// Seq is the Seq of the journal record the alert announces (in Run's journal; the
+	// gateway-level journal when Run is ""): the store sets it, with Key and At.
+	Seq int64 `json:"seq,omitempty"`
+	// Since is when the state the alert reports began (halted since; the upstream's session
+	// began, for alert.upstream_down), the zero time when it does not apply.
+	Since time.Time `json:"since,omitzero"`
 }
+
+// ObjectRef names the object an alert is about, as the controller's alerts do.
+type ObjectRef struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+}
+
+// The severities of an alert (Notice.Severity).
+const (
+	// SeverityWarning: the gateway keeps serving as before (a refused reload keeps the
+	// previous manifests), or an operator's action to note (resumed).
+	SeverityWarning = "warning"
+	// SeverityCritical: something is not working or not undone (a rollback step, an
+	// upstream, every call blocked by the kill switch).
+	SeverityCritical = "critical"
+)
+
+// IsAlert reports whether typ is an alert type (alert.*) rather than an approval event.
+func IsAlert(typ string) bool { return strings.HasPrefix(typ, "alert.") }
 
 // Notification is one outbox row: a notice for one receiver (Sink, the receiver's name).
 type Notification struct {
@@ -144,12 +196,17 @@ type Receiver struct {
 	Events, Tools, Risk, Namespaces []string
 }
 
-// Matches reports whether r's filters admit n.
+// Matches reports whether r's filters admit n. A tools filter admits only a notice that names
+// a tool matching one of its globs, so an alert that names no tool (reload refused, halted,
+// resumed, upstream down) is not admitted by it; an alert about a rollback step names the
+// step's tool (the call being undone). A risk filter admits only a notice whose risk (the
+// tool's manifest's blast radius) it lists: an alert without a tool carries no risk. Source:
+// issue 24.
 func (r *Receiver) Matches(n Notice) bool {
 	if len(r.Events) > 0 && !slices.Contains(r.Events, n.Type) {
 		return false
 	}
-	if len(r.Tools) > 0 && !slices.ContainsFunc(r.Tools, func(g string) bool { return apipolicy.GlobMatch(g, n.Tool) }) {
+	if len(r.Tools) > 0 && (n.Tool == "" || !slices.ContainsFunc(r.Tools, func(g string) bool { return apipolicy.GlobMatch(g, n.Tool) })) {
 		return false
 	}
 	if len(r.Risk) > 0 && !slices.Contains(r.Risk, n.Risk.BlastRadius) {
@@ -191,14 +248,42 @@ type Outbox interface {
 	// limit of them; it returns how many it changed. (Without it, expiry is only applied when
 	// the request is read or decided, and nothing announces it.)
 	SettleApprovals(ctx context.Context, limit int) (int, error)
+	// SetNoticeNamespace sets the namespace of the notices this store instance writes (see
+	// sqlStore.SetNoticeNamespace).
+	SetNoticeNamespace(ns string)
 }
+
+// The kinds of an alert's Object as the proxy names them (ObjectGateway, ObjectRun); a store
+// with a namespace (a gateway in Kubernetes) writes the kinds of the objects there
+// (ReversiGateway, ReversiRun).
+const (
+	ObjectGateway = "Gateway"
+	ObjectRun     = "Run"
+)
+
+var kubeKinds = map[string]string{ObjectGateway: "ReversiGateway", ObjectRun: "ReversiRun"}
 
 var _ Outbox = (*sqlStore)(nil)
 
-// outbox is a sqlStore's wake channel.
+// outbox is a sqlStore's wake channel, and the namespace its notices carry.
 type outbox struct {
 	once sync.Once
 	wake chan struct{}
+	ns   atomic.Pointer[string]
+}
+
+// SetNoticeNamespace sets the Kubernetes namespace every notice written by this store
+// instance from now on carries (Notice.Namespace, and an alert's Object.Namespace), for the
+// receivers' namespaces filters: a gateway in Kubernetes mode sets its own namespace before
+// it serves (internal/cli). "" (the default) is a standalone gateway's. Source: issue 24.
+func (s *sqlStore) SetNoticeNamespace(ns string) { s.ob.ns.Store(&ns) }
+
+// namespace is the namespace set by SetNoticeNamespace.
+func (o *outbox) namespace() string {
+	if p := o.ns.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func (o *outbox) channel() chan struct{} {
@@ -308,8 +393,11 @@ func scanNotification(sc interface{ Scan(...any) error }) (Notification, error) 
 
 // noticeTx writes the rows of n for the stored receivers whose filters admit it, in tx (a
 // row already there for a receiver and key is kept: a notice is written once). It reports
-// whether it wrote any.
+// whether it wrote any. A notice without a namespace gets the store's (SetNoticeNamespace).
 func (s *sqlStore) noticeTx(ctx context.Context, tx querier, n Notice) (bool, error) {
+	if n.Namespace == "" {
+		n.Namespace = s.ob.namespace()
+	}
 	rs, err := receiversTx(ctx, tx)
 	if err != nil {
 		return false, err
@@ -340,6 +428,48 @@ func (s *sqlStore) noticeTx(ctx context.Context, tx querier, n Notice) (bool, er
 		wrote = wrote || c > 0
 	}
 	return wrote, nil
+}
+
+// alertTx writes the notices of alert n, the announcement of the journal record rec that
+// was just appended in tx: At and Seq are rec's, the namespace the store's, and Key the
+// idempotency key "<type>:<object>:<seq>" ("<type>:<object>:<step>:<seq>" for a rollback
+// step), where object is the alert's Object as "<namespace>/<name>" (or "<name>"): one key
+// per journal record, the same on every attempt, for every receiver and after a restart.
+func (s *sqlStore) alertTx(ctx context.Context, tx querier, n Notice, rec *Record) (bool, error) {
+	if !IsAlert(n.Type) || !slices.Contains(NoticeTypes, n.Type) {
+		return false, fmt.Errorf("%w: alert type %q", ErrInvalid, n.Type)
+	}
+	n.At, n.Seq = rec.Time, rec.Seq
+	if n.Namespace == "" {
+		n.Namespace = s.ob.namespace()
+	}
+	if n.Object != nil {
+		o := *n.Object
+		if o.Namespace == "" {
+			o.Namespace = n.Namespace
+		}
+		if k, ok := kubeKinds[o.Kind]; ok && o.Namespace != "" {
+			o.Kind = k
+		}
+		n.Object = &o
+	}
+	n.Key = n.Type + ":" + alertScope(n)
+	if n.Step > 0 {
+		n.Key += ":" + strconv.FormatInt(n.Step, 10)
+	}
+	n.Key += ":" + strconv.FormatInt(rec.Seq, 10)
+	return s.noticeTx(ctx, tx, n)
+}
+
+// alertScope is the object part of an alert's key.
+func alertScope(n Notice) string {
+	switch {
+	case n.Object == nil:
+		return n.Run
+	case n.Object.Namespace != "":
+		return n.Object.Namespace + "/" + n.Object.Name
+	}
+	return n.Object.Name
 }
 
 // phaseNoticesTx writes the notices of the phase records in recs (approved, denied, expired,

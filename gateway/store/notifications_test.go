@@ -316,4 +316,29 @@ func TestReceiverMatches(t *testing.T) {
 	if (&Receiver{Namespaces: []string{"payments"}}).Matches(Notice{Type: NoticeApprovalRequested}) {
 		t.Error("a namespace filter admits a notice without a namespace")
 	}
+	// Alerts: a tools filter admits only an alert that names a matching tool (a rollback
+	// step's); a risk filter only one whose risk it lists; an events filter of approval
+	// events none.
+	halted := Notice{Type: NoticeAlertHalted, Namespace: "payments"}
+	step := Notice{Type: NoticeAlertRollbackFailed, Tool: "payments.refund", Risk: Risk{BlastRadius: "high"}}
+	for _, c := range []struct {
+		r    Receiver
+		n    Notice
+		want bool
+	}{
+		{Receiver{}, halted, true},
+		{Receiver{Namespaces: []string{"payments"}}, halted, true},
+		{Receiver{Events: []string{NoticeApprovalRequested, NoticeApprovalDenied}}, halted, false},
+		{Receiver{Events: []string{NoticeAlertHalted}}, halted, true},
+		{Receiver{Tools: []string{"*"}}, halted, false},
+		{Receiver{Tools: []string{"payments.*"}}, halted, false},
+		{Receiver{Risk: []string{"high"}}, halted, false},
+		{Receiver{Tools: []string{"payments.*"}, Risk: []string{"high"}}, step, true},
+		{Receiver{Tools: []string{"notes.*"}}, step, false},
+		{Receiver{Risk: []string{"low"}}, step, false},
+	} {
+		if got := c.r.Matches(c.n); got != c.want {
+			t.Errorf("%+v admits %s %v, want %v", c.r, c.n.Type, got, c.want)
+		}
+	}
 }

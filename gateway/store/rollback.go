@@ -72,6 +72,30 @@ type RollbackEntry struct {
 	// compensation arguments' digest, checked against the request's.
 	Approval   string
 	ArgsDigest string
+	// Risk is the risk of the step's tool (its manifest's), carried by the alert a
+	// verification_failed or unrecoverable record writes, for the receivers' risk filters
+	// (zero: not known, admitted by no risk filter). Source: issue 24.
+	Risk Risk
+}
+
+// alerting are the rollback statuses announced as alert.rollback_failed (issue 24): the step
+// is not undone and nothing will retry it by itself.
+var alerting = map[Status]string{RollbackVerificationFailed: "VerificationFailed", RollbackUnrecoverable: "Unrecoverable"}
+
+// rollbackAlert is the alert of e, about step of run (the step's call was tool, the run
+// opened by actor).
+func rollbackAlert(e RollbackEntry, tool, actor string) Notice {
+	what := "its compensation ran but the read-back never matched"
+	if e.Status == RollbackUnrecoverable {
+		what = "it cannot be undone"
+	}
+	msg := fmt.Sprintf("step %d (%s) of run %s was not rolled back: %s", e.Step, tool, e.Run, what)
+	if e.Note != "" {
+		msg += " (" + e.Note + ")"
+	}
+	return Notice{Type: NoticeAlertRollbackFailed, Object: &ObjectRef{Kind: ObjectRun, Name: e.Run}, Run: e.Run, Actor: actor,
+		Tool: tool, Risk: e.Risk, Step: e.Step, Status: string(e.Status), Severity: SeverityCritical, Reason: alerting[e.Status],
+		Message: msg}
 }
 
 // encodeRollback checks e and returns its arguments as JSON ("" for none).
@@ -99,9 +123,12 @@ func (s *sqlStore) AppendRollback(ctx context.Context, e RollbackEntry) (int64, 
 		return 0, err
 	}
 	rec := rollbackRecord(e)
+	var wrote bool
 	err = s.write(ctx, durable, func(ctx context.Context, tx querier) error {
-		var kind string
-		err := queryRow(ctx, tx, `SELECT kind FROM records WHERE run = $1 AND seq = $2 AND run <> ''`, e.Run, e.Step).Scan(&kind)
+		wrote = false
+		var kind, tool, actor string
+		err := queryRow(ctx, tx, `SELECT r.kind, r.tool, u.actor FROM records r JOIN runs u ON u.id = r.run
+			WHERE r.run = $1 AND r.seq = $2 AND r.run <> ''`, e.Run, e.Step).Scan(&kind, &tool, &actor)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && kind != string(KindIntent)) {
 			return fmt.Errorf("%w: step %d in run %q", ErrNotFound, e.Step, e.Run)
 		}
@@ -113,7 +140,18 @@ func (s *sqlStore) AppendRollback(ctx context.Context, e RollbackEntry) (int64, 
 				return err
 			}
 		}
-		return s.appendTx(ctx, tx, &rec, enc)
+		if err := s.appendTx(ctx, tx, &rec, enc); err != nil {
+			return err
+		}
+		if _, ok := alerting[e.Status]; !ok {
+			return nil
+		}
+		// The step's verdict and its alert commit together (issue 24).
+		wrote, err = s.alertTx(ctx, tx, rollbackAlert(e, tool, actor), &rec)
+		return err
 	})
+	if err == nil && wrote {
+		s.ob.signal()
+	}
 	return rec.Seq, err
 }

@@ -478,14 +478,39 @@ func (s *sqlStore) AppendEvent(ctx context.Context, e Event) (int64, error) {
 	if err := checkEvent(e); err != nil {
 		return 0, err
 	}
+	if e.Alert == nil {
+		var seq int64
+		err := s.write(ctx, lazy|single, func(ctx context.Context, tx querier) error {
+			rec := e.record()
+			err := s.appendTx(ctx, tx, &rec, "")
+			seq = rec.Seq
+			return err
+		})
+		return seq, err
+	}
+	if !IsAlert(e.Alert.Type) {
+		return 0, fmt.Errorf("%w: alert type %q", ErrInvalid, e.Alert.Type)
+	}
+	// The record and its alert's notifications commit together (issue 24).
 	var seq int64
-	err := s.write(ctx, lazy|single, func(ctx context.Context, tx querier) error {
+	var wrote bool
+	err := s.write(ctx, lazy, func(ctx context.Context, tx querier) error {
 		rec := e.record()
-		err := s.appendTx(ctx, tx, &rec, "")
+		if err := s.appendTx(ctx, tx, &rec, ""); err != nil {
+			return err
+		}
 		seq = rec.Seq
+		var err error
+		wrote, err = s.alertTx(ctx, tx, *e.Alert, &rec)
 		return err
 	})
-	return seq, err
+	if err != nil {
+		return 0, err
+	}
+	if wrote {
+		s.ob.signal()
+	}
+	return seq, nil
 }
 
 // encodeHandle checks that o is storable and returns the handle as JSON ("" for none).

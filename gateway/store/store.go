@@ -218,6 +218,12 @@ type Event struct {
 	Reason     string
 	ArgsDigest string
 	Decision   string
+	// Alert, when set, is the alert this record announces (a refused reload, the kill switch
+	// turned on or off, an upstream gone down): AppendEvent writes its notifications for the
+	// receivers whose filters admit it in the record's transaction (none when no receiver
+	// wants it), and sets its At, Seq (the record's), namespace and idempotency key
+	// ("<type>:<object>:<seq>"). Its Type must be an alert type (ErrInvalid). Source: issue 24.
+	Alert *Notice
 }
 
 // Record is one ledger entry. Seq numbers the records of one run from 1 without gaps. Fields
@@ -296,9 +302,12 @@ type Store interface {
 	// intent in the run), ErrCompleted (the step already has an outcome).
 	RecordOutcome(ctx context.Context, run string, step int64, o StepOutcome) (seq int64, err error)
 	// AppendEvent appends a reloaded, reload_failed, note, read or server_request record and
-	// returns its Seq. Errors: ErrInvalid (other kinds), ErrNotFound (no run).
+	// returns its Seq; with e.Alert, the alert's notifications in the same transaction.
+	// Errors: ErrInvalid (other kinds, an Alert that is not an alert), ErrNotFound (no run).
 	AppendEvent(ctx context.Context, e Event) (seq int64, err error)
 	// AppendRollback appends a KindRollback record for step Step of a run and returns its Seq.
+	// A record whose status is verification_failed or unrecoverable is announced in its
+	// transaction as alert.rollback_failed (issue 24).
 	// Errors: ErrInvalid (no run or step, a status not in RollbackStatuses, arguments that are
 	// not JSON), ErrNotFound (no run, or Step is not an intent of the run).
 	AppendRollback(ctx context.Context, e RollbackEntry) (seq int64, err error)

@@ -52,6 +52,10 @@ func kubeApprovals(ctx context.Context, st store.Store, kubeconfig, namespace, g
 		_ = st.Close()
 		return nil, err
 	}
+	// The gateway's notices carry its namespace, for the receivers' namespaces filters (issue 24).
+	if ob, ok := st.(store.Outbox); ok {
+		ob.SetNoticeNamespace(ns)
+	}
 	ks, err := kube.New(ctx, st, kube.Options{Config: cfg, Namespace: ns, Gateway: gateway, Replica: replicaName(), ControllerKeys: ctl, Events: true, Stderr: stderr})
 	if err != nil {
 		_ = st.Close()
