@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"slices"
@@ -42,12 +41,10 @@ import (
 // NotificationEvents, store.NoticeAlertRenderingRefused).
 const EventRenderingRefused = "alert.rendering_refused"
 
-// Defaults of AlertOptions: the gateway's outbox worker's (gateway/notify Default*).
+// Defaults of AlertOptions: the gateway's outbox worker's (pkg/webhook DefaultTimeout and
+// DefaultRetry).
 const (
-	DefaultAlertTimeout     = 10 * time.Second
-	DefaultAlertMaxAttempts = 8
-	DefaultAlertBackoff     = time.Second
-	DefaultAlertMaxBackoff  = 5 * time.Minute
+	DefaultAlertTimeout = webhook.DefaultTimeout
 	// maxReceiverName bounds a receiver's name (status.notifications[].receiver).
 	maxReceiverName = 63
 	// maxAlertText bounds status.notifications[].message and lastError (bytes).
@@ -66,10 +63,10 @@ type AlertOptions struct {
 	// Timeout bounds one POST (connect to the answer's end; DefaultAlertTimeout when 0).
 	Timeout time.Duration
 	// MaxAttempts is how many attempts a delivery gets before it is Dead
-	// (DefaultAlertMaxAttempts when 0).
+	// (webhook.DefaultMaxAttempts when 0).
 	MaxAttempts int
 	// Backoff is the wait after the first failed attempt, doubling after each next one up to
-	// MaxBackoff, with up to 20 % jitter (DefaultAlertBackoff, DefaultAlertMaxBackoff when 0).
+	// MaxBackoff, with up to 20 % jitter (webhook.DefaultBackoff, webhook.DefaultMaxBackoff when 0).
 	Backoff, MaxBackoff time.Duration
 	// HTTPClient posts the alerts (webhook.NewClient(Timeout, 2) when nil).
 	HTTPClient *http.Client
@@ -77,9 +74,9 @@ type AlertOptions struct {
 
 func (o *AlertOptions) defaults() {
 	o.Timeout = cmp.Or(o.Timeout, DefaultAlertTimeout)
-	o.MaxAttempts = cmp.Or(o.MaxAttempts, DefaultAlertMaxAttempts)
-	o.Backoff = cmp.Or(o.Backoff, DefaultAlertBackoff)
-	o.MaxBackoff = max(cmp.Or(o.MaxBackoff, DefaultAlertMaxBackoff), o.Backoff)
+	o.MaxAttempts = cmp.Or(o.MaxAttempts, webhook.DefaultMaxAttempts)
+	o.Backoff = cmp.Or(o.Backoff, webhook.DefaultBackoff)
+	o.MaxBackoff = max(cmp.Or(o.MaxBackoff, webhook.DefaultMaxBackoff), o.Backoff)
 	if o.HTTPClient == nil {
 		o.HTTPClient = webhook.NewClient(o.Timeout, 2)
 	}
@@ -326,15 +323,9 @@ func (r *ManifestRegistryReconciler) receiver(name string) *config.Notification 
 	return nil
 }
 
-// backoff is the wait after the attempt-th failed attempt: Backoff doubled attempt-1 times,
-// at most MaxBackoff, plus up to 20 % jitter.
+// backoff is the wait after the attempt-th failed attempt (webhook.Retry.Delay).
 func backoff(o AlertOptions, attempt int) time.Duration {
-	d := o.Backoff
-	for i := 1; i < attempt && d < o.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, o.MaxBackoff)
-	return d + time.Duration(rand.Int64N(int64(d)/5+1))
+	return webhook.Retry{Backoff: o.Backoff, MaxBackoff: o.MaxBackoff}.Delay(attempt)
 }
 
 // postAlert makes one attempt at delivering n to rc (webhook.Post, bounded by o.Timeout).

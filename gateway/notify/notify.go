@@ -39,7 +39,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/reversi-gitops/reversi/gateway/config"
 	"github.com/reversi-gitops/reversi/gateway/egress"
@@ -57,10 +56,10 @@ const (
 // Defaults of Options.
 const (
 	DefaultPoll         = 500 * time.Millisecond
-	DefaultTimeout      = 10 * time.Second
-	DefaultMaxAttempts  = 8
-	DefaultBackoff      = time.Second
-	DefaultMaxBackoff   = 5 * time.Minute
+	DefaultTimeout      = webhook.DefaultTimeout
+	DefaultMaxAttempts  = webhook.DefaultMaxAttempts
+	DefaultBackoff      = webhook.DefaultBackoff
+	DefaultMaxBackoff   = webhook.DefaultMaxBackoff
 	DefaultBatch        = 16
 	DefaultConcurrency  = 4
 	DefaultMaxBodyBytes = 64 << 10
@@ -305,12 +304,7 @@ func (w *Worker) deliver(ctx context.Context, n store.Notification) {
 // delay is the wait before attempt+1 (attempt >= 1 failed): Backoff doubled per attempt, at
 // most MaxBackoff, plus up to 20 % jitter.
 func (w *Worker) delay(attempt int) time.Duration {
-	b := wait.Backoff{Duration: w.o.Backoff, Factor: 2, Jitter: 0.2, Steps: attempt, Cap: w.o.MaxBackoff}
-	var d time.Duration
-	for range attempt {
-		d = b.Step()
-	}
-	return d
+	return webhook.Retry{Backoff: w.o.Backoff, MaxBackoff: w.o.MaxBackoff}.Delay(attempt)
 }
 
 // post renders n for its receiver and posts it once.

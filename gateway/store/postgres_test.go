@@ -535,7 +535,9 @@ func TestPostgresOutcomeRaceAcrossReplicas(t *testing.T) {
 			if i%2 == 1 {
 				s = b
 			}
-			wg.Go(func() { _, errs[i] = s.RecordOutcome(ctx, "race", step, StepOutcome{Status: Succeeded, Note: fmt.Sprint(i)}) })
+			wg.Go(func() {
+				_, errs[i] = s.RecordOutcome(ctx, "race", step, StepOutcome{Status: Succeeded, Note: fmt.Sprint(i)})
+			})
 		}
 		wg.Wait()
 		won := 0

@@ -50,3 +50,19 @@ func TestPostClassifies(t *testing.T) {
 		t.Errorf("closed receiver: %v, want a retryable error without the URL", err)
 	}
 }
+
+// TestRetryDelay: the delay doubles from Backoff per failed attempt, stops at MaxBackoff, and
+// adds at most 20 % jitter; zero fields are the defaults.
+func TestRetryDelay(t *testing.T) {
+	r := Retry{Backoff: 100 * time.Millisecond, MaxBackoff: time.Second}
+	for attempt, base := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 9: time.Second} {
+		for range 20 {
+			if d := r.Delay(attempt); d < base || d > base+base/5 {
+				t.Fatalf("attempt %d: %s, want %s plus at most 20 %%", attempt, d, base)
+			}
+		}
+	}
+	if d := (Retry{}).Delay(1); d < DefaultBackoff || d > DefaultBackoff*6/5 {
+		t.Fatalf("the default first delay is %s", d)
+	}
+}
