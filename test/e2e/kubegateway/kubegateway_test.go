@@ -25,6 +25,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -518,6 +519,18 @@ func TestReversiGatewayEndToEnd(t *testing.T) {
 			return fmt.Sprintf("no refusal reported on the pod's Lease: %v", a)
 		}
 		return ""
+	})
+	// The refused reload is an alert, and an Event on the ReversiGateway (issue 24).
+	eventually(t, 10*time.Second, func() string {
+		var evs eventsv1.EventList
+		must(k8s.List(ctx, &evs, client.InNamespace(ns)))
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "ReversiGateway" && e.Regarding.Name == "pay" && e.Reason == "ReloadRefused" &&
+				e.Type == corev1.EventTypeWarning && e.ReportingController == "reversi-gateway" && strings.Contains(e.Note, "memory.create_entities") {
+				return ""
+			}
+		}
+		return "no ReloadRefused Event on ReversiGateway pay"
 	})
 	a := annotations()
 	t.Logf("refused: %s", a[v1alpha1.AnnotationManifestError])
