@@ -212,6 +212,9 @@ var schemaTables = []string{
 )`,
 	`CREATE INDEX IF NOT EXISTS notifications_due ON notifications (next_attempt, id) WHERE state = 'pending'`,
 	`CREATE INDEX IF NOT EXISTS notifications_created ON notifications (created, id)`,
+	// the dead letters (SummarizeNotifications every 2 s in each pod, RetryNotifications):
+	// without it, each count reads the whole outbox, delivered rows included
+	`CREATE INDEX IF NOT EXISTS notifications_dead ON notifications (created, id) WHERE state = 'dead'`,
 	// the gateway-level journal (GatewayJournal)
 	`INSERT INTO runs (id, actor, gateway, started, last_activity, status) VALUES ('', '', '', 0, 0, 'active') ON CONFLICT DO NOTHING`,
 }

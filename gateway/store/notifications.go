@@ -243,6 +243,11 @@ type Outbox interface {
 	FinishNotification(ctx context.Context, id, owner string, state NotificationState, next time.Time, lastErr string) error
 	// ListNotifications returns rows, oldest first.
 	ListNotifications(ctx context.Context, f NotificationFilter) ([]Notification, error)
+	// RetryNotifications makes dead letters pending again, due now, with their attempts
+	// counted from zero (the operator fixed the receiver): the rows named in ids, or with ids
+	// empty every dead row (of receiver sink, when not ""). Only rows of receivers configured
+	// now are taken (another receiver's row would never be claimed). It returns how many.
+	RetryNotifications(ctx context.Context, ids []string, sink string) (int, error)
 	// SettleApprovals writes the expiry (or escalation) of pending requests decided by the
 	// store whose Expires has passed, with their decision records and notifications, at most
 	// limit of them; it returns how many it changed. (Without it, expiry is only applied when
@@ -563,6 +568,31 @@ func (s *sqlStore) FinishNotification(ctx context.Context, id, owner string, sta
 		}
 		return nil
 	})
+}
+
+// RetryNotifications implements Outbox.
+func (s *sqlStore) RetryNotifications(ctx context.Context, ids []string, sink string) (int, error) {
+	var n int64
+	err := s.write(ctx, durable|single, func(ctx context.Context, tx querier) error {
+		q := &query{}
+		q.add(`UPDATE notifications SET state = 'pending', attempts = 0, next_attempt = `, q.arg(tn(s.stamp())),
+			`, lease_owner = '', lease_until = 0 WHERE state = 'dead' AND sink IN (SELECT name FROM notification_receivers)`)
+		if len(ids) > 0 {
+			q.add(` AND id IN (`, q.placeholders(ids), `)`)
+		}
+		if sink != "" {
+			q.add(` AND sink = `, q.arg(sink))
+		}
+		var err error
+		if n, err = tx.exec(ctx, q.sql.String(), q.args...); err != nil {
+			return fmt.Errorf("store: retry notifications: %w", err)
+		}
+		return nil
+	})
+	if err == nil && n > 0 {
+		s.ob.signal()
+	}
+	return int(n), err
 }
 
 // ListNotifications implements Outbox.

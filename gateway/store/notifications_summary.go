@@ -38,7 +38,8 @@ var _ NotificationSummarizer = (*sqlStore)(nil)
 
 // SummarizeNotifications implements NotificationSummarizer with three bounded reads: the
 // retrying count uses the index of pending rows; the dead count reads at most
-// MaxSummaryCount matching rows; the newest dead row walks the index on created backwards.
+// MaxSummaryCount matching rows, from the index of dead rows, which also gives the newest
+// dead row.
 // Source: issue 24.
 func (s *sqlStore) SummarizeNotifications(ctx context.Context, sinks []string) (NotificationSummary, error) {
 	var sum NotificationSummary

@@ -342,3 +342,58 @@ func TestReceiverMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryNotifications: dead letters, by id or all of a receiver's, become pending again,
+// due now, with attempts from zero; pending and delivered rows, and rows of receivers no
+// longer configured, are left alone.
+func TestRetryNotifications(t *testing.T) {
+	forEach(t, func(t *testing.T, s Store, clock *fakeClock) {
+		ctx := context.Background()
+		o := outboxOf(t, s)
+		must[Run](t)(s.CreateRun(ctx, Run{ID: "r1", Actor: "alice"}))
+		noErr(t, o.SetNotificationReceivers(ctx, []Receiver{{Name: "a"}, {Name: "b"}}))
+		for range 3 {
+			must[Approval](t)(s.CreateApproval(ctx, ApprovalRequest{Tool: "mem.delete", Run: "r1", Actor: "alice", Expires: clock.Now().Add(time.Hour)}))
+		}
+		rows := must[[]Notification](t)(o.ClaimNotifications(ctx, "w", []string{"a", "b"}, time.Minute, 10))
+		if len(rows) != 6 {
+			t.Fatalf("claimed %d rows, want 6", len(rows))
+		}
+		for i, r := range rows { // the first of each receiver stays pending, the others die
+			state := NotificationDead
+			if i < 2 {
+				state = NotificationPending
+			}
+			noErr(t, o.FinishNotification(ctx, r.ID, "w", state, clock.Now().Add(time.Hour), "HTTP 502"))
+		}
+		dead := must[[]Notification](t)(o.ListNotifications(ctx, NotificationFilter{State: NotificationDead}))
+		if len(dead) != 4 {
+			t.Fatalf("%d dead, want 4", len(dead))
+		}
+		if n := must[int](t)(o.RetryNotifications(ctx, []string{dead[0].ID, "ntf-none"}, "")); n != 1 {
+			t.Fatalf("retry by id: %d, want 1", n)
+		}
+		again := must[[]Notification](t)(o.ClaimNotifications(ctx, "w", []string{"a", "b"}, time.Minute, 10))
+		if len(again) != 1 || again[0].ID != dead[0].ID || again[0].Attempts != 0 || again[0].LastError != "HTTP 502" {
+			t.Fatalf("claimed after the retry: %+v, want %s due now with attempts 0", again, dead[0].ID)
+		}
+		noErr(t, o.FinishNotification(ctx, again[0].ID, "w", NotificationDelivered, time.Time{}, ""))
+		// Receiver b is no longer configured: its pending row dies, and its dead letters stay.
+		noErr(t, o.SetNotificationReceivers(ctx, []Receiver{{Name: "a"}}))
+		if n := must[int](t)(o.RetryNotifications(ctx, nil, "b")); n != 0 {
+			t.Fatalf("retried %d rows of a receiver no longer configured", n)
+		}
+		left := 0
+		for _, d := range must[[]Notification](t)(o.ListNotifications(ctx, NotificationFilter{State: NotificationDead})) {
+			if d.Sink == "a" {
+				left++
+			}
+		}
+		if n := must[int](t)(o.RetryNotifications(ctx, nil, "")); n != left || left == 0 {
+			t.Fatalf("retry all: %d, want receiver a's %d dead letters", n, left)
+		}
+		if l := must[[]Notification](t)(o.ListNotifications(ctx, NotificationFilter{State: NotificationDelivered})); len(l) != 1 {
+			t.Fatalf("delivered rows %+v: a retry touched one", l)
+		}
+	})
+}

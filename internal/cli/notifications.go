@@ -27,14 +27,16 @@ func newNotificationsCmd() *cobra.Command {
 	var sf storeFlags
 	cmd := &cobra.Command{
 		Use:   "notifications",
-		Short: "List the gateway's notifications (the outbox of approval events): pending, delivered, dead",
+		Short: "List the gateway's notifications (the outbox of approval events and alerts); retry dead letters",
 		Long: "The gateway announces every approval event (requested, approved, denied, expired,\n" +
-			"escalated) to the receivers of notifications: in gateway.yaml or reversi.config.yaml\n" +
-			"and $" + config.ApprovalWebhookEnv + ". Each notification is written to the store in the\n" +
-			"same transaction as its event, then delivered with retries; after the last attempt it is\n" +
-			"dead (a dead letter) and stays listed here.\n\n" +
+			"escalated) and its alerts (reload refused, rollback failed, halted, resumed, upstream\n" +
+			"down) to the receivers of notifications: in gateway.yaml or reversi.config.yaml and\n" +
+			"$" + config.ApprovalWebhookEnv + " (approval events only). Each notification is written to the\n" +
+			"store in the same transaction as its event, then delivered with retries; after the last\n" +
+			"attempt it is dead (a dead letter) and stays listed here until it is retried.\n\n" +
 			"  reversi notifications list --data .reversi\n" +
-			"  reversi notifications list --state dead --data .reversi",
+			"  reversi notifications list --state dead --data .reversi\n" +
+			"  reversi notifications retry --all --data .reversi   (once the receiver is fixed)",
 	}
 	sf.add(cmd)
 	var state string
@@ -80,7 +82,44 @@ func newNotificationsCmd() *cobra.Command {
 	}
 	list.Flags().StringVar(&state, "state", "all", "pending, delivered, dead or all")
 	list.Flags().BoolVar(&asJSON, "json", false, "print the notifications as a JSON array")
-	cmd.AddCommand(list)
+	var all bool
+	var receiver string
+	retry := &cobra.Command{
+		Use:   "retry ID... | --all [--receiver NAME]",
+		Short: "Make dead letters pending again (attempts from zero), for the running gateway to deliver",
+		Long: "Once a receiver is fixed, its dead letters can be delivered again: the running gateway\n" +
+			"(any replica on the store) delivers them at once, with the same idempotency keys. Only\n" +
+			"receivers configured now are retried.",
+		RunE: func(cmd *cobra.Command, ids []string) error {
+			if all == (len(ids) > 0) {
+				return errors.New("name the dead letters (IDs from reversi notifications list --state dead) or give --all, not both")
+			}
+			if receiver != "" && !all {
+				return errors.New("--receiver goes with --all")
+			}
+			st, err := sf.open()
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			ob, ok := st.(store.Outbox)
+			if !ok {
+				return fmt.Errorf("%s has no notification outbox", storeWhere(st))
+			}
+			n, err := ob.RetryNotifications(cmd.Context(), ids, receiver)
+			if err != nil {
+				return err
+			}
+			if n < len(ids) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%d of the %d named are not dead letters of a receiver configured now (see reversi notifications list).\n", len(ids)-n, len(ids))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d dead letter(s) pending again in %s: the running gateway delivers them now.\n", n, storeWhere(st))
+			return nil
+		},
+	}
+	retry.Flags().BoolVar(&all, "all", false, "every dead letter (of --receiver, when given)")
+	retry.Flags().StringVar(&receiver, "receiver", "", "with --all: only this receiver's")
+	cmd.AddCommand(list, retry)
 	return cmd
 }
 

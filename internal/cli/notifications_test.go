@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,19 +33,21 @@ type hookReceiver struct {
 	got  []http.Header
 	body [][]byte
 	ch   chan int
+	code atomic.Int32 // the answer's status (0: 200)
 }
 
 func newHookReceiver(t *testing.T, code int) *hookReceiver {
 	t.Helper()
 	h := &hookReceiver{ch: make(chan int, 64)}
+	h.code.Store(int32(code))
 	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		h.mu.Lock()
 		h.got, h.body = append(h.got, r.Header.Clone()), append(h.body, b)
 		n := len(h.got)
 		h.mu.Unlock()
-		if code != 0 {
-			w.WriteHeader(code)
+		if c := h.code.Load(); c != 0 {
+			w.WriteHeader(int(c))
 		}
 		h.ch <- n
 	}))
@@ -188,7 +191,8 @@ func TestGatewayCommandNotifies(t *testing.T) {
 
 // TestNotificationsListDead: a receiver that always fails dead-letters the notification after
 // the last attempt; `reversi notifications list --state dead` lists it with its error, and
-// --state pending no longer does.
+// --state pending no longer does. Once the receiver is fixed, `reversi notifications retry
+// --all` makes it pending again and the running gateway delivers it, with the same key.
 func TestNotificationsListDead(t *testing.T) {
 	data := t.TempDir()
 	rcv := newHookReceiver(t, http.StatusBadGateway)
@@ -250,5 +254,49 @@ func TestNotificationsListDead(t *testing.T) {
 	}
 	if _, errOut, code := reversiInProcess("notifications", "list", "--state", "lost", "--data", data); code == 0 || !strings.Contains(errOut, `--state "lost"`) {
 		t.Fatalf("bad state: %d %s", code, errOut)
+	}
+
+	// The receiver is fixed; a gateway runs on the store again; the dead letter is retried.
+	for _, bad := range [][]string{{}, {"--all", "ntf-x"}, {"ntf-x", "--receiver", "ops-hook"}} {
+		if _, errOut, code := reversiInProcess(append([]string{"notifications", "retry", "--data", data}, bad...)...); code == 0 {
+			t.Errorf("retry %v: accepted (%s)", bad, errOut)
+		}
+	}
+	rcv.code.Store(http.StatusNoContent)
+	st, err = store.OpenSQLite(data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	w, err = notify.New(context.Background(), notify.Options{Outbox: st, Poll: 20 * time.Millisecond,
+		Receivers: []config.Notification{{Name: "ops-hook", Type: config.NotifyWebhook, URL: rcv.URL}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	stopped = make(chan struct{})
+	go func() { defer close(stopped); _ = w.Run(ctx) }()
+	defer func() { cancel(); <-stopped }()
+	if out, errOut, code := reversiInProcess("notifications", "retry", "--all", "--receiver", "ops-hook", "--data", data); code != 0 ||
+		!strings.Contains(out, "1 dead letter(s) pending again") {
+		t.Fatalf("retry --all: %d %q %q", code, out, errOut)
+	}
+	first, _ := rcv.wait(t, 1, time.Second)
+	if h, _ := rcv.wait(t, 3, 2*time.Second); h.Get(notify.HeaderIdempotency) != first.Get(notify.HeaderIdempotency) {
+		t.Fatalf("the retried delivery's key %q, want %q", h.Get(notify.HeaderIdempotency), first.Get(notify.HeaderIdempotency))
+	}
+	deadline = time.Now().Add(2 * time.Second)
+	for {
+		l, err := st.ListNotifications(ctx, store.NotificationFilter{State: store.NotificationDelivered})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l) == 1 && l[0].Notice.Approval == a.ID && l[0].Attempts == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not delivered after the retry: %+v", l)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
