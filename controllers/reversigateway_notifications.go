@@ -120,7 +120,7 @@ func deadLetterMessage(gw *v1alpha1.ReversiGateway, dead []podNotes) string {
 		}
 		fmt.Fprintf(&b, "; other pods with dead letters: %s", strings.Join(names, ", "))
 	}
-	b.WriteString("; dead letters are never retried and stay in the store: fix the receiver (its URL and key Secrets, or what it answers) for the next notifications")
+	b.WriteString("; dead letters stay in the store until retried: fix the receiver (its URL and key Secrets, or what it answers), then retry them with the same command's `notifications retry --all` in place of `notifications list --state dead`")
 	return b.String()
 }
 

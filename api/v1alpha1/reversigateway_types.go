@@ -637,7 +637,7 @@ const (
 	ConditionNotificationsDelivered = "NotificationsDelivered"
 	// ReasonNotificationDeadLettered (NotificationsDelivered=False): a ReversiGateway pod's
 	// store holds dead letters (the message names the pod, the count, the last error and the
-	// command that lists them; they are never retried and stay in the store), or a
+	// command that lists them; they stay in the store until `reversi notifications retry`), or a
 	// ManifestRegistry's latest alert to a receiver was dead-lettered.
 	ReasonNotificationDeadLettered = "NotificationDeadLettered"
 	// ReasonNoDeadLetters (NotificationsDelivered=True): no pod reports a dead letter.

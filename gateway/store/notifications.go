@@ -40,7 +40,8 @@ const (
 	// NotificationDelivered: the receiver answered 2xx.
 	NotificationDelivered NotificationState = "delivered"
 	// NotificationDead: every attempt failed (or the failure cannot be retried): a dead
-	// letter, listed by `reversi notifications list --state dead` and never retried.
+	// letter, listed by `reversi notifications list --state dead`, delivered again only when
+	// retried (RetryNotifications: `reversi notifications retry`).
 	NotificationDead NotificationState = "dead"
 )
 
