@@ -187,10 +187,12 @@ func TestStdioServerImageBehindTheBridge(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the sidecar did not exit on SIGTERM\n%s", logs.String())
 	}
-	if left := processesWith(t, controllers.BridgeSocket("memory")); len(left) > 0 {
+	// Only this image's processes: the other packages' tests run server-memory (from
+	// test/upstreams) and bridges (at localised socket paths) at the same time.
+	if left := processesWith(t, "--listen unix://"+controllers.BridgeSocket("memory")); len(left) > 0 {
 		t.Errorf("processes left after the sidecar stopped: %v", left)
 	}
-	if left := processesWith(t, "server-memory/dist/index.js"); len(left) > 0 {
+	if left := processesWith(t, "/usr/local/bin/node /app/node_modules/@modelcontextprotocol/server-memory/dist/index.js"); len(left) > 0 {
 		t.Errorf("server processes left after the sidecar stopped: %v", left)
 	}
 }
