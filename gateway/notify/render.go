@@ -111,8 +111,10 @@ func SlackBody(n store.Notice, gateway, storeFlags string) ([]byte, error) {
 		fmt.Fprintf(&b, "\n*Reason:* %s", e(n.Reason))
 	}
 	if n.ArgumentsPreview != "" {
-		// a ``` inside the preview would end the code block early
-		fmt.Fprintf(&b, "\n*Arguments (redacted):*\n```%s```", e(strings.ReplaceAll(n.ArgumentsPreview, "```", "` ` `")))
+		// A backtick inside the preview could end the code block early (replacing only "```"
+		// leaves one in "`````"), and the rest would be read as mrkdwn: every backtick becomes
+		// U+02CB (modifier letter grave accent), which looks the same and ends nothing.
+		fmt.Fprintf(&b, "\n*Arguments (redacted):*\n```%s```", e(strings.ReplaceAll(n.ArgumentsPreview, "`", "\u02cb")))
 	}
 	fmt.Fprintf(&b, "\n*Risk:* %s", e(riskText(n.Risk)))
 	roles := "any principal but the actor"
