@@ -174,3 +174,32 @@ func settled(t *testing.T, o store.Outbox, within time.Duration) []store.Notific
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestAttackNamespaceAttribution: a ReversiGateway's name is unique only in its namespace, so
+// two teams' gateways "gw" in namespaces a and b posting to one shared receiver were told
+// apart by nothing in the body or the Slack text, and the approve command of a request kept
+// in Kubernetes ran against the approver's kubeconfig namespace. A notice's namespace is in
+// the body, the text and the commands. Standalone (no namespace): unchanged.
+func TestAttackNamespaceAttribution(t *testing.T) {
+	n := goldenNotice
+	n.Kept, n.Namespace = true, "team-b"
+	body, err := WebhookBody(n, "gw", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b Body
+	if err := json.Unmarshal(body, &b); err != nil {
+		t.Fatal(err)
+	}
+	if b.Namespace != "team-b" || b.ApproveCommand != "reversi approve apr-7f3a -n team-b --apply" || b.DenyCommand != "reversi deny apr-7f3a -n team-b --apply" {
+		t.Errorf("body %s", body)
+	}
+	sb, _ := SlackBody(n, "gw", "")
+	if text := slackText(t, sb); !strings.Contains(text, "on gateway gw in namespace team-b") || !strings.Contains(text, "`reversi approve apr-7f3a -n team-b --apply`") {
+		t.Errorf("slack %s", text)
+	}
+	body, _ = WebhookBody(goldenNotice, "gw", "")
+	if strings.Contains(string(body), `"namespace"`) {
+		t.Errorf("standalone body names a namespace: %s", body)
+	}
+}

@@ -21,6 +21,9 @@ type Body struct {
 	IdempotencyKey string    `json:"idempotency_key"`
 	OccurredAt     time.Time `json:"occurred_at"`
 	Gateway        string    `json:"gateway,omitempty"`
+	// Namespace is the Kubernetes namespace of the request (a gateway's name is unique only
+	// in its namespace); absent for a standalone gateway.
+	Namespace string `json:"namespace,omitempty"`
 	Approval       string    `json:"approval_id"`
 	Tool           string    `json:"tool"`
 	Run            string    `json:"run"`
@@ -48,7 +51,12 @@ type Body struct {
 // .reversi", locate it).
 func Commands(n store.Notice, storeFlags string) (approve, deny string) {
 	if n.Kept {
-		return "reversi approve " + n.Approval + " --apply", "reversi deny " + n.Approval + " --apply"
+		// the request's namespace, not the approver's kubeconfig's
+		ns := ""
+		if n.Namespace != "" {
+			ns = " -n " + n.Namespace
+		}
+		return "reversi approve " + n.Approval + ns + " --apply", "reversi deny " + n.Approval + ns + " --apply"
 	}
 	tail := " --by <your name>"
 	if storeFlags != "" {
@@ -64,7 +72,7 @@ func decides(typ string) bool {
 
 // WebhookBody renders n for the generic webhook.
 func WebhookBody(n store.Notice, gateway, storeFlags string) ([]byte, error) {
-	b := Body{SchemaVersion: SchemaVersion, Type: n.Type, IdempotencyKey: n.Key, OccurredAt: n.At, Gateway: gateway,
+	b := Body{SchemaVersion: SchemaVersion, Type: n.Type, IdempotencyKey: n.Key, OccurredAt: n.At, Gateway: gateway, Namespace: n.Namespace,
 		Approval: n.Approval, Tool: n.Tool, Run: n.Run, Actor: n.Actor, Reason: n.Reason, ArgumentsPreview: n.ArgumentsPreview,
 		Risk: n.Risk, Roles: n.Roles, Quorum: n.Quorum, DecidedBy: n.DecidedBy, Note: n.Note}
 	if b.Roles == nil {
@@ -105,6 +113,9 @@ func SlackBody(n store.Notice, gateway, storeFlags string) ([]byte, error) {
 	fmt.Fprintf(&b, "*%s*: `%s` (request %s)", title, e(n.Tool), e(n.Approval))
 	if gateway != "" {
 		fmt.Fprintf(&b, " on gateway %s", e(gateway))
+	}
+	if n.Namespace != "" {
+		fmt.Fprintf(&b, " in namespace %s", e(n.Namespace))
 	}
 	fmt.Fprintf(&b, "\n*Run:* %s   *Actor:* %s", e(n.Run), e(n.Actor))
 	if n.Reason != "" {
