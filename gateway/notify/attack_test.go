@@ -203,3 +203,29 @@ func TestAttackNamespaceAttribution(t *testing.T) {
 		t.Errorf("standalone body names a namespace: %s", body)
 	}
 }
+
+// TestAttackLeaseShorterThanABatch: a claim leases Batch rows (16) delivered Concurrency (4)
+// at a time, each up to Timeout (10 s): against a receiver that hangs, the last rows of a
+// batch begin after 30 s and end after 40 s, but the lease was 2 × Timeout + 10 s = 30 s.
+// Another replica (Postgres) then claimed rows this worker had not posted yet: each was
+// posted twice at once and the first worker's results were refused (ErrLeaseLost). The
+// default lease covers a whole batch now. Shown on a shared SQLite store: a second owner
+// cannot claim the rows while the first one's batch is still within its time.
+func TestAttackLeaseShorterThanABatch(t *testing.T) {
+	st := openSQLite(t, t.TempDir())
+	w := newWorker(t, Options{Outbox: st, Receivers: []config.Notification{{Name: "hook", Type: config.NotifyWebhook, URL: "http://127.0.0.1:9/"}}})
+	waves := (w.o.Batch + w.o.Concurrency - 1) / w.o.Concurrency
+	if batch := time.Duration(waves) * w.o.Timeout; w.o.Lease <= batch {
+		t.Fatalf("the lease (%s) is not longer than a batch can take (%s)", w.o.Lease, batch)
+	}
+	// the lease as claimed: a second owner gets nothing within it
+	mustQueue(t, st, "run-1", "mem.delete_entities", `{}`)
+	ctx := context.Background()
+	got, err := st.ClaimNotifications(ctx, "replica-a", []string{"hook"}, w.o.Lease, w.o.Batch)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v %v", got, err)
+	}
+	if again, err := st.ClaimNotifications(ctx, "replica-b", []string{"hook"}, w.o.Lease, w.o.Batch); err != nil || len(again) != 0 {
+		t.Fatalf("a second replica claimed a leased row: %v %v", again, err)
+	}
+}

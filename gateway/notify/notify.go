@@ -92,7 +92,8 @@ type Options struct {
 	// a retry coming due) and expired requests settled.
 	Poll time.Duration
 	// Timeout bounds one delivery (connect, send, answer); Lease is how long a claimed row is
-	// this worker's (default 2*Timeout + 10s: a worker that dies leaves it to another then).
+	// this worker's (default: (Batch/Concurrency + 2) * Timeout + 10s, the time a claimed
+	// batch may take and some: a worker that dies leaves it to another then).
 	Timeout, Lease time.Duration
 	// MaxAttempts is how many attempts a row gets before it is dead.
 	MaxAttempts int
@@ -136,9 +137,6 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
-	if o.Lease <= 0 {
-		o.Lease = 2*o.Timeout + 10*time.Second
-	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
@@ -153,6 +151,13 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
+	}
+	if o.Lease <= 0 {
+		// A claim holds Batch rows while Concurrency are in flight: its last rows begin after
+		// (Batch/Concurrency - 1) timeouts. The lease covers the whole batch, with 2 timeouts
+		// and 10 s to spare, or another replica would claim (and post) rows still waiting here.
+		waves := (o.Batch + o.Concurrency - 1) / o.Concurrency
+		o.Lease = time.Duration(waves+2)*o.Timeout + 10*time.Second
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
