@@ -2,7 +2,10 @@ package webhook
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -41,5 +44,69 @@ func TestAttackURLInErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), "<receiver url>") && !strings.Contains(err.Error(), "request:") {
 			t.Errorf("%s: %v", u, err)
 		}
+	}
+}
+
+// TestAttackHostileReceivers (issue 24, red team; held): a receiver that redirects to another
+// address (not followed: the other gets nothing, the error is permanent), answers an endless
+// body (at most 2 × ReadLimit read, the answer returns at once), drips its body forever, or
+// never answers (both end at the client's timeout).
+func TestAttackHostileReceivers(t *testing.T) {
+	other := make(chan struct{}, 1)
+	target := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { other <- struct{}{} }))
+	defer target.Close()
+	endless := func(code int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.WriteHeader(code)
+			chunk := []byte(strings.Repeat("x", 32<<10))
+			for r.Context().Err() == nil {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		h        http.HandlerFunc
+		ok, perm bool
+		atMost   time.Duration
+	}{
+		{"redirect", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, target.URL, http.StatusTemporaryRedirect)
+		}, false, true, time.Second},
+		{"endless 200", endless(200), true, false, time.Second},
+		{"endless 500", endless(500), false, false, time.Second},
+		{"drip", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.WriteHeader(500)
+			for r.Context().Err() == nil {
+				if _, err := w.Write([]byte("x")); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				time.Sleep(100 * time.Millisecond)
+			}
+		}, false, false, 2 * time.Second},
+		{"silent", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body) // so that the server notices the client leave
+			<-r.Context().Done()
+		}, false, false, 2 * time.Second},
+	} {
+		srv := httptest.NewServer(c.h)
+		start := time.Now()
+		err := Post(context.Background(), NewClient(time.Second, 1), Delivery{URL: srv.URL, Event: "e", Key: "k", Body: []byte(`{}`)}, 0)
+		took := time.Since(start)
+		srv.CloseClientConnections()
+		srv.Close()
+		if (err == nil) != c.ok || IsPermanent(err) != c.perm || took > c.atMost {
+			t.Errorf("%s: %v (permanent %v) after %s", c.name, err, IsPermanent(err), took)
+		}
+	}
+	select {
+	case <-other:
+		t.Error("the redirect was followed")
+	default:
 	}
 }
