@@ -110,3 +110,29 @@ func TestAttackHostileReceivers(t *testing.T) {
 	default:
 	}
 }
+
+// TestAttackAnswerSpoofsTheTerminal (red team, issue 24): a receiver's answer is kept as the
+// row's last error and printed by `reversi notifications list` in the operator's terminal.
+// C0 controls were replaced; a UTF-8 C1 CSI (U+009B) and the bidi override U+202E (which
+// reorders the rest of the line) passed. None of them reaches the error now; the honest text
+// stays.
+func TestAttackAnswerSpoofsTheTerminal(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte("bad request \u009b2J\u202edelivered\u200b \x1b[31m\xff"))
+	}))
+	defer srv.Close()
+	err := Post(context.Background(), NewClient(time.Second, 1), Delivery{URL: srv.URL, Event: "e", Key: "k", Body: []byte(`{}`)}, 0)
+	if err == nil {
+		t.Fatal("delivered")
+	}
+	for _, bad := range []string{"\u009b", "\u202e", "\u200b", "\x1b", "\xff"} {
+		if strings.Contains(err.Error(), bad) {
+			t.Errorf("the error carries %q: %q", bad, err.Error())
+		}
+	}
+	if !strings.Contains(err.Error(), "HTTP 400: bad request") {
+		t.Errorf("%q", err.Error())
+	}
+}

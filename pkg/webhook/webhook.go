@@ -32,6 +32,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 )
 
 // The headers of a delivery.
@@ -176,14 +177,17 @@ func redactURL(err error, u string) error {
 	return errors.New(msg)
 }
 
-// printable is at most 200 bytes of an answer, control characters replaced.
+// printable is at most 200 bytes of an answer, control and format characters replaced.
 func printable(b []byte) string {
 	if len(b) > 200 {
 		b = b[:200]
 	}
-	out := []rune(string(b))
+	out := []rune(strings.ToValidUTF8(string(b), "?"))
 	for i, r := range out {
-		if r < 0x20 || r == 0x7f {
+		// C0 and C1 controls (a UTF-8 CSI, U+009B, is an escape sequence to some terminals),
+		// and format characters such as the bidi overrides (U+202E would reorder what
+		// `reversi notifications list` prints after it)
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
 			out[i] = ' '
 		}
 	}
