@@ -2,9 +2,11 @@ package engine
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/reversi-gitops/reversi/api/manifest"
@@ -75,7 +77,7 @@ func ArgumentsPreview(m *manifest.Manifest, args map[string]any) string {
 	if err != nil {
 		return ""
 	}
-	s := string(b)
+	s := escapeInvisible(string(b))
 	if utf8.RuneCountInString(s) <= MaxPreviewChars {
 		return s
 	}
@@ -141,4 +143,33 @@ func redactSecrets(v any) {
 			redactSecrets(e)
 		}
 	}
+}
+
+// escapeInvisible writes the format characters (bidi overrides and isolates, zero-width
+// characters) and C1 controls of a JSON text as \uXXXX escapes: the same JSON, but a preview
+// shown to approvers (ApprovalRequest, webhook, Slack, a terminal) cannot reorder or hide what
+// follows (U+202E shows "amount":1000 as 0001:"tnuoma"). They can only be inside strings,
+// where the escape is valid.
+func escapeInvisible(s string) string {
+	if !strings.ContainsFunc(s, invisible) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if invisible(r) {
+			if r > 0xFFFF { // tag characters (U+E0000…) hide text: a surrogate pair
+				r1, r2 := utf16.EncodeRune(r)
+				fmt.Fprintf(&b, "\\u%04x\\u%04x", r1, r2)
+			} else {
+				fmt.Fprintf(&b, "\\u%04x", r)
+			}
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func invisible(r rune) bool {
+	return r >= 0x80 && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r))
 }

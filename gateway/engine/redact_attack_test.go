@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -35,5 +36,27 @@ func TestAttackPreviewRedactionBypass(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("the honest preview lost %s: %s", want, got)
 		}
+	}
+}
+
+// TestAttackPreviewInvisibleCharacters (issue 24, red team): the agent's arguments may hold a
+// bidi override (U+202E: the approvers' Slack, console or terminal show the rest of the line
+// reversed, "amount":1000 as 0001:"tnuoma"), zero-width characters, a C1 CSI, or tag
+// characters (U+E0000…, invisible text). The preview writes them as \u escapes: the same JSON
+// (it decodes to the same arguments), nothing invisible in it.
+func TestAttackPreviewInvisibleCharacters(t *testing.T) {
+	args := map[string]any{"a": "\u202e", "amount": 1000, "note": "x\u200by\u009b2J\U000E0041\U000E0042 \u2066ok\u2069", "plain": "café ünïcode 日本"}
+	got := ArgumentsPreview(nil, args)
+	for _, r := range got {
+		if invisible(r) {
+			t.Fatalf("%U in the preview: %q", r, got)
+		}
+	}
+	var back map[string]any
+	if err := json.Unmarshal([]byte(got), &back); err != nil || back["a"] != "\u202e" || back["note"] != args["note"] || back["plain"] != "café ünïcode 日本" {
+		t.Fatalf("the preview %q decodes to %v (%v)", got, back, err)
+	}
+	if !strings.Contains(got, `"amount":1000`) || !strings.Contains(got, "café ünïcode 日本") {
+		t.Fatalf("honest text changed: %s", got)
 	}
 }
