@@ -24,11 +24,11 @@ type Body struct {
 	// Namespace is the Kubernetes namespace of the request (a gateway's name is unique only
 	// in its namespace); absent for a standalone gateway.
 	Namespace string `json:"namespace,omitempty"`
-	Approval       string    `json:"approval_id"`
-	Tool           string    `json:"tool"`
-	Run            string    `json:"run"`
-	Actor          string    `json:"actor"`
-	Reason         string    `json:"reason,omitempty"`
+	Approval  string `json:"approval_id"`
+	Tool      string `json:"tool"`
+	Run       string `json:"run"`
+	Actor     string `json:"actor"`
+	Reason    string `json:"reason,omitempty"`
 	// ArgumentsPreview is the redacted preview (JSON text, the manifest's audit.redaction
 	// paths and secret-looking fields replaced by "[redacted]"), as ApprovalRequest's
 	// spec.argumentsPreview: never the arguments.
