@@ -91,7 +91,11 @@ func ApprovalWebhook(lookup LookupFunc) (Notification, bool, error) {
 	if err := checkHTTPURL(u); err != nil {
 		return Notification{}, false, fmt.Errorf("$%s: %v", ApprovalWebhookEnv, err)
 	}
-	secret, _ := lookup(ApprovalWebhookSecretEnv)
+	secret, set := lookup(ApprovalWebhookSecretEnv)
+	if set && strings.TrimSpace(secret) == "" {
+		// set (to sign) but empty: the deliveries would go unsigned
+		return Notification{}, false, fmt.Errorf("$%s is set but empty: the deliveries of $%s would not be signed (unset it for no signature)", ApprovalWebhookSecretEnv, ApprovalWebhookEnv)
+	}
 	// The seed's variable is an approval webhook: it gets the approval events, not the alerts
 	// (issue 24), which a `notifications:` receiver asks for.
 	return Notification{Name: "approval-webhook", Type: NotifyWebhook, URL: u, Secret: secret, Events: slices.Clone(ApprovalEvents),
@@ -149,8 +153,11 @@ func (d *decoder) notifications(m map[string]any) []Notification {
 		}
 		n.Type = typ
 		if raw, ok := d.nonEmpty(o, p, "url"); ok {
+			before := len(d.errs)
 			s := d.expand(join(p, "url"), raw)
 			switch err := checkHTTPURL(s); {
+			case s == "" && len(d.errs) == before:
+				d.fail(join(p, "url"), "%s is empty: the receiver's http or https URL is required", raw)
 			case s == "" || err == nil:
 			case s != raw: // never repeat an expanded value: it may hold a token
 				d.fail(join(p, "url"), "the value of %s is not an http or https URL", raw)
@@ -165,7 +172,13 @@ func (d *decoder) notifications(m map[string]any) []Notification {
 			if typ == NotifySlack {
 				d.fail(join(p, "secret"), "a slack incoming webhook takes no secret (its URL is the secret): leave it out")
 			}
+			bad := len(d.errs)
 			n.Secret = d.expand(join(p, "secret"), s)
+			if len(d.errs) == bad && strings.TrimSpace(n.Secret) == "" {
+				// `secret:` asks for signed deliveries: a variable that is set but empty (an
+				// empty Secret key in Kubernetes, `export X=`) would send them unsigned.
+				d.fail(join(p, "secret"), "%s is empty: the deliveries would not be signed (leave secret out for no signature)", s)
+			}
 		}
 		n.Events, _ = d.strList(o, p, "events", func(ep, s string) bool {
 			if !slices.Contains(NotificationEvents, s) {

@@ -346,6 +346,25 @@ func (x *decider) approval(ctx context.Context, c Call, m *manifest.Manifest, re
 		d.Action, d.Reason = NeedsApproval, PreviewApprovalText(c.Tool)
 		return false
 	}
+	// Each new request is announced to the approvers (issue 24): an actor may not queue more
+	// than MaxPendingApprovalsPerActor at once (an agent making held calls in a loop, each
+	// with other arguments or in another run, would flood the approvers' channels).
+	pending, err := e.store.ListApprovals(ctx, store.ApprovalFilter{State: store.ApprovalPending})
+	if err != nil {
+		x.violate(CategoryApproval, "the approval queue could not be read: "+err.Error())
+		return false
+	}
+	mine := 0
+	for i := range pending {
+		if pending[i].Actor == c.Actor {
+			mine++
+		}
+	}
+	if mine >= MaxPendingApprovalsPerActor {
+		x.violate(CategoryApproval, fmt.Sprintf("%s already has %d approval requests waiting for approvers (at most %d): wait for them to be decided or expire",
+			c.Actor, mine, MaxPendingApprovalsPerActor))
+		return false
+	}
 	req := store.ApprovalRequest{Tool: c.Tool, ArgsDigest: d.ArgsDigest, Run: c.Run, Actor: c.Actor, ActorUID: c.ActorUID, ActorEmail: c.ActorEmail,
 		Reason: reason, ArgsPreview: ArgumentsPreview(m, c.Args)}
 	if m != nil && m.Risk != nil {

@@ -62,6 +62,10 @@ const (
 	// DefaultApprovalTimeout is the expiry of an approval request whose manifest names no
 	// timeout (the seeds are silent).
 	DefaultApprovalTimeout = 24 * time.Hour
+	// MaxPendingApprovalsPerActor is how many approval requests of one actor may wait at once:
+	// a held call beyond it is blocked rather than queued (and announced). As
+	// ReversiRun status.pendingApprovals' bound.
+	MaxPendingApprovalsPerActor = 50
 )
 
 // Tool is an upstream tool as offered by `tools/list`: its name (as exposed by the gateway),

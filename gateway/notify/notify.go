@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -92,7 +93,8 @@ type Options struct {
 	// a retry coming due) and expired requests settled.
 	Poll time.Duration
 	// Timeout bounds one delivery (connect, send, answer); Lease is how long a claimed row is
-	// this worker's (default 2*Timeout + 10s: a worker that dies leaves it to another then).
+	// this worker's (default: (Batch/Concurrency + 2) * Timeout + 10s, the time a claimed
+	// batch may take and some: a worker that dies leaves it to another then).
 	Timeout, Lease time.Duration
 	// MaxAttempts is how many attempts a row gets before it is dead.
 	MaxAttempts int
@@ -136,9 +138,6 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
-	if o.Lease <= 0 {
-		o.Lease = 2*o.Timeout + 10*time.Second
-	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
@@ -154,6 +153,13 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
 	}
+	if o.Lease <= 0 {
+		// A claim holds Batch rows while Concurrency are in flight: its last rows begin after
+		// (Batch/Concurrency - 1) timeouts. The lease covers the whole batch, with 2 timeouts
+		// and 10 s to spare, or another replica would claim (and post) rows still waiting here.
+		waves := (o.Batch + o.Concurrency - 1) / o.Concurrency
+		o.Lease = time.Duration(waves+2)*o.Timeout + 10*time.Second
+	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -166,7 +172,11 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 		o.Owner = "notify-" + hex.EncodeToString(b[:])
 	}
 	if o.Client == nil {
-		o.Client = webhook.NewClient(o.Timeout, o.Concurrency)
+		// The egress check of each delivery (post) resolves the name itself; the connection
+		// resolves it again. The address actually dialled is checked too (metadata addresses
+		// always, private ones under block_private), so that a name answering a public
+		// address to the check and a private or metadata one to the dial is refused.
+		o.Client = webhook.NewGuardedClient(o.Timeout, o.Concurrency, dialGuard(o.Egress))
 	}
 	w := &Worker{o: o, receivers: map[string]*config.Notification{},
 		metric: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -211,6 +221,18 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	return w, nil
 }
 
+// dialGuard is the check of an address a delivery connects to: egress.Check of the address
+// itself under rules' block_private (the host allowlist was checked on the name, before).
+func dialGuard(rules egress.Rules) func(netip.Addr) error {
+	only := egress.Rules{BlockPrivate: rules.BlockPrivate}
+	return func(a netip.Addr) error {
+		if err := egress.Check(context.Background(), "http://"+netip.AddrPortFrom(a.WithZone(""), 80).String()+"/", only, nil); err != nil {
+			return fmt.Errorf("refused by the egress rules: %v", err)
+		}
+		return nil
+	}
+}
+
 func receiverOf(r *config.Notification) store.Receiver {
 	return store.Receiver{Name: r.Name, Events: r.Events, Tools: r.Tools, Risk: r.Risk, Namespaces: r.Namespaces}
 }
@@ -230,20 +252,30 @@ func Matches(r *config.Notification, n store.Notice) bool {
 // Poll, when it also settles expired requests (their approval.expired notices). A round takes
 // up to Batch rows and delivers them, Concurrency at a time; a full batch is followed by
 // another at once.
+//
+// Each receiver is delivered by a loop of its own (its rows claimed apart, Concurrency of
+// them in flight): a receiver that hangs or is down, with many rows waiting (an agent making
+// many held calls), makes only its own rows wait for their timeouts, never another
+// receiver's.
 func (w *Worker) Run(ctx context.Context) error {
 	tick := time.NewTicker(w.o.Poll)
 	defer tick.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	cues := make([]chan struct{}, len(w.sinks))
+	for i, sink := range w.sinks {
+		cues[i] = make(chan struct{}, 1)
+		wg.Add(1)
+		go func() { defer wg.Done(); w.deliverLoop(ctx, sink, cues[i]) }()
+	}
 	for {
 		if _, err := w.o.Outbox.SettleApprovals(ctx, w.o.Batch); err != nil && ctx.Err() == nil {
 			w.logf("notifications: settling expired approval requests: %v", err)
 		}
-		for {
-			n, err := w.Round(ctx)
-			if err != nil && ctx.Err() == nil {
-				w.logf("notifications: %v", err)
-			}
-			if err != nil || n < w.o.Batch {
-				break
+		for _, c := range cues {
+			select {
+			case c <- struct{}{}:
+			default: // that receiver's loop is busy: it looks again when done
 			}
 		}
 		select {
@@ -255,9 +287,32 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// Round claims the due rows (at most Batch) and delivers them; it returns how many it claimed.
-func (w *Worker) Round(ctx context.Context) (int, error) {
-	rows, err := w.o.Outbox.ClaimNotifications(ctx, w.o.Owner, w.sinks, w.o.Lease, w.o.Batch)
+// deliverLoop delivers sink's rows at each cue, a full batch followed by another at once.
+func (w *Worker) deliverLoop(ctx context.Context, sink string, cue <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-cue:
+		}
+		for {
+			n, err := w.round(ctx, []string{sink})
+			if err != nil && ctx.Err() == nil {
+				w.logf("notifications: %v", err)
+			}
+			if err != nil || n < w.o.Batch || ctx.Err() != nil {
+				break
+			}
+		}
+	}
+}
+
+// Round claims the due rows of every receiver (at most Batch) and delivers them; it returns
+// how many it claimed. (Run delivers each receiver apart.)
+func (w *Worker) Round(ctx context.Context) (int, error) { return w.round(ctx, w.sinks) }
+
+func (w *Worker) round(ctx context.Context, sinks []string) (int, error) {
+	rows, err := w.o.Outbox.ClaimNotifications(ctx, w.o.Owner, sinks, w.o.Lease, w.o.Batch)
 	if err != nil {
 		return 0, err
 	}

@@ -21,11 +21,14 @@ type Body struct {
 	IdempotencyKey string    `json:"idempotency_key"`
 	OccurredAt     time.Time `json:"occurred_at"`
 	Gateway        string    `json:"gateway,omitempty"`
-	Approval       string    `json:"approval_id"`
-	Tool           string    `json:"tool"`
-	Run            string    `json:"run"`
-	Actor          string    `json:"actor"`
-	Reason         string    `json:"reason,omitempty"`
+	// Namespace is the Kubernetes namespace of the request (a gateway's name is unique only
+	// in its namespace); absent for a standalone gateway.
+	Namespace string `json:"namespace,omitempty"`
+	Approval  string `json:"approval_id"`
+	Tool      string `json:"tool"`
+	Run       string `json:"run"`
+	Actor     string `json:"actor"`
+	Reason    string `json:"reason,omitempty"`
 	// ArgumentsPreview is the redacted preview (JSON text, the manifest's audit.redaction
 	// paths and secret-looking fields replaced by "[redacted]"), as ApprovalRequest's
 	// spec.argumentsPreview: never the arguments.
@@ -48,7 +51,12 @@ type Body struct {
 // .reversi", locate it).
 func Commands(n store.Notice, storeFlags string) (approve, deny string) {
 	if n.Kept {
-		return "reversi approve " + n.Approval + " --apply", "reversi deny " + n.Approval + " --apply"
+		// the request's namespace, not the approver's kubeconfig's
+		ns := ""
+		if n.Namespace != "" {
+			ns = " -n " + n.Namespace
+		}
+		return "reversi approve " + n.Approval + ns + " --apply", "reversi deny " + n.Approval + ns + " --apply"
 	}
 	tail := " --by <your name>"
 	if storeFlags != "" {
@@ -68,7 +76,7 @@ func WebhookBody(n store.Notice, gateway, storeFlags string) ([]byte, error) {
 	if store.IsAlert(n.Type) {
 		return alertWebhookBody(n, gateway, storeFlags)
 	}
-	b := Body{SchemaVersion: SchemaVersion, Type: n.Type, IdempotencyKey: n.Key, OccurredAt: n.At, Gateway: gateway,
+	b := Body{SchemaVersion: SchemaVersion, Type: n.Type, IdempotencyKey: n.Key, OccurredAt: n.At, Gateway: gateway, Namespace: n.Namespace,
 		Approval: n.Approval, Tool: n.Tool, Run: n.Run, Actor: n.Actor, Reason: n.Reason, ArgumentsPreview: n.ArgumentsPreview,
 		Risk: n.Risk, Roles: n.Roles, Quorum: n.Quorum, DecidedBy: n.DecidedBy, Note: n.Note}
 	if b.Roles == nil {
@@ -116,13 +124,18 @@ func SlackBody(n store.Notice, gateway, storeFlags string) ([]byte, error) {
 	if gateway != "" {
 		fmt.Fprintf(&b, " on gateway %s", e(gateway))
 	}
+	if n.Namespace != "" {
+		fmt.Fprintf(&b, " in namespace %s", e(n.Namespace))
+	}
 	fmt.Fprintf(&b, "\n*Run:* %s   *Actor:* %s", e(n.Run), e(n.Actor))
 	if n.Reason != "" {
 		fmt.Fprintf(&b, "\n*Reason:* %s", e(n.Reason))
 	}
 	if n.ArgumentsPreview != "" {
-		// a ``` inside the preview would end the code block early
-		fmt.Fprintf(&b, "\n*Arguments (redacted):*\n```%s```", e(strings.ReplaceAll(n.ArgumentsPreview, "```", "` ` `")))
+		// A backtick inside the preview could end the code block early (replacing only "```"
+		// leaves one in "`````"), and the rest would be read as mrkdwn: every backtick becomes
+		// U+02CB (modifier letter grave accent), which looks the same and ends nothing.
+		fmt.Fprintf(&b, "\n*Arguments (redacted):*\n```%s```", e(strings.ReplaceAll(n.ArgumentsPreview, "`", "\u02cb")))
 	}
 	fmt.Fprintf(&b, "\n*Risk:* %s", e(riskText(n.Risk)))
 	roles := "any principal but the actor"

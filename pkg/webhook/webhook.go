@@ -28,8 +28,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strings"
+	"syscall"
 	"time"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -74,8 +78,27 @@ func IsPermanent(err error) bool {
 // and the whole exchange; at most idlePerHost idle connections are kept per host; no proxy
 // from the environment; redirects are returned, not followed.
 func NewClient(timeout time.Duration, idlePerHost int) *http.Client {
+	return NewGuardedClient(timeout, idlePerHost, nil)
+}
+
+// NewGuardedClient is NewClient whose every connection is first shown to allow (nil: none),
+// with the address it is about to connect to: a non-nil error refuses the connection. The
+// check runs on the address the dialer resolved, not on an earlier lookup of the name, so a
+// name that resolves to an allowed address when it is checked and to a refused one when it is
+// dialled (DNS rebinding) is refused.
+func NewGuardedClient(timeout time.Duration, idlePerHost int, allow func(netip.Addr) error) *http.Client {
+	dialer := &net.Dialer{Timeout: timeout}
+	if allow != nil {
+		dialer.Control = func(_, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return fmt.Errorf("connecting to %s: not an address", address)
+			}
+			return allow(ap.Addr().Unmap())
+		}
+	}
 	return &http.Client{Timeout: timeout,
-		Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: timeout}).DialContext,
+		Transport: &http.Transport{Proxy: nil, DialContext: dialer.DialContext,
 			MaxIdleConnsPerHost: idlePerHost, IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: timeout,
 			TLSHandshakeTimeout: timeout},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -136,19 +159,38 @@ func Verify(secret string, body []byte, signature string) bool {
 	return hmac.Equal([]byte(Sign(secret, body)), []byte(signature))
 }
 
-// redactURL keeps the URL out of a transport error.
+// redactURL keeps the URL out of a transport error. A *url.Error names the request's URL as
+// net/http re-encoded it (scheme lowercased, password replaced by ***, path re-escaped), which
+// need not be the configured text, so its URL is dropped whole; the configured text and its
+// re-encoded form are replaced in what remains too.
 func redactURL(err error, u string) error {
-	return errors.New(strings.ReplaceAll(err.Error(), u, "<receiver url>"))
+	msg := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		msg = ue.Op + " <receiver url>: " + ue.Err.Error()
+	}
+	msg = strings.ReplaceAll(msg, u, "<receiver url>")
+	if p, perr := url.Parse(u); perr == nil {
+		for _, form := range []string{p.String(), p.Redacted()} {
+			if form != "" {
+				msg = strings.ReplaceAll(msg, form, "<receiver url>")
+			}
+		}
+	}
+	return errors.New(msg)
 }
 
-// printable is at most 200 bytes of an answer, control characters replaced.
+// printable is at most 200 bytes of an answer, control and format characters replaced.
 func printable(b []byte) string {
 	if len(b) > 200 {
 		b = b[:200]
 	}
-	out := []rune(string(b))
+	out := []rune(strings.ToValidUTF8(string(b), "?"))
 	for i, r := range out {
-		if r < 0x20 || r == 0x7f {
+		// C0 and C1 controls (a UTF-8 CSI, U+009B, is an escape sequence to some terminals),
+		// and format characters such as the bidi overrides (U+202E would reorder what
+		// `reversi notifications list` prints after it)
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
 			out[i] = ' '
 		}
 	}
