@@ -435,7 +435,9 @@ func setAlertsCondition(reg *v1alpha1.ManifestRegistry) {
 	for _, n := range reg.Status.Notifications {
 		switch n.State {
 		case v1alpha1.NotificationDead:
-			dead = append(dead, fmt.Sprintf("receiver %s: %s after %d attempts: %s", n.Receiver, n.Key, n.Attempts, n.LastError))
+			// The error quoted: it holds the receiver's answer, which must not read as this
+			// message's own words.
+			dead = append(dead, fmt.Sprintf("receiver %s: %s after %d attempts: %q", n.Receiver, n.Key, n.Attempts, truncateText(n.LastError, 300)))
 		case v1alpha1.NotificationPending:
 			pending = append(pending, n.Receiver)
 		}
