@@ -3,6 +3,7 @@ package controllers
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -200,6 +201,7 @@ func (r *ManifestRegistryReconciler) recordAlert(reg *v1alpha1.ManifestRegistry,
 		}
 		entry := v1alpha1.RegistryNotification{Receiver: rc.Name, Type: EventRenderingRefused, Key: key, Revision: revision, Reason: reason,
 			Message: truncateText(message, maxAlertText), OccurredAt: now, State: v1alpha1.NotificationPending, NextAttemptTime: &now}
+		entry.Seal = r.sealAlert(reg, &entry)
 		j := slices.IndexFunc(reg.Status.Notifications, func(n v1alpha1.RegistryNotification) bool { return n.Receiver == rc.Name })
 		switch {
 		case j < 0:
@@ -216,10 +218,18 @@ func (r *ManifestRegistryReconciler) recordAlert(reg *v1alpha1.ManifestRegistry,
 	slices.SortFunc(reg.Status.Notifications, func(a, b v1alpha1.RegistryNotification) int { return strings.Compare(a.Receiver, b.Receiver) })
 }
 
-// pruneAlerts removes the entries of receivers no longer configured (a Pending one is
+// pruneAlerts removes the entries the controller did not write (no valid seal: someone with
+// manifestregistries/status wrote or edited them; a Warning Event StatusNotSealed says so, and
+// they are never sent) and those of receivers no longer configured (a Pending one is
 // dead-lettered first: an Event and the metric say so).
 func (r *ManifestRegistryReconciler) pruneAlerts(reg *v1alpha1.ManifestRegistry) {
 	reg.Status.Notifications = slices.DeleteFunc(reg.Status.Notifications, func(n v1alpha1.RegistryNotification) bool {
+		if !r.alertSealed(reg, &n) {
+			r.event(reg, corev1.EventTypeWarning, v1alpha1.ReasonStatusNotSealed, "",
+				fmt.Sprintf("status.notifications entry for receiver %s (key %s) was not written by the controller (no valid seal): it is dropped and not sent; check who may patch manifestregistries/status",
+					truncateText(n.Receiver, maxReceiverName), truncateText(n.Key, 300)))
+			return true
+		}
 		known := slices.ContainsFunc(r.Alerts.Receivers, func(c config.Notification) bool { return c.Name == n.Receiver && alertAdmits(&c, reg.Namespace) })
 		if !known && n.State == v1alpha1.NotificationPending {
 			r.deadLetter(reg, n, "the receiver is no longer configured (--notifications-config)")
@@ -265,6 +275,12 @@ func (r *ManifestRegistryReconciler) deliverAlerts(ctx context.Context, reg *v1a
 		if n.State != v1alpha1.NotificationPending || (n.NextAttemptTime != nil && time.Now().Before(n.NextAttemptTime.Time)) {
 			continue
 		}
+		if st, done := r.finishedAlert(reg, n); done {
+			// Delivered or dead-lettered by this controller already: someone reset it to
+			// Pending (the seal covers the alert, not its delivery state). Not sent again.
+			n.State, n.NextAttemptTime = st, nil
+			continue
+		}
 		rc := r.receiver(n.Receiver)
 		err := r.postAlert(ctx, o, rc, reg, n)
 		if ctx.Err() != nil {
@@ -276,10 +292,12 @@ func (r *ManifestRegistryReconciler) deliverAlerts(ctx context.Context, reg *v1a
 		switch {
 		case err == nil:
 			n.State, n.NextAttemptTime, n.LastError = v1alpha1.NotificationDelivered, nil, ""
+			r.finishAlert(reg, n)
 			alertDeliveries.WithLabelValues("delivered").Inc()
 			log.FromContext(ctx).Info("alert delivered", "receiver", n.Receiver, "key", n.Key, "attempts", n.Attempts)
 		case webhook.IsPermanent(err) || int(n.Attempts) >= o.MaxAttempts:
 			n.State, n.NextAttemptTime, n.LastError = v1alpha1.NotificationDead, nil, truncateText(err.Error(), maxAlertText)
+			r.finishAlert(reg, n)
 			r.deadLetter(reg, *n, n.LastError)
 		default:
 			next := metav1.NewTime(now.Add(backoff(o, int(n.Attempts))))
@@ -304,6 +322,69 @@ func (r *ManifestRegistryReconciler) deliverAlerts(ctx context.Context, reg *v1a
 		}
 	}
 	return due, nil
+}
+
+// alertSealDomain starts every sealed alert (its version is part of the message).
+const alertSealDomain = "reversi-registry-alert-seal:v1"
+
+// alertSealMessage is what an alert's seal covers: the domain, then as JSON the registry
+// (namespace, name, uid) and the alert as recorded (receiver, type, key, revision, reason,
+// message, occurredAt in RFC 3339 seconds, as the API server keeps it). Not its delivery
+// state: that changes on every attempt (finishedAlert keeps a delivered one from going out
+// again).
+func alertSealMessage(reg *v1alpha1.ManifestRegistry, n *v1alpha1.RegistryNotification) []byte {
+	b, _ := json.Marshal([]string{reg.Namespace, reg.Name, string(reg.UID), n.Receiver, n.Type, n.Key, n.Revision, n.Reason, n.Message,
+		n.OccurredAt.UTC().Format(time.RFC3339)})
+	return append([]byte(alertSealDomain+"\n"), b...)
+}
+
+// sealAlert is n's seal with the controller's rendering key ("" without a key).
+func (r *ManifestRegistryReconciler) sealAlert(reg *v1alpha1.ManifestRegistry, n *v1alpha1.RegistryNotification) string {
+	if r.Key == nil || r.Key.Signer == nil {
+		return ""
+	}
+	sig, err := r.Key.Signer.Sign(alertSealMessage(reg, n))
+	if err != nil {
+		return ""
+	}
+	return r.Key.Signer.KeyID + ":" + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+// alertSealed reports whether n carries a seal of one of the controller's keys (current or
+// earlier, r.Key.Trust) over exactly what it says.
+func (r *ManifestRegistryReconciler) alertSealed(reg *v1alpha1.ManifestRegistry, n *v1alpha1.RegistryNotification) bool {
+	id, mac, ok := strings.Cut(n.Seal, ":")
+	if !ok || r.Key == nil || r.Key.Trust == nil {
+		return false
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(mac)
+	return err == nil && r.Key.Trust.Verify(id, sig, alertSealMessage(reg, n)) == nil
+}
+
+// maxFinishedAlerts bounds the alerts finishedAlert remembers (then it starts over).
+const maxFinishedAlerts = 4096
+
+func finishedKey(reg *v1alpha1.ManifestRegistry, n *v1alpha1.RegistryNotification) string {
+	return string(reg.UID) + "\x00" + n.Receiver + "\x00" + n.Key
+}
+
+// finishAlert remembers that n was delivered or dead-lettered (its state), for finishedAlert.
+func (r *ManifestRegistryReconciler) finishAlert(reg *v1alpha1.ManifestRegistry, n *v1alpha1.RegistryNotification) {
+	r.alertsMu.Lock()
+	defer r.alertsMu.Unlock()
+	if r.finished == nil || len(r.finished) >= maxFinishedAlerts {
+		r.finished = map[string]v1alpha1.NotificationState{}
+	}
+	r.finished[finishedKey(reg, n)] = n.State
+}
+
+// finishedAlert reports whether this controller delivered or dead-lettered n already, and its
+// final state.
+func (r *ManifestRegistryReconciler) finishedAlert(reg *v1alpha1.ManifestRegistry, n *v1alpha1.RegistryNotification) (v1alpha1.NotificationState, bool) {
+	r.alertsMu.Lock()
+	defer r.alertsMu.Unlock()
+	st, ok := r.finished[finishedKey(reg, n)]
+	return st, ok
 }
 
 // alertOptions are r.Alerts with the defaults filled in (SetupWithManager fills them once, so
@@ -354,7 +435,9 @@ func setAlertsCondition(reg *v1alpha1.ManifestRegistry) {
 	for _, n := range reg.Status.Notifications {
 		switch n.State {
 		case v1alpha1.NotificationDead:
-			dead = append(dead, fmt.Sprintf("receiver %s: %s after %d attempts: %s", n.Receiver, n.Key, n.Attempts, n.LastError))
+			// The error quoted: it holds the receiver's answer, which must not read as this
+			// message's own words.
+			dead = append(dead, fmt.Sprintf("receiver %s: %s after %d attempts: %q", n.Receiver, n.Key, n.Attempts, truncateText(n.LastError, 300)))
 		case v1alpha1.NotificationPending:
 			pending = append(pending, n.Receiver)
 		}

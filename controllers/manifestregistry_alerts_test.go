@@ -544,7 +544,7 @@ func TestLoadNotificationsConfig(t *testing.T) {
 // dead; a receiver no longer configured loses its entry (dead when Pending). The backoff
 // doubles from Backoff up to MaxBackoff with at most 20 % jitter.
 func TestRecordAlertBounds(t *testing.T) {
-	r := &ManifestRegistryReconciler{Alerts: &AlertOptions{Receivers: []config.Notification{
+	r := &ManifestRegistryReconciler{Key: ctlKey, Alerts: &AlertOptions{Receivers: []config.Notification{
 		{Name: "a", Type: config.NotifyWebhook, URL: "https://a.example"},
 		{Name: "b", Type: config.NotifySlack, URL: "https://b.example"},
 		{Name: "elsewhere", Type: config.NotifyWebhook, URL: "https://c.example", Namespaces: []string{"other"}},

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -95,6 +96,12 @@ type ManifestRegistryReconciler struct {
 	// revision is refused for a security reason or a rendered ConfigMap drifted (issue 24;
 	// manifestregistry_alerts.go). Nil: no alerts.
 	Alerts *AlertOptions
+
+	// alertsMu guards finished: the alerts this process delivered or dead-lettered (by
+	// registry uid, receiver and key), so that an entry reset to Pending, or removed and
+	// recorded again, is not sent again while the controller runs.
+	alertsMu sync.Mutex
+	finished map[string]v1alpha1.NotificationState
 }
 
 // stepError is a failed step: the Ready reason, a message saying what to do, and whether

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +65,7 @@ func TestGatewayNotificationsDeliveredCondition(t *testing.T) {
 	patchLease(t, lease, map[string]any{v1alpha1.AnnotationNotificationsDead: "2", v1alpha1.AnnotationNotificationsRetrying: "3",
 		v1alpha1.AnnotationNotificationsLastDead: last})
 	gw := waitGateway(t, ns, "ntf", notesIs(metav1.ConditionFalse, v1alpha1.ReasonNotificationDeadLettered,
-		"pod ntf-gateway-abc: 2 notifications dead-lettered (last: "+last+")",
+		"pod ntf-gateway-abc: 2 notifications dead-lettered (last: "+strconv.Quote(last)+")",
 		"kubectl exec -n "+ns+" ntf-gateway-abc -c gateway -- /reversi notifications list --state dead --data /var/lib/reversi",
 		"3 notifications are retrying after a failed attempt"))
 	t.Logf("NotificationsDelivered: %s", condition(gw.Status.Conditions, v1alpha1.ConditionNotificationsDelivered).Message)

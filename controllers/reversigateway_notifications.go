@@ -40,8 +40,8 @@ func notesOf(pod string, a map[string]string) (podNotes, bool) {
 // controls), in the order of pods (sorted by name):
 //   - no spec.notifications: the condition is removed;
 //   - a pod reports dead letters: False, reason NotificationDeadLettered, the first such pod
-//     named with its count, its last dead letter (receiver, error, idempotency key: never a
-//     URL, which the pods leave out) and the kubectl exec command that lists them, then the
+//     named with its count, its last dead letter quoted (receiver, error, idempotency key:
+//     never a URL, which the pods leave out) and the kubectl exec command that lists them, then the
 //     other pods with dead letters (at most 5 named); a Warning event of that reason when the
 //     condition becomes False;
 //   - else at least one pod reports: True, reason NoDeadLetters;
@@ -103,7 +103,9 @@ func deadLetterMessage(gw *v1alpha1.ReversiGateway, dead []podNotes) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pod %s: %s dead-lettered", first.pod, plural(first.dead, "notification"))
 	if first.lastDead != "" {
-		fmt.Fprintf(&b, " (last: %s)", first.lastDead)
+		// Quoted: the text is the receiver's answer and whatever the Lease's writer put there;
+		// it must not read as this message's own words (another command to run).
+		fmt.Fprintf(&b, " (last: %q)", first.lastDead)
 	}
 	store := "--data " + GatewayDataDir
 	if storeType(gw) == v1alpha1.StorePostgres {

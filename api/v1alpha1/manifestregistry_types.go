@@ -352,6 +352,16 @@ type RegistryNotification struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	LastError string `json:"lastError,omitempty"`
+
+	// Seal is the controller's Ed25519 signature (its rendering key) over the alert as it
+	// recorded it: the registry (namespace, name, uid), receiver, type, key, revision, reason,
+	// message and occurredAt, as `<key id>:<base64url signature>`. The controller posts only
+	// entries whose seal verifies: an entry written or edited by anyone else (whoever may
+	// patch manifestregistries/status) is dropped with a Warning Event StatusNotSealed and
+	// never sent, so a receiver's HMAC key never signs words the controller did not write.
+	// +optional
+	// +kubebuilder:validation:MaxLength=200
+	Seal string `json:"seal,omitempty"`
 }
 
 // NotificationState is the delivery state of a RegistryNotification.

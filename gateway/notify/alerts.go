@@ -106,7 +106,7 @@ func alertWebhookBody(n store.Notice, gateway, storeFlags string) ([]byte, error
 }
 
 // alertSlackBody renders alert n for Slack: one line saying what happened where, then the
-// details (the message, the object, run, step, upstream, revision) and what to do.
+// details (the message in a code block, the object, run, step, upstream, revision) and what to do.
 func alertSlackBody(n store.Notice, gateway, storeFlags string) ([]byte, error) {
 	e := slackEscape.Replace
 	var b strings.Builder
@@ -135,7 +135,9 @@ func alertSlackBody(n store.Notice, gateway, storeFlags string) ([]byte, error) 
 	}
 	fmt.Fprintf(&b, "\n*Severity:* %s   *Reason:* %s", e(n.Severity), e(n.Reason))
 	if n.Message != "" {
-		fmt.Fprintf(&b, "\n%s", e(n.Message))
+		// In a code block: the message quotes text others chose (an upstream's read-back, a
+		// file's error), which must not become mrkdwn (links, mentions, lines of its own).
+		fmt.Fprintf(&b, "\n```%s```", e(strings.ReplaceAll(n.Message, "```", "` ` `")))
 	}
 	if n.Object != nil {
 		fmt.Fprintf(&b, "\n*Object:* %s %s", e(n.Object.Kind), e(alertObject(*n.Object)))

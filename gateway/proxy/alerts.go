@@ -42,15 +42,20 @@ func (g *Gateway) reloadRefusedAlert(err error, revision string) *store.Notice {
 }
 
 // upstreamDown is the alert and journal note of upstream up whose session, begun at began,
-// ended with werr; verb says what the gateway does about it.
-func (g *Gateway) upstreamDown(up *upstream, werr error, began time.Time, verb string, alert bool) {
+// ended with werr; verb says what the gateway does about it; alert whether it is announced,
+// quieted how many outages of up began since the last announced one without being announced.
+func (g *Gateway) upstreamDown(up *upstream, werr error, began time.Time, verb string, alert bool, quieted int) {
 	note := clip(fmt.Sprintf("upstream %s stopped (%v); %s", up.name, werr, verb), maxNoteBytes)
 	g.warn("%s", note)
 	var a *store.Notice
 	if alert {
+		more := ""
+		if quieted > 0 {
+			more = fmt.Sprintf(" It went down %d more times since the last alert about it (journaled, not announced: at most one alert per %s)", quieted, upstreamAlertQuiet)
+		}
 		a = g.alert(store.NoticeAlertUpstreamDown, store.SeverityCritical, "UpstreamDown",
-			fmt.Sprintf("upstream %s went down at %s after %s up: %v. Calls to its tools are refused until it is back; the gateway is %s with backoff (up to %s between attempts)",
-				up.name, time.Now().UTC().Format(time.RFC3339), time.Since(began).Round(time.Second), werr, verb, reconnectBackoff.Cap))
+			fmt.Sprintf("upstream %s went down at %s after %s up: %v. Calls to its tools are refused until it is back; the gateway is %s with backoff (up to %s between attempts).%s",
+				up.name, time.Now().UTC().Format(time.RFC3339), time.Since(began).Round(time.Second), werr, verb, reconnectBackoff.Cap, more))
 		a.Upstream, a.Since = up.name, began.UTC()
 	}
 	g.journalAlert(context.Background(), store.KindNote, note, a)

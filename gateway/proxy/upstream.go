@@ -300,7 +300,15 @@ var reconnectBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2,
 
 // stableSession is how long an upstream's session must have lasted for its end to be
 // reconnected at once; one that ended sooner waits the next step of reconnectBackoff first.
-const stableSession = 10 * time.Second
+var stableSession = 10 * time.Second
+
+// upstreamAlertQuiet is the least time between two alert.upstream_down of one upstream: an
+// outage that begins sooner after the last one announced (the upstream came back, stayed up
+// for stableSession, and went down again) is journaled but not announced; the next alert
+// says how many were. Without it an upstream that goes down just after stableSession, again
+// and again (a hostile or broken MCP server), pages every receiver every few seconds and
+// fills the outbox.
+var upstreamAlertQuiet = 10 * time.Minute
 
 // supervise watches an upstream's session. When it ends while the gateway runs (the process
 // exited, the connection broke, a write broke the stdio framing), the upstream is
@@ -318,6 +326,10 @@ func (g *Gateway) supervise(up *upstream) {
 	// stayed up for stableSession since: a session that ends again sooner is the same outage
 	// flapping, journaled but not announced again (issue 24: one alert per transition).
 	alerted := false
+	// lastAlert is when the last alert.upstream_down of up was announced, quieted how many
+	// outages began since then without one (upstreamAlertQuiet).
+	var lastAlert time.Time
+	quieted := 0
 	for {
 		cs, err := up.session()
 		if err != nil {
@@ -349,7 +361,14 @@ func (g *Gateway) supervise(up *upstream) {
 		if lived >= stableSession {
 			alerted = false
 		}
-		g.upstreamDown(up, werr, began, verb, !alerted)
+		announce := !alerted && (lastAlert.IsZero() || time.Since(lastAlert) >= upstreamAlertQuiet)
+		g.upstreamDown(up, werr, began, verb, announce, quieted)
+		switch {
+		case announce:
+			lastAlert, quieted = time.Now(), 0
+		case !alerted:
+			quieted++
+		}
 		alerted = true
 		if lived >= stableSession {
 			flap = reconnectBackoff

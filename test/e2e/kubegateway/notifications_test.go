@@ -222,7 +222,7 @@ func TestNotificationsInKubernetes(t *testing.T) {
 		return ""
 	})
 	t.Logf("NotificationsDelivered: %s", cond.Message)
-	for _, want := range []string{"pod pay-gateway-0: 1 notification dead-lettered", "last: broken-hook: HTTP 400: this receiver refuses everything",
+	for _, want := range []string{"pod pay-gateway-0: 1 notification dead-lettered", `last: "broken-hook: HTTP 400: this receiver refuses everything`,
 		"approval.requested:" + id, "kubectl exec -n agents pay-gateway-0 -c gateway -- /reversi notifications list --state dead --data /var/lib/reversi"} {
 		if !strings.Contains(cond.Message, want) {
 			t.Errorf("NotificationsDelivered message %q, want %q in it", cond.Message, want)
