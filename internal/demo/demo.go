@@ -1391,7 +1391,11 @@ func (s *story) summary() {
 	s.say("  blocked      memory.create_relations had no manifest: blocked")
 	s.say("  relayed      the agent read memory://knowledge-graph through the gateway, not only tools")
 	s.say("  merged PR    a signed commit made it need finance's approval: enforced in %s, no restart", r.Enforced.Round(time.Millisecond))
-	s.say("  notified     the approvers' webhook got a signed approval.requested %s after the call was held, then approval.approved", r.NotifiedAfter.Round(time.Millisecond))
+	after := r.NotifiedAfter.Round(time.Millisecond).String() + " after the agent had the held answer"
+	if r.NotifiedAfter < time.Millisecond {
+		after = "by the time the agent had the held answer" // the hold commits its notification with it
+	}
+	s.say("  notified     the approvers' webhook got a signed approval.requested %s, then approval.approved", after)
 	s.say("  approved     alice (finance) applied an Approval; the retry passed %s later", r.ApprovedAfter.Round(time.Millisecond))
 	s.say("  forged vote  an Approval naming alice, written by admin, was refused at admission")
 	s.say("  once         the same call again was held for a new request: one approval, one call")
