@@ -53,15 +53,11 @@ func newNotificationsCmd() *cobra.Command {
 				}
 				f.State = store.NotificationState(state)
 			}
-			st, err := sf.open()
+			st, ob, err := openOutbox(&sf)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			ob, ok := st.(store.Outbox)
-			if !ok {
-				return fmt.Errorf("%s has no notification outbox", storeWhere(st))
-			}
 			l, err := ob.ListNotifications(cmd.Context(), f)
 			if err != nil {
 				return err
@@ -97,15 +93,11 @@ func newNotificationsCmd() *cobra.Command {
 			if receiver != "" && !all {
 				return errors.New("--receiver goes with --all")
 			}
-			st, err := sf.open()
+			st, ob, err := openOutbox(&sf)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			ob, ok := st.(store.Outbox)
-			if !ok {
-				return fmt.Errorf("%s has no notification outbox", storeWhere(st))
-			}
 			n, err := ob.RetryNotifications(cmd.Context(), ids, receiver)
 			if err != nil {
 				return err
@@ -121,6 +113,20 @@ func newNotificationsCmd() *cobra.Command {
 	retry.Flags().StringVar(&receiver, "receiver", "", "with --all: only this receiver's")
 	cmd.AddCommand(list, retry)
 	return cmd
+}
+
+// openOutbox opens the store of sf and its notification outbox (the caller closes the store).
+func openOutbox(sf *storeFlags) (store.Store, store.Outbox, error) {
+	st, err := sf.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	ob, ok := st.(store.Outbox)
+	if !ok {
+		_ = st.Close()
+		return nil, nil, fmt.Errorf("%s has no notification outbox", storeWhere(st))
+	}
+	return st, ob, nil
 }
 
 // notificationJSON is one notification of `notifications list --json`.
