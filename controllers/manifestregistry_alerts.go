@@ -43,7 +43,7 @@ import (
 const EventRenderingRefused = "alert.rendering_refused"
 
 // Defaults of AlertOptions: the gateway's outbox worker's (pkg/webhook DefaultTimeout and
-// DefaultRetry).
+// the Default* of its retry policy).
 const (
 	DefaultAlertTimeout = webhook.DefaultTimeout
 	// maxReceiverName bounds a receiver's name (status.notifications[].receiver).

@@ -200,12 +200,12 @@ func printable(b []byte) string {
 // DefaultTimeout bounds one delivery (connect, send, the answer) when the caller sets none.
 const DefaultTimeout = 10 * time.Second
 
-// Retry is the retry policy of a notification: after the attempt-th failed attempt it is due
-// again after Delay(attempt), and after MaxAttempts attempts it is dead-lettered.
+// Retry is the backoff of a notification: after the attempt-th failed attempt it is due
+// again after Delay(attempt); the caller dead-letters it after its MaxAttempts (default
+// DefaultMaxAttempts).
 type Retry struct {
 	// Backoff is the first retry's delay, doubled each attempt up to MaxBackoff.
 	Backoff, MaxBackoff time.Duration
-	MaxAttempts         int
 }
 
 // The default retry policy of the gateway's outbox and of the controller's alerts: 1 s
@@ -216,15 +216,12 @@ const (
 	DefaultMaxAttempts = 8
 )
 
-// DefaultRetry is the default policy as a Retry.
-var DefaultRetry = Retry{Backoff: DefaultBackoff, MaxBackoff: DefaultMaxBackoff, MaxAttempts: DefaultMaxAttempts}
-
 // Delay is the wait after the attempt-th failed attempt (attempt >= 1): Backoff doubled
 // attempt-1 times, at most MaxBackoff, plus up to 20 % jitter (k8s.io/apimachinery's
-// wait.Backoff). Zero fields take DefaultRetry's.
+// wait.Backoff). Zero fields take the defaults.
 func (r Retry) Delay(attempt int) time.Duration {
-	base := cmp.Or(r.Backoff, DefaultRetry.Backoff)
-	b := wait.Backoff{Duration: base, Factor: 2, Jitter: 0.2, Steps: max(attempt, 1), Cap: max(cmp.Or(r.MaxBackoff, DefaultRetry.MaxBackoff), base)}
+	base := cmp.Or(r.Backoff, DefaultBackoff)
+	b := wait.Backoff{Duration: base, Factor: 2, Jitter: 0.2, Steps: max(attempt, 1), Cap: max(cmp.Or(r.MaxBackoff, DefaultMaxBackoff), base)}
 	var d time.Duration
 	for range max(attempt, 1) {
 		d = b.Step()
