@@ -268,8 +268,11 @@ func (e *env) gatewayStdio(ctx context.Context, n int, storeKind, data string) (
 			"--store", storeKind, "--data", data)
 		cmd.Dir = e.dir
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-		if p := os.Getenv("REVERSI_CPUPROFILE"); p != "" && n == 1 && storeKind == "sqlite" {
-			cmd.Env = append(cmd.Env, "REVERSI_CPUPROFILE="+p) // the one stdio gateway's profile
+		if p := os.Getenv("REVERSI_CPUPROFILE"); p != "" && n == 1 {
+			if storeKind != "sqlite" {
+				p += "." + storeKind
+			}
+			cmd.Env = append(cmd.Env, "REVERSI_CPUPROFILE="+p) // the one stdio gateway's profile (<file>.memory with --store memory)
 		}
 		return cmd
 	})
