@@ -115,3 +115,14 @@ func allowed(host string, list []string) bool {
 	}
 	return false
 }
+
+// Dialed is the check of an address a connection is about to be made to, for
+// pkg/dialguard: Check of the address itself under BlockPrivate alone (the host allowlist
+// was checked on the name, before). A metadata address is refused whatever the rules say.
+func (r Rules) Dialed(a netip.Addr) error {
+	only := Rules{BlockPrivate: r.BlockPrivate}
+	if err := Check(context.Background(), "http://"+netip.AddrPortFrom(a.WithZone(""), 80).String()+"/", only, nil); err != nil {
+		return fmt.Errorf("refused by the egress rules: %v", err)
+	}
+	return nil
+}

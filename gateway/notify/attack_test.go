@@ -112,7 +112,7 @@ func TestAttackRebindingReachesAPrivateAddress(t *testing.T) {
 // dial. (No test can make the system resolver answer that address: the guard is exercised
 // directly.)
 func TestAttackMetadataByRebinding(t *testing.T) {
-	guard := dialGuard(egress.Rules{})
+	guard := egress.Rules{}.Dialed
 	if err := guard(netip.MustParseAddr("169.254.169.254")); err == nil || !strings.Contains(err.Error(), "metadata") {
 		t.Errorf("169.254.169.254: %v", err)
 	}
@@ -122,7 +122,7 @@ func TestAttackMetadataByRebinding(t *testing.T) {
 	if err := guard(netip.MustParseAddr("127.0.0.1")); err != nil {
 		t.Errorf("127.0.0.1 without block_private: %v", err)
 	}
-	if err := dialGuard(egress.Rules{BlockPrivate: true})(netip.MustParseAddr("10.0.0.7")); err == nil {
+	if err := (egress.Rules{BlockPrivate: true}).Dialed(netip.MustParseAddr("10.0.0.7")); err == nil {
 		t.Errorf("10.0.0.7 under block_private allowed")
 	}
 }

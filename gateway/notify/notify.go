@@ -35,7 +35,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -176,7 +175,7 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 		// resolves it again. The address actually dialled is checked too (metadata addresses
 		// always, private ones under block_private), so that a name answering a public
 		// address to the check and a private or metadata one to the dial is refused.
-		o.Client = webhook.NewGuardedClient(o.Timeout, o.Concurrency, dialGuard(o.Egress))
+		o.Client = webhook.NewGuardedClient(o.Timeout, o.Concurrency, o.Egress.Dialed)
 	}
 	w := &Worker{o: o, receivers: map[string]*config.Notification{},
 		metric: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -219,18 +218,6 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 		return nil, fmt.Errorf("notifications: %w", err)
 	}
 	return w, nil
-}
-
-// dialGuard is the check of an address a delivery connects to: egress.Check of the address
-// itself under rules' block_private (the host allowlist was checked on the name, before).
-func dialGuard(rules egress.Rules) func(netip.Addr) error {
-	only := egress.Rules{BlockPrivate: rules.BlockPrivate}
-	return func(a netip.Addr) error {
-		if err := egress.Check(context.Background(), "http://"+netip.AddrPortFrom(a.WithZone(""), 80).String()+"/", only, nil); err != nil {
-			return fmt.Errorf("refused by the egress rules: %v", err)
-		}
-		return nil
-	}
 }
 
 func receiverOf(r *config.Notification) store.Receiver {

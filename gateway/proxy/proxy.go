@@ -202,6 +202,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		}
 	}
 	d := dialer{cfg: o.Config, stderr: stderr, hit: g.metrics.limitHit, progress: g.progressSeen}
+	if o.Egress != nil {
+		d.egress = *o.Egress
+	}
 	for _, u := range o.Config.Upstreams {
 		up, err := connect(ctx, d, u, func(up *upstream) *mcp.Client { return g.newClient(up, nil) })
 		if err != nil {

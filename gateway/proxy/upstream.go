@@ -18,7 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/reversi-gitops/reversi/gateway/config"
+	"github.com/reversi-gitops/reversi/gateway/egress"
 	"github.com/reversi-gitops/reversi/gateway/engine"
+	"github.com/reversi-gitops/reversi/pkg/dialguard"
 )
 
 // upstream is one upstream MCP server. Its session is replaced when the upstream goes away and
@@ -143,6 +145,42 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return h.base.RoundTrip(r)
 }
 
+// upstreamTransports are the HTTP transports of url upstreams, one per block_private (the
+// only rule egress.Rules.Dialed reads), shared as http.DefaultTransport was so that
+// connections are reused across sessions.
+var upstreamTransports [2]struct {
+	once sync.Once
+	t    *http.Transport
+}
+
+// upstreamHTTP is http.DefaultTransport whose every connection is first checked with
+// egress.Rules.Dialed on the address dialled: the start's egress check of the URL resolved its
+// name once, and a name that later resolves to a metadata address (or a private one under
+// block_private) must not be reached (DNS rebinding). The environment's proxy is used as
+// http.DefaultTransport does; the check then applies to the proxy's address.
+func upstreamHTTP(blockPrivate bool) *http.Transport {
+	i := 0
+	if blockPrivate {
+		i = 1
+	}
+	u := &upstreamTransports[i]
+	u.once.Do(func() {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.DialContext = dialguard.Dialer(30*time.Second, egress.Rules{BlockPrivate: blockPrivate}.Dialed).DialContext
+		u.t = t
+	})
+	return u.t
+}
+
+// refuseRedirect is the CheckRedirect of url upstreams: a redirect is not followed. Its
+// target was never egress-checked by name (allowed_hosts), and the upstream's headers
+// (credentials) would go with the request to it.
+func refuseRedirect(name string) func(*http.Request, []*http.Request) error {
+	return func(r *http.Request, _ []*http.Request) error {
+		return fmt.Errorf("upstream %s redirected to %s://%s: redirects are not followed (set the url upstream's url to where it redirects, if that is meant)", name, r.URL.Scheme, r.URL.Host)
+	}
+}
+
 // UpstreamTerminateWait is how long closing a stdio upstream waits for it to exit after its
 // stdin closes before sending SIGTERM (some servers, e.g. server-everything, ignore EOF).
 const UpstreamTerminateWait = time.Second
@@ -150,6 +188,7 @@ const UpstreamTerminateWait = time.Second
 // dialer is what connecting to an upstream needs from the gateway besides the upstream's config.
 type dialer struct {
 	cfg      *config.Gateway
+	egress   egress.Rules // checked on the address of every connection to a url upstream
 	stderr   io.Writer
 	hit      func(limit string) // counts a limit hit; nil: not counted
 	progress func(token string) // told of each progress notification read, in order; nil: not told
@@ -185,11 +224,12 @@ func transport(d dialer, u config.Upstream) mcp.Transport {
 		return passthroughTransport{Transport: &stdioTransport{cmd: cmd, name: u.Name, limit: limit,
 			terminate: UpstreamTerminateWait, warn: d.warn, hit: d.limitHit, stderr: lines}, progress: d.progress, owner: d.owner}
 	}
-	var base http.RoundTripper = headerTransport{headers: u.Headers, base: http.DefaultTransport}
+	var base http.RoundTripper = headerTransport{headers: u.Headers, base: upstreamHTTP(d.egress.BlockPrivate)}
 	return &mcp.StreamableClientTransport{
 		Endpoint: u.URL,
 		HTTPClient: &http.Client{Transport: &bodyLimitTransport{base: base, name: u.Name, limit: limit,
-			warn: d.warn, hit: d.limitHit, answers: newAnswerGate(u.Name, d.warn), progress: d.progress, owner: d.owner}},
+			warn: d.warn, hit: d.limitHit, answers: newAnswerGate(u.Name, d.warn), progress: d.progress, owner: d.owner},
+			CheckRedirect: refuseRedirect(u.Name)},
 		// Above the limit: bodyLimitTransport decides, so the SDK never fails the whole
 		// connection for one oversized event.
 		MaxEventSize: int(limit) + sseSlack,

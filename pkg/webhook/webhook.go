@@ -26,16 +26,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
-	"syscall"
 	"time"
 	"unicode"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/reversi-gitops/reversi/pkg/dialguard"
 )
 
 // The headers of a delivery.
@@ -87,16 +87,7 @@ func NewClient(timeout time.Duration, idlePerHost int) *http.Client {
 // name that resolves to an allowed address when it is checked and to a refused one when it is
 // dialled (DNS rebinding) is refused.
 func NewGuardedClient(timeout time.Duration, idlePerHost int, allow func(netip.Addr) error) *http.Client {
-	dialer := &net.Dialer{Timeout: timeout}
-	if allow != nil {
-		dialer.Control = func(_, address string, _ syscall.RawConn) error {
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil {
-				return fmt.Errorf("connecting to %s: not an address", address)
-			}
-			return allow(ap.Addr().Unmap())
-		}
-	}
+	dialer := dialguard.Dialer(timeout, allow)
 	return &http.Client{Timeout: timeout,
 		Transport: &http.Transport{Proxy: nil, DialContext: dialer.DialContext,
 			MaxIdleConnsPerHost: idlePerHost, IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: timeout,
