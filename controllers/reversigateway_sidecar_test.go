@@ -238,6 +238,54 @@ func TestGatewayRendersContainerUpstreams(t *testing.T) {
 	}
 }
 
+// Issue 23: a container upstream's readOnlyRootFilesystem: false and its secret volume are
+// rendered as written: the sidecar's root is writable (every other restriction kept), the
+// Secret is mounted read-only at the spec's path in that sidecar alone (volume
+// upstream-<i>-<name>, every key, mode 0440), and neither the gateway container nor another
+// sidecar mounts it. The rest of the pod is memPodSpec's, exactly.
+func TestGatewayRendersContainerUpstreamWritableRootAndSecret(t *testing.T) {
+	ns := namespace(t)
+	createSecret(t, ns, "gateway-keys", map[string][]byte{"keys.json": []byte(`{"keys":[]}`)})
+	gw := memGateway(ns)
+	c := gw.Spec.Upstreams[2].Container
+	c.SecurityContext = &v1alpha1.UpstreamSecurityContext{ReadOnlyRootFilesystem: ptr.To(false)}
+	c.Volumes = []v1alpha1.UpstreamVolume{{Name: "creds", MountPath: "/etc/everything/creds", Secret: &v1alpha1.LocalObjectReference{Name: "everything-creds"}}}
+	create(t, gw)
+	waitGateway(t, ns, "mem", readyIs(metav1.ConditionFalse, v1alpha1.ReasonRolloutInProgress))
+
+	cfg := configMap(t, ns, "mem-config")
+	if cfg == nil {
+		t.Fatal("no mem-config")
+	}
+	var dep appsv1.Deployment
+	get(t, ns, "mem-gateway", &dep)
+	sum := sha256.Sum256([]byte(cfg.Data[GatewayConfigKey]))
+	want := memPodSpec(ns, "sha256:"+hex.EncodeToString(sum[:]))
+	everything := &want.InitContainers[2]
+	everything.SecurityContext.ReadOnlyRootFilesystem = ptr.To(false)
+	everything.VolumeMounts = append(everything.VolumeMounts, corev1.VolumeMount{Name: "upstream-2-creds", MountPath: "/etc/everything/creds", ReadOnly: true})
+	want.Volumes = append(want.Volumes, corev1.Volume{Name: "upstream-2-creds", VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: "everything-creds", DefaultMode: ptr.To[int32](0o440)}}})
+	got := dep.Spec.Template.Spec
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the pod spec differs (-want +got):\n%s", diff.Diff(want, got))
+	}
+
+	// The same, as properties.
+	for _, ic := range got.InitContainers {
+		if ro := ic.SecurityContext.ReadOnlyRootFilesystem; ro == nil || *ro != (ic.Name != "upstream-everything") {
+			t.Errorf("container %s: readOnlyRootFilesystem %v", ic.Name, ptr.Deref(ro, true))
+		}
+	}
+	for _, ct := range append(slices.Clone(got.InitContainers), got.Containers...) {
+		for _, m := range ct.VolumeMounts {
+			if m.Name == "upstream-2-creds" && (ct.Name != "upstream-everything" || !m.ReadOnly || m.MountPath != "/etc/everything/creds") {
+				t.Errorf("container %s mounts the server's Secret: %+v", ct.Name, m)
+			}
+		}
+	}
+}
+
 // Issue 23, the reconciler's backstop: with admission bypassed, a container upstream whose
 // image is outside the policy stalls the gateway with ImageNotAllowed, naming the field and
 // the flag, and nothing is rendered.
