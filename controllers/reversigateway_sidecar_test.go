@@ -221,6 +221,25 @@ func TestGatewayRendersContainerUpstreams(t *testing.T) {
 		t.Errorf("the pod spec differs (-want +got):\n%s", diff.Diff(want, got))
 	}
 
+	// RenderDeployment (what test/image runs the sidecar from) renders the same containers
+	// from the same ReversiGateway, but for the API server's defaults of a Deployment.
+	var served v1alpha1.ReversiGateway
+	get(t, ns, "mem", &served)
+	rendered, err := RenderDeployment(&served, "reversi:latest", ctlKey.PublicPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reconciled := dep.Spec.Template.Spec.DeepCopy()
+	for _, list := range [][]corev1.Container{reconciled.InitContainers, reconciled.Containers} {
+		for i := range list {
+			list[i].ImagePullPolicy, list[i].TerminationMessagePath, list[i].TerminationMessagePolicy = "", "", ""
+		}
+	}
+	if r := rendered.Spec.Template.Spec; !reflect.DeepEqual(r.InitContainers, reconciled.InitContainers) || !reflect.DeepEqual(r.Containers, reconciled.Containers) {
+		t.Errorf("RenderDeployment's containers differ from the reconciler's (-reconciler +RenderDeployment):\n%s",
+			diff.Diff(append(reconciled.InitContainers, reconciled.Containers...), append(r.InitContainers, r.Containers...)))
+	}
+
 	// What the literal above says, as properties: no sidecar sees a Secret but its own, a
 	// volume of the gateway's or a token.
 	pod := dep.Spec.Template.Spec
