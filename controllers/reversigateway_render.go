@@ -470,6 +470,20 @@ func mutateDeployment(d *appsv1.Deployment, gw *v1alpha1.ReversiGateway, image s
 	d.Spec.Template.Spec = pod
 }
 
+// RenderDeployment is gw's Deployment as the reconciler renders it (renderConfig, then
+// mutateDeployment), with image as the gateway image and controllerKeys the controller's
+// public keys, without a control plane: for tests that run the rendered containers
+// (test/image). It is not defaulted by an API server (image pull policy, termination message).
+func RenderDeployment(gw *v1alpha1.ReversiGateway, image string, controllerKeys []byte) (*appsv1.Deployment, error) {
+	rc, err := renderConfig(gw)
+	if err != nil {
+		return nil, err
+	}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: gw.Namespace, Name: namesOf(gw).object}}
+	mutateDeployment(d, gw, image, rc, controllerKeys)
+	return d, nil
+}
+
 func mergeLabels(have, want map[string]string) map[string]string {
 	if have == nil {
 		have = map[string]string{}

@@ -221,6 +221,25 @@ func TestGatewayRendersContainerUpstreams(t *testing.T) {
 		t.Errorf("the pod spec differs (-want +got):\n%s", diff.Diff(want, got))
 	}
 
+	// RenderDeployment (what test/image runs the sidecar from) renders the same containers
+	// from the same ReversiGateway, but for the API server's defaults of a Deployment.
+	var served v1alpha1.ReversiGateway
+	get(t, ns, "mem", &served)
+	rendered, err := RenderDeployment(&served, "reversi:latest", ctlKey.PublicPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reconciled := dep.Spec.Template.Spec.DeepCopy()
+	for _, list := range [][]corev1.Container{reconciled.InitContainers, reconciled.Containers} {
+		for i := range list {
+			list[i].ImagePullPolicy, list[i].TerminationMessagePath, list[i].TerminationMessagePolicy = "", "", ""
+		}
+	}
+	if r := rendered.Spec.Template.Spec; !reflect.DeepEqual(r.InitContainers, reconciled.InitContainers) || !reflect.DeepEqual(r.Containers, reconciled.Containers) {
+		t.Errorf("RenderDeployment's containers differ from the reconciler's (-reconciler +RenderDeployment):\n%s",
+			diff.Diff(append(reconciled.InitContainers, reconciled.Containers...), append(r.InitContainers, r.Containers...)))
+	}
+
 	// What the literal above says, as properties: no sidecar sees a Secret but its own, a
 	// volume of the gateway's or a token.
 	pod := dep.Spec.Template.Spec
@@ -233,6 +252,54 @@ func TestGatewayRendersContainerUpstreams(t *testing.T) {
 		for _, m := range c.VolumeMounts {
 			if slices.Contains([]string{"config", "auth", "data", "tmp", "kube-api-access"}, m.Name) || strings.HasPrefix(m.MountPath, "/var/run/secrets") {
 				t.Errorf("sidecar %s mounts %s at %s", c.Name, m.Name, m.MountPath)
+			}
+		}
+	}
+}
+
+// Issue 23: a container upstream's readOnlyRootFilesystem: false and its secret volume are
+// rendered as written: the sidecar's root is writable (every other restriction kept), the
+// Secret is mounted read-only at the spec's path in that sidecar alone (volume
+// upstream-<i>-<name>, every key, mode 0440), and neither the gateway container nor another
+// sidecar mounts it. The rest of the pod is memPodSpec's, exactly.
+func TestGatewayRendersContainerUpstreamWritableRootAndSecret(t *testing.T) {
+	ns := namespace(t)
+	createSecret(t, ns, "gateway-keys", map[string][]byte{"keys.json": []byte(`{"keys":[]}`)})
+	gw := memGateway(ns)
+	c := gw.Spec.Upstreams[2].Container
+	c.SecurityContext = &v1alpha1.UpstreamSecurityContext{ReadOnlyRootFilesystem: ptr.To(false)}
+	c.Volumes = []v1alpha1.UpstreamVolume{{Name: "creds", MountPath: "/etc/everything/creds", Secret: &v1alpha1.LocalObjectReference{Name: "everything-creds"}}}
+	create(t, gw)
+	waitGateway(t, ns, "mem", readyIs(metav1.ConditionFalse, v1alpha1.ReasonRolloutInProgress))
+
+	cfg := configMap(t, ns, "mem-config")
+	if cfg == nil {
+		t.Fatal("no mem-config")
+	}
+	var dep appsv1.Deployment
+	get(t, ns, "mem-gateway", &dep)
+	sum := sha256.Sum256([]byte(cfg.Data[GatewayConfigKey]))
+	want := memPodSpec(ns, "sha256:"+hex.EncodeToString(sum[:]))
+	everything := &want.InitContainers[2]
+	everything.SecurityContext.ReadOnlyRootFilesystem = ptr.To(false)
+	everything.VolumeMounts = append(everything.VolumeMounts, corev1.VolumeMount{Name: "upstream-2-creds", MountPath: "/etc/everything/creds", ReadOnly: true})
+	want.Volumes = append(want.Volumes, corev1.Volume{Name: "upstream-2-creds", VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: "everything-creds", DefaultMode: ptr.To[int32](0o440)}}})
+	got := dep.Spec.Template.Spec
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the pod spec differs (-want +got):\n%s", diff.Diff(want, got))
+	}
+
+	// The same, as properties.
+	for _, ic := range got.InitContainers {
+		if ro := ic.SecurityContext.ReadOnlyRootFilesystem; ro == nil || *ro != (ic.Name != "upstream-everything") {
+			t.Errorf("container %s: readOnlyRootFilesystem %v", ic.Name, ptr.Deref(ro, true))
+		}
+	}
+	for _, ct := range append(slices.Clone(got.InitContainers), got.Containers...) {
+		for _, m := range ct.VolumeMounts {
+			if m.Name == "upstream-2-creds" && (ct.Name != "upstream-everything" || !m.ReadOnly || m.MountPath != "/etc/everything/creds") {
+				t.Errorf("container %s mounts the server's Secret: %+v", ct.Name, m)
 			}
 		}
 	}

@@ -46,6 +46,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/reversi-gitops/reversi/api/v1alpha1"
+	"github.com/reversi-gitops/reversi/gateway/store"
 	"github.com/reversi-gitops/reversi/internal/podrun"
 	"github.com/reversi-gitops/reversi/internal/testenv"
 	"github.com/reversi-gitops/reversi/pkg/bundle"
@@ -143,10 +144,33 @@ type Report struct {
 	Crashed, AfterCrash string
 	// BeforeCrash is the graph read just before (the server keeps it in its file).
 	BeforeCrash string
+	// CrashStep is the step the gateway's ledger journals for the call in flight when the
+	// server died; AfterCrashStep the run's next step (the first call after the restart).
+	CrashStep, AfterCrashStep JournaledStep
+	// BridgeStop is the sidecar's stop at the end, as the kubelet stops the pod: the gateway
+	// first, then SIGTERM to the bridge process alone.
+	BridgeStop BridgeStop
 	// PIDs are the processes the story started (controller, gateway), and Dir its folder:
 	// all gone when Run returns (unless Options.Keep or Options.Dir).
 	PIDs []int
 	Dir  string
+}
+
+// JournaledStep is a step of a run in the gateway's ledger: its intent's tool and its outcome.
+type JournaledStep struct {
+	Seq                 int64
+	Tool, Outcome, Note string
+}
+
+// BridgeStop is how the sidecar's bridge stopped on SIGTERM.
+type BridgeStop struct {
+	// PID is the bridge's, Child the server it ran when it got SIGTERM.
+	PID, Child int
+	// Took is how long from SIGTERM to its exit, Status its exit status (-1: a signal ended it).
+	Took   time.Duration
+	Status int
+	// Left are the processes of the bridge or of its server's process group after it exited.
+	Left []int
 }
 
 // The manifests of the story, for server-memory fronted as upstream "memory".
@@ -241,6 +265,7 @@ type story struct {
 	agent     *mcp.ClientSession
 	port      int
 	podName   string
+	dataDir   string // the gateway container's /var/lib/reversi (its store), a local folder
 	logs      []string
 	cleanupFn []func()
 	// hook is the approvers' webhook receiver (spec.notifications).
@@ -694,6 +719,9 @@ spec:
 	s.gwKube = c.Kubeconfig
 	s.say("(a token of ServiceAccount %s, as the kubelet mounts it: %s)", pod.Spec.ServiceAccountName, filepath.Base(c.Kubeconfig))
 	s.report.GatewayArgs = c.Args
+	if s.dataDir = c.Mounts["/var/lib/reversi"]; s.dataDir == "" {
+		return fmt.Errorf("the gateway container mounts no /var/lib/reversi (its store): %v", c.Mounts)
+	}
 	if err := s.start("gateway", s.bin, c.Args, c.Env); err != nil {
 		return err
 	}
@@ -770,6 +798,7 @@ func (s *story) sidecars(ctx context.Context, kubelet *podrun.Kubelet, pod *core
 
 // crash kills the sidecar's server with a call in flight: the gateway answers that the outcome
 // is uncertain (and journals it so), the bridge starts a new server, and the next call passes.
+// Then the pod stops as the kubelet stops it (stopSidecar).
 func (s *story) crash(ctx context.Context) error {
 	s.section("10. The server dies mid-call: the call is journaled uncertain, the sidecar's bridge restarts it")
 	server := s.report.ServerPID
@@ -778,6 +807,7 @@ func (s *story) crash(ctx context.Context) error {
 		return err
 	}
 	s.report.BeforeCrash = before
+	began := time.Now()
 	// Frozen first, so that the call is surely in its stdin when it dies.
 	if err := syscall.Kill(server, syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("stopping the server %d: %w", server, err)
@@ -809,29 +839,174 @@ func (s *story) crash(ctx context.Context) error {
 	if !a.isErr || !strings.Contains(a.text, "uncertain") {
 		return fmt.Errorf("the call in flight when the server died: %q, want an uncertain outcome", a.text)
 	}
-	bridge := 0
+	var sidecar, gateway *podrun.Process
 	for _, p := range s.procs {
-		if strings.HasPrefix(p.Name, "upstream-") {
-			bridge = p.PID()
+		switch {
+		case strings.HasPrefix(p.Name, "upstream-"):
+			sidecar = p
+		case p.Name == "gateway":
+			gateway = p
 		}
 	}
+	bridge := sidecar.PID()
+	// The gateway notes each reconnection in its log: the next call is made once it has
+	// reconnected to the new server, and must pass.
+	reconnected := "upstream memory reconnected"
+	seen := strings.Count(gateway.Output(), reconnected)
 	if err := podrun.Poll(ctx, 30*time.Second, func() string {
 		if c := childOf(bridge); c == 0 || c == server {
 			return "the bridge has not started a new server"
 		}
-		text, isErr, err := s.call(ctx, "memory.read_graph", map[string]any{})
-		if err != nil || isErr {
-			return fmt.Sprintf("memory.read_graph after the restart: %v %s", err, text)
+		if strings.Count(gateway.Output(), reconnected) == seen {
+			return "the gateway has not noted " + reconnected
 		}
-		s.report.AfterCrash = text
 		return ""
 	}); err != nil {
 		return err
 	}
 	s.report.RestartedPID = childOf(bridge)
+	text, isErr, err := s.call(ctx, "memory.read_graph", map[string]any{})
+	if err != nil || isErr {
+		return fmt.Errorf("memory.read_graph, the first call after the restart: %v %s", err, text)
+	}
+	s.report.AfterCrash = text
 	s.say("The bridge (pid %d) started a new server (pid %d); the gateway reconnected:", bridge, s.report.RestartedPID)
 	s.showCall("memory.read_graph", s.report.AfterCrash, false)
+	if err := s.crashJournal(ctx, began); err != nil {
+		return err
+	}
+	return s.stopSidecar(ctx, gateway, sidecar)
+}
+
+// crashJournal reads the gateway's ledger (its SQLite store in the pod's data folder, opened
+// beside the running gateway as another process on the folder would; the ReversiRun status
+// mirrors it, but it is not written while the controller, its admission webhook, is stopped):
+// the step of the call in flight when the server died, the last memory.create_entities of the
+// agent's runs journaled since the crash began, and the run's next tool call.
+func (s *story) crashJournal(ctx context.Context, since time.Time) error {
+	st, err := store.OpenSQLite(s.dataDir, nil)
+	if err != nil {
+		return fmt.Errorf("opening the gateway's ledger in %s: %w", s.dataDir, err)
+	}
+	defer st.Close()
+	return podrun.Poll(ctx, 10*time.Second, func() string {
+		runs, err := st.ListRuns(ctx, store.RunFilter{Actor: Agent})
+		if err != nil {
+			return err.Error()
+		}
+		for _, run := range runs {
+			recs, err := st.Records(ctx, run.ID, 0, 0)
+			if err != nil {
+				return err.Error()
+			}
+			crash := int64(0) // whatever its outcome
+			for _, r := range recs {
+				if r.Kind == store.KindIntent && r.Tool == "memory.create_entities" && !r.Time.Before(since) {
+					crash = r.Seq
+				}
+			}
+			if crash == 0 {
+				continue
+			}
+			s.report.CrashStep = journaledStep(recs, crash)
+			for _, r := range recs {
+				if r.Kind == store.KindIntent && r.Seq > crash {
+					s.report.AfterCrashStep = journaledStep(recs, r.Seq)
+					return ""
+				}
+			}
+			return fmt.Sprintf("run %s journals no call after that in flight (step %d)", run.ID, crash)
+		}
+		return "the gateway's ledger has no memory.create_entities of " + Agent + " since the crash began"
+	})
+}
+
+// journaledStep is step seq of recs: its intent's tool and its outcome ("" when none).
+func journaledStep(recs []store.Record, seq int64) JournaledStep {
+	j := JournaledStep{Seq: seq}
+	for _, r := range recs {
+		switch {
+		case r.Kind == store.KindIntent && r.Seq == seq:
+			j.Tool = r.Tool
+		case r.Kind == store.KindOutcome && r.Step == seq:
+			j.Outcome, j.Note = string(r.Status), r.Note
+		}
+	}
+	return j
+}
+
+// stopSidecar stops the pod as the kubelet does, its main container before its sidecars: the
+// gateway, then SIGTERM to the sidecar's bridge process alone (not its group), which must
+// stop its server and exit by itself within 5 s, leaving no process of its own or of its
+// server's process group.
+func (s *story) stopSidecar(ctx context.Context, gateway, sidecar *podrun.Process) error {
+	if s.agent != nil {
+		_ = s.agent.Close()
+		s.agent = nil
+	}
+	gateway.Stop()
+	bridge := sidecar.PID()
+	st := &s.report.BridgeStop
+	st.PID = bridge
+	// The gateway's connection ended: the bridge stops that server and starts the next.
+	if err := podrun.Poll(ctx, 30*time.Second, func() string {
+		if st.Child = childOf(bridge); st.Child == 0 || st.Child == s.report.RestartedPID {
+			return "the bridge has not started its next server after the gateway hung up"
+		}
+		return ""
+	}); err != nil {
+		return err
+	}
+	began := time.Now()
+	if err := sidecar.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	exited, werr := sidecar.Wait(5 * time.Second)
+	st.Took = time.Since(began)
+	if !exited {
+		return fmt.Errorf("the bridge (pid %d) did not exit within 5 s of SIGTERM", bridge)
+	}
+	var ee *exec.ExitError
+	switch {
+	case werr == nil:
+	case errors.As(werr, &ee):
+		st.Status = ee.ExitCode() // -1 when a signal ended it
+	default:
+		return werr
+	}
+	st.Left = processesOf(st.Child, bridge)
+	if len(st.Left) > 0 {
+		return fmt.Errorf("the bridge exited (status %d) but left processes %v behind", st.Status, st.Left)
+	}
+	s.say("(the pod stops as the kubelet stops it, the gateway first, then SIGTERM to the bridge alone, pid %d: it stopped its server, pid %d, and exited by itself in %s with status %d; no process of either is left)",
+		bridge, st.Child, st.Took.Round(time.Millisecond), st.Status)
 	return nil
+}
+
+// processesOf are the processes that are one of pids or in the process group of one.
+func processesOf(pids ...int) []int {
+	var out []int
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+1:])) // state ppid pgrp …
+		if err != nil || i < 0 || len(f) < 3 {
+			continue
+		}
+		pgrp, _ := strconv.Atoi(f[2])
+		for _, p := range pids {
+			if pid == p || pgrp == p {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // waitStdin waits until pid's stdin pipe holds bytes it has not read (at most 10 s).
@@ -1410,7 +1585,7 @@ func (s *story) summary() {
 	s.say("  hand edit    an unsigned ConfigMap edit was refused by the gateway itself; the rule held")
 	s.say("  replay       the signed rendering from before the PR, put back, was refused as older; the rule held")
 	s.say("  RBAC         the gateway's ServiceAccount cannot read other Secrets nor patch pods; it reports on its pod's Lease")
-	s.say("  stdio sidecar server-memory ran as a native sidecar behind reversi stdio-bridge; killed mid-call, the call was uncertain and the bridge restarted it")
+	s.say("  stdio sidecar server-memory ran as a native sidecar behind reversi stdio-bridge; killed mid-call, the call was journaled uncertain and the bridge restarted it; on SIGTERM the bridge stopped it and exited")
 	s.say("Everything the demo started is stopped now.")
 }
 

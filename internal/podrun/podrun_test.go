@@ -67,6 +67,42 @@ func TestProcessStopsItsGroup(t *testing.T) {
 	p.Stop() // a second Stop does nothing
 }
 
+// Signal reaches the process alone: its group's other process (the shell's child) stays, and
+// Wait reports the exit with its signal; before the signal it times out.
+func TestProcessSignalAlone(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Start("sleeper", sh, []string{"-c", "sleep 300 & echo started; wait"}, []string{"PATH=" + os.Getenv("PATH")}, filepath.Join(t.TempDir(), "sleeper.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-p.PID(), syscall.SIGKILL) })
+	if err := Poll(t.Context(), 10*time.Second, func() string {
+		if !strings.Contains(p.Output(), "started") {
+			return "no output yet"
+		}
+		return ""
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if exited, _ := p.Wait(100 * time.Millisecond); exited {
+		t.Fatal("exited before the signal")
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited, err := p.Wait(10 * time.Second)
+	var ee *exec.ExitError
+	if !exited || !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Fatalf("after SIGTERM: exited %v, %v (want ended by SIGTERM)", exited, err)
+	}
+	if err := syscall.Kill(-p.PID(), 0); err != nil {
+		t.Errorf("the shell's child got the signal too (its group is gone: %v)", err)
+	}
+}
+
 // A container's args expand $(VAR) from its env as the kubelet does: $$ escapes, an unknown
 // variable stays as written.
 func TestExpandVars(t *testing.T) {

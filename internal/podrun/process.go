@@ -97,6 +97,20 @@ func (p *Process) Stop() {
 	}
 }
 
+// Signal sends sig to the process alone (not its group).
+func (p *Process) Signal(sig syscall.Signal) error { return syscall.Kill(p.PID(), sig) }
+
+// Wait waits up to timeout for the process to exit, and reports whether it did and how (nil:
+// exit status 0).
+func (p *Process) Wait(timeout time.Duration) (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	case <-time.After(timeout):
+		return false, nil
+	}
+}
+
 // Output is the log file's content so far.
 func (p *Process) Output() string {
 	b, _ := os.ReadFile(p.Log)

@@ -459,18 +459,30 @@ func TestOptionErrors(t *testing.T) {
 }
 
 // The built reversi binary, for what only a separate process shows: the CLI's flags, signals
-// from outside, and a bridge that is SIGKILLed.
+// from outside, and a bridge that is SIGKILLed. Its folder, binDir, is removed by TestMain
+// (each run left an 80 MB binary in the temporary folder).
 var binOnce = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "reversi-bridge-bin")
 	if err != nil {
 		return "", err
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "reversi")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/reversi-gitops/reversi").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
 	return bin, nil
 })
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 func reversiBin(t *testing.T) string {
 	t.Helper()

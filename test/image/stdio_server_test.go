@@ -18,18 +18,24 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/reversi-gitops/reversi/api/v1alpha1"
 	"github.com/reversi-gitops/reversi/controllers"
 	"github.com/reversi-gitops/reversi/internal/testenv"
 	"github.com/reversi-gitops/reversi/test/upstreams"
 )
 
 // Issue 23: a stdio MCP server image FROM scratch (Node.js, its shared libraries and
-// server-memory: no shell, no Reversi) runs behind the bridge exactly as a ReversiGateway's
-// sidecar does: the bridge binary mounted read-only at /reversi-bin (the init container's
-// emptyDir), the sidecar's command line as the controller renders it, its socket folder and
-// /tmp as emptyDirs, the image's non-root user, a read-only root. A client on the host speaks
-// MCP over the socket; SIGTERM to the bridge stops the server with it.
+// server-memory: no shell, no Reversi) runs behind the bridge as a ReversiGateway's sidecar
+// does, taken from the controller's rendering (controllers.RenderDeployment): the sidecar's
+// command line, its user (non-root) and its volume mounts, each a local folder (the bridge
+// binary read-only at /reversi-bin, the init container's emptyDir; its socket folder and
+// /tmp). The root is not read-only: `buildah run` has no option for it (only --volume and
+// --mount), so the server's user merely cannot write the image's root-owned files; the render
+// tests check readOnlyRootFilesystem. A client on the host speaks MCP over the socket;
+// SIGTERM to the bridge stops the server with it.
 func TestStdioServerImageBehindTheBridge(t *testing.T) {
 	bin := buildah(t)
 	root := t.TempDir()
@@ -77,32 +83,64 @@ func TestStdioServerImageBehindTheBridge(t *testing.T) {
 		}
 	}
 
-	// The pod's volumes: the bridge (the init container's copy, read-only), the sidecar's
-	// socket folder and its /tmp.
+	// The sidecar as the controller renders it for a container upstream of this image (the
+	// reconciler's own rendering function, no control plane): its command line, user and
+	// volume mounts are taken from there. The pod's volumes are local folders: the bridge
+	// (the init container's copy, mounted read-only), the sidecar's socket folder and its /tmp.
+	sidecar, user := renderedSidecar(t, "localhost/server-memory:test", cfg.Entrypoint)
+	command := append(slices.Clone(sidecar.Command), sidecar.Args...)
+	listen := ""
+	for i, a := range command {
+		if i > 0 && command[i-1] == "--listen" {
+			listen = a
+		}
+	}
+	socketPath := strings.TrimPrefix(listen, "unix://")
 	vols := filepath.Join(root, "volumes")
-	binDir, runDir, tmpDir := filepath.Join(vols, "reversi-bin"), filepath.Join(vols, "run"), filepath.Join(vols, "tmp")
-	for _, d := range []string{binDir, runDir, tmpDir} {
+	args := []string{"--storage-driver", "vfs", "--root", filepath.Join(root, "storage"), "--runroot", filepath.Join(root, "run"),
+		"run", "--isolation", "chroot", "--user", user}
+	var binDir, runDir, tmpDir string
+	for _, m := range sidecar.VolumeMounts {
+		d := filepath.Join(vols, m.Name)
 		if err := os.MkdirAll(d, 0o777); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Chmod(d, 0o777); err != nil { // emptyDirs are writable by the pod's fsGroup
 			t.Fatal(err)
 		}
+		switch {
+		case m.MountPath == filepath.Dir(command[0]):
+			binDir = d
+		case m.MountPath == filepath.Dir(socketPath):
+			runDir = d
+		case m.MountPath == "/tmp":
+			tmpDir = d
+		}
+		v := d + ":" + m.MountPath
+		if m.ReadOnly {
+			v += ":ro"
+		}
+		args = append(args, "--volume", v)
 	}
+	if binDir == "" || runDir == "" || tmpDir == "" {
+		t.Fatalf("the rendered sidecar %s mounts no folder for the bridge, the socket %s or /tmp: %+v", sidecar.Name, socketPath, sidecar.VolumeMounts)
+	}
+	for _, e := range sidecar.Env {
+		args = append(args, "--env", e.Name+"="+e.Value)
+	}
+	if sidecar.WorkingDir != "" {
+		args = append(args, "--workingdir", sidecar.WorkingDir)
+	}
+	args = append(args, ctr, "--")
 	began = time.Now()
 	// The flags of TestImageRunsReversiVersion's build: one build cache entry for both.
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(binDir, "reversi"), ".")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(binDir, filepath.Base(command[0])), ".")
 	build.Dir = testenv.Root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build (CGO_ENABLED=0): %v\n%s", err, out)
 	}
 	t.Logf("the bridge (static reversi) built in %s", time.Since(began).Round(time.Millisecond))
-	command := append([]string{controllers.BridgeBinary, "stdio-bridge", "--listen", "unix://" + controllers.BridgeSocket("memory"), "--session", "shared", "--"}, cfg.Entrypoint...)
-	args := []string{"--storage-driver", "vfs", "--root", filepath.Join(root, "storage"), "--runroot", filepath.Join(root, "run"),
-		"run", "--isolation", "chroot", "--user", cfg.User,
-		"--volume", binDir + ":" + controllers.BridgeBinDir + ":ro", "--volume", runDir + ":" + controllers.BridgeSocketDir, "--volume", tmpDir + ":/tmp",
-		ctr, "--"}
 	cmd := exec.Command(bin, append(args, command...)...)
 	cmd.Env = append(os.Environ(), "BUILDAH_ISOLATION=chroot", "TMPDIR="+root)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -133,7 +171,7 @@ func TestStdioServerImageBehindTheBridge(t *testing.T) {
 		}
 	})
 
-	socket := filepath.Join(runDir, "memory.sock")
+	socket := filepath.Join(runDir, filepath.Base(socketPath))
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	var conn net.Conn
@@ -178,7 +216,7 @@ func TestStdioServerImageBehindTheBridge(t *testing.T) {
 
 	// SIGTERM (what the kubelet sends the sidecar) reaches the bridge, which stops the server
 	// and exits; nothing of the sidecar is left.
-	if err := signalBridge(t, socket); err != nil {
+	if err := signalBridge(t, listen); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -189,7 +227,7 @@ func TestStdioServerImageBehindTheBridge(t *testing.T) {
 	}
 	// Only this image's processes: the other packages' tests run server-memory (from
 	// test/upstreams) and bridges (at localised socket paths) at the same time.
-	if left := processesWith(t, "--listen unix://"+controllers.BridgeSocket("memory")); len(left) > 0 {
+	if left := processesWith(t, "--listen "+listen); len(left) > 0 {
 		t.Errorf("processes left after the sidecar stopped: %v", left)
 	}
 	if left := processesWith(t, "/usr/local/bin/node /app/node_modules/@modelcontextprotocol/server-memory/dist/index.js"); len(left) > 0 {
@@ -197,11 +235,11 @@ func TestStdioServerImageBehindTheBridge(t *testing.T) {
 	}
 }
 
-// signalBridge sends SIGTERM to the bridge serving socket (found by its command line).
-func signalBridge(t *testing.T, socket string) error {
-	pids := processesWith(t, "stdio-bridge --listen unix://"+controllers.BridgeSocket("memory"))
+// signalBridge sends SIGTERM to the bridge listening on listen (found by its command line).
+func signalBridge(t *testing.T, listen string) error {
+	pids := processesWith(t, "stdio-bridge --listen "+listen)
 	if len(pids) == 0 {
-		return fmt.Errorf("no bridge process serving %s", socket)
+		return fmt.Errorf("no bridge process listening on %s", listen)
 	}
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
@@ -209,6 +247,43 @@ func signalBridge(t *testing.T, socket string) error {
 		}
 	}
 	return nil
+}
+
+// renderedSidecar is the sidecar the controller renders (controllers.RenderDeployment, the
+// reconciler's rendering) for a ReversiGateway whose one upstream is a container of image
+// running entrypoint, and the user:group it runs as (its own, else the pod's).
+func renderedSidecar(t *testing.T, image string, entrypoint []string) (corev1.Container, string) {
+	gw := &v1alpha1.ReversiGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "mem"}, Spec: v1alpha1.ReversiGatewaySpec{
+		Upstreams: []v1alpha1.GatewayUpstream{{Name: "memory", Container: &v1alpha1.UpstreamContainer{Image: image, Command: entrypoint}}},
+		Auth:      &v1alpha1.GatewayAuth{KeysSecretRef: &v1alpha1.SecretKeyReference{Name: "gateway-keys", Key: "keys.json"}}}}
+	dep, err := controllers.RenderDeployment(gw, "reversi:test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := dep.Spec.Template.Spec
+	for _, c := range pod.InitContainers {
+		if c.Name != controllers.UpstreamContainerPrefix+"memory" {
+			continue
+		}
+		uid, gid := pod.SecurityContext.RunAsUser, pod.SecurityContext.RunAsGroup
+		if sc := c.SecurityContext; sc != nil && sc.RunAsUser != nil {
+			uid = sc.RunAsUser
+		}
+		if sc := c.SecurityContext; sc != nil && sc.RunAsGroup != nil {
+			gid = sc.RunAsGroup
+		}
+		if uid == nil || gid == nil {
+			t.Fatalf("the rendered sidecar has no user or group: %+v, pod %+v", c.SecurityContext, pod.SecurityContext)
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil {
+				t.Fatalf("the rendered sidecar's env %s is not a literal", e.Name)
+			}
+		}
+		return c, fmt.Sprintf("%d:%d", *uid, *gid)
+	}
+	t.Fatalf("no sidecar %smemory among the rendered init containers", controllers.UpstreamContainerPrefix)
+	return corev1.Container{}, ""
 }
 
 // processesWith lists the pids whose command line contains s (not this test's own).

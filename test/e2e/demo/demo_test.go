@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -58,6 +59,24 @@ func TestDemoStory(t *testing.T) {
 	}
 	if r.RestartedPID == 0 || r.RestartedPID == r.ServerPID || r.AfterCrash != r.BeforeCrash || !strings.Contains(r.AfterCrash, `"entities"`) {
 		t.Errorf("after the crash: server %d → %d, read_graph %q (before %q); want a new server with the graph kept", r.ServerPID, r.RestartedPID, r.AfterCrash, r.BeforeCrash)
+	}
+
+	// The gateway's ledger says so: the call in flight is journaled uncertain, and the run's
+	// next call (the first after the restart) succeeded.
+	if c, a := r.CrashStep, r.AfterCrashStep; c.Tool != "memory.create_entities" || c.Outcome != "uncertain" ||
+		a.Seq <= c.Seq || a.Tool != "memory.read_graph" || a.Outcome != "succeeded" {
+		t.Errorf("the journaled steps of the crash: %+v, then %+v; want memory.create_entities uncertain, then memory.read_graph succeeded", c, a)
+	}
+	// The sidecar stopped as the kubelet stops it (the gateway first): SIGTERM to the bridge
+	// alone, which stopped its server and exited by itself with the server's status (node
+	// ended by SIGTERM: 128+15), leaving no process behind.
+	if b := r.BridgeStop; b.PID == 0 || b.Child == 0 || b.Child == r.RestartedPID || b.Status != 128+int(syscall.SIGTERM) || b.Took > 5*time.Second || len(b.Left) != 0 {
+		t.Errorf("the bridge's stop: %+v; want exit status %d within 5 s, nothing left", b, 128+int(syscall.SIGTERM))
+	}
+	for _, pid := range []int{r.BridgeStop.Child, r.BridgeStop.PID} {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); pid != 0 && !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("process %d (the bridge or its last server) is still in /proc: %v", pid, err)
+		}
 	}
 
 	// More than tools is relayed: the graph read as a resource, after the allowed call.
@@ -158,7 +177,7 @@ func TestDemoStory(t *testing.T) {
 	if r.ServerPID == 0 {
 		t.Error("the demo did not find the server process the sidecar's bridge ran")
 	}
-	for _, pid := range []int{r.ServerPID, r.RestartedPID} {
+	for _, pid := range []int{r.ServerPID, r.RestartedPID, r.BridgeStop.Child} {
 		if err := syscall.Kill(pid, 0); pid != 0 && !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("the sidecar's server %d is still there after the demo: %v", pid, err)
 		}
