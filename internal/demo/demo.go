@@ -13,7 +13,9 @@
 // commit is refused and never reaches the gateway; with the controller stopped, a hand edit of
 // the rendered ConfigMap is refused by the gateway itself, and so is the complete signed rendering
 // from before the PR put back (an older snapshot); the gateway's credentials cannot read other
-// Secrets. Everything it starts is stopped, and its folder removed, before Run returns.
+// Secrets; server-memory runs as the rendered native sidecar behind `reversi stdio-bridge`, and
+// when it dies mid-call the call is journaled uncertain, the bridge restarts it, and the pod
+// stops as the kubelet stops it. Everything it starts is stopped, and its folder removed, before Run returns.
 package demo
 
 import (
