@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os/exec"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -174,11 +175,42 @@ func upstreamHTTP(blockPrivate bool) *http.Transport {
 
 // refuseRedirect is the CheckRedirect of url upstreams: a redirect is not followed. Its
 // target was never egress-checked by name (allowed_hosts), and the upstream's headers
-// (credentials) would go with the request to it.
+// (credentials) would go with the request to it. bodyLimitTransport refuses a redirect
+// before the client sees it (redirectError); this is the backstop.
 func refuseRedirect(name string) func(*http.Request, []*http.Request) error {
 	return func(r *http.Request, _ []*http.Request) error {
-		return fmt.Errorf("upstream %s redirected to %s://%s: redirects are not followed (set the url upstream's url to where it redirects, if that is meant)", name, r.URL.Scheme, r.URL.Host)
+		return fmt.Errorf("upstream %s redirected to %s: redirects are not followed (set the url upstream's url to where it redirects, if that is meant)", name, quoteCut(r.URL.Scheme+"://"+r.URL.Host))
 	}
+}
+
+// isRedirect reports whether resp is one net/http's client would follow.
+func isRedirect(resp *http.Response) bool {
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return resp.Header.Get("Location") != ""
+	}
+	return false
+}
+
+// redirectError is the error of a redirect from url upstream name: its target's scheme and
+// host, quoted and cut (the upstream chose every byte of the Location).
+func redirectError(name string, resp *http.Response) error {
+	target := resp.Header.Get("Location")
+	if resp.Request != nil && resp.Request.URL != nil {
+		if u, err := resp.Request.URL.Parse(target); err == nil {
+			target = u.Scheme + "://" + u.Host
+		}
+	}
+	return fmt.Errorf("upstream %s answered %d redirecting to %s: redirects are not followed (set the url upstream's url to where it redirects, if that is meant)", name, resp.StatusCode, quoteCut(target))
+}
+
+// quoteCut is s quoted in ASCII, cut to its first 200 bytes.
+func quoteCut(s string) string {
+	const most = 200
+	if len(s) > most {
+		return strconv.QuoteToASCII(s[:most]) + "…"
+	}
+	return strconv.QuoteToASCII(s)
 }
 
 // UpstreamTerminateWait is how long closing a stdio upstream waits for it to exit after its
