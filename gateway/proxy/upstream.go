@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"sort"
 	"strconv"
@@ -158,19 +160,50 @@ var upstreamTransports [2]struct {
 // egress.Rules.Dialed on the address dialled: the start's egress check of the URL resolved its
 // name once, and a name that later resolves to a metadata address (or a private one under
 // block_private) must not be reached (DNS rebinding). The environment's proxy is used as
-// http.DefaultTransport does; the check then applies to the proxy's address.
+// http.DefaultTransport does (newUpstreamHTTP).
 func upstreamHTTP(blockPrivate bool) *http.Transport {
 	i := 0
 	if blockPrivate {
 		i = 1
 	}
 	u := &upstreamTransports[i]
-	u.once.Do(func() {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.DialContext = dialguard.Dialer(30*time.Second, egress.Rules{BlockPrivate: blockPrivate}.Dialed).DialContext
-		u.t = t
-	})
+	u.once.Do(func() { u.t = newUpstreamHTTP(blockPrivate, http.ProxyFromEnvironment) })
 	return u.t
+}
+
+// newUpstreamHTTP is upstreamHTTP's transport with proxy as its Proxy. A connection to a
+// proxy (the operator's HTTP(S)_PROXY, not a destination) is refused only at a metadata
+// address, not under block_private: the proxy resolves the upstream's name itself, and the
+// check at start is all the gateway can do of it then.
+func newUpstreamHTTP(blockPrivate bool, proxy func(*http.Request) (*url.URL, error)) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	var proxies sync.Map // the host:port of every proxy URL proxy returned
+	t.Proxy = func(r *http.Request) (*url.URL, error) {
+		p, err := proxy(r)
+		if err == nil && p != nil {
+			proxies.Store(proxyAddr(p), struct{}{})
+		}
+		return p, err
+	}
+	direct := dialguard.Dialer(30*time.Second, egress.Rules{BlockPrivate: blockPrivate}.Dialed)
+	toProxy := dialguard.Dialer(30*time.Second, egress.Rules{}.Dialed)
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if _, ok := proxies.Load(addr); ok {
+			return toProxy.DialContext(ctx, network, addr)
+		}
+		return direct.DialContext(ctx, network, addr)
+	}
+	return t
+}
+
+// proxyAddr is the host:port net/http dials for proxy URL p (one it writes otherwise is
+// checked as a destination: refused under block_private, never let through).
+func proxyAddr(p *url.URL) string {
+	port := p.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443", "socks5": "1080", "socks5h": "1080"}[p.Scheme]
+	}
+	return net.JoinHostPort(p.Hostname(), port)
 }
 
 // refuseRedirect is the CheckRedirect of url upstreams: a redirect is not followed. Its
