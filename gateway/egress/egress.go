@@ -77,16 +77,33 @@ func Check(ctx context.Context, rawURL string, rules Rules, r Resolver) error {
 	}
 	for _, a := range addrs {
 		a = a.Unmap()
-		for _, m := range MetadataAddrs {
-			if a == m {
-				return fmt.Errorf("%s is a cloud metadata address, which is always refused", describe(host, a))
+		for _, v := range []netip.Addr{a, nat64(a)} {
+			for _, m := range MetadataAddrs {
+				if v == m {
+					return fmt.Errorf("%s is a cloud metadata address, which is always refused", describe(host, a))
+				}
 			}
-		}
-		if rules.BlockPrivate && private(a) {
-			return fmt.Errorf("%s is a private address and egress.block_private is set in reversi.config.yaml", describe(host, a))
+			if rules.BlockPrivate && private(v) {
+				return fmt.Errorf("%s is a private address and egress.block_private is set in reversi.config.yaml", describe(host, a))
+			}
 		}
 	}
 	return nil
+}
+
+// The NAT64 prefixes (RFC 6052's well-known one, RFC 8215's local-use one): a NAT64 gateway
+// connects an address in them to the IPv4 address in its last 32 bits (a /96 prefix).
+var nat64Prefixes = []netip.Prefix{netip.MustParsePrefix("64:ff9b::/96"), netip.MustParsePrefix("64:ff9b:1::/48")}
+
+// nat64 returns the IPv4 address a NAT64 address reaches, or a itself.
+func nat64(a netip.Addr) netip.Addr {
+	for _, p := range nat64Prefixes {
+		if a.Is6() && p.Contains(a) {
+			b := a.As16()
+			return netip.AddrFrom4([4]byte(b[12:]))
+		}
+	}
+	return a
 }
 
 func describe(host string, a netip.Addr) string {

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,28 +160,90 @@ var upstreamTransports [2]struct {
 // egress.Rules.Dialed on the address dialled: the start's egress check of the URL resolved its
 // name once, and a name that later resolves to a metadata address (or a private one under
 // block_private) must not be reached (DNS rebinding). The environment's proxy is used as
-// http.DefaultTransport does; the check then applies to the proxy's address.
+// http.DefaultTransport does (newUpstreamHTTP).
 func upstreamHTTP(blockPrivate bool) *http.Transport {
 	i := 0
 	if blockPrivate {
 		i = 1
 	}
 	u := &upstreamTransports[i]
-	u.once.Do(func() {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.DialContext = dialguard.Dialer(30*time.Second, egress.Rules{BlockPrivate: blockPrivate}.Dialed).DialContext
-		u.t = t
-	})
+	u.once.Do(func() { u.t = newUpstreamHTTP(blockPrivate, http.ProxyFromEnvironment) })
 	return u.t
+}
+
+// newUpstreamHTTP is upstreamHTTP's transport with proxy as its Proxy. A connection to a
+// proxy (the operator's HTTP(S)_PROXY, not a destination) is refused only at a metadata
+// address, not under block_private: the proxy resolves the upstream's name itself, and the
+// check at start is all the gateway can do of it then.
+func newUpstreamHTTP(blockPrivate bool, proxy func(*http.Request) (*url.URL, error)) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	var proxies sync.Map // the host:port of every proxy URL proxy returned
+	t.Proxy = func(r *http.Request) (*url.URL, error) {
+		p, err := proxy(r)
+		if err == nil && p != nil {
+			proxies.Store(proxyAddr(p), struct{}{})
+		}
+		return p, err
+	}
+	direct := dialguard.Dialer(30*time.Second, egress.Rules{BlockPrivate: blockPrivate}.Dialed)
+	toProxy := dialguard.Dialer(30*time.Second, egress.Rules{}.Dialed)
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if _, ok := proxies.Load(addr); ok {
+			return toProxy.DialContext(ctx, network, addr)
+		}
+		return direct.DialContext(ctx, network, addr)
+	}
+	return t
+}
+
+// proxyAddr is the host:port net/http dials for proxy URL p (one it writes otherwise is
+// checked as a destination: refused under block_private, never let through).
+func proxyAddr(p *url.URL) string {
+	port := p.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443", "socks5": "1080", "socks5h": "1080"}[p.Scheme]
+	}
+	return net.JoinHostPort(p.Hostname(), port)
 }
 
 // refuseRedirect is the CheckRedirect of url upstreams: a redirect is not followed. Its
 // target was never egress-checked by name (allowed_hosts), and the upstream's headers
-// (credentials) would go with the request to it.
+// (credentials) would go with the request to it. bodyLimitTransport refuses a redirect
+// before the client sees it (redirectError); this is the backstop.
 func refuseRedirect(name string) func(*http.Request, []*http.Request) error {
 	return func(r *http.Request, _ []*http.Request) error {
-		return fmt.Errorf("upstream %s redirected to %s://%s: redirects are not followed (set the url upstream's url to where it redirects, if that is meant)", name, r.URL.Scheme, r.URL.Host)
+		return fmt.Errorf("upstream %s redirected to %s: redirects are not followed (set the url upstream's url to where it redirects, if that is meant)", name, quoteCut(r.URL.Scheme+"://"+r.URL.Host))
 	}
+}
+
+// isRedirect reports whether resp is one net/http's client would follow.
+func isRedirect(resp *http.Response) bool {
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return resp.Header.Get("Location") != ""
+	}
+	return false
+}
+
+// redirectError is the error of a redirect from url upstream name: its target's scheme and
+// host, quoted and cut (the upstream chose every byte of the Location).
+func redirectError(name string, resp *http.Response) error {
+	target := resp.Header.Get("Location")
+	if resp.Request != nil && resp.Request.URL != nil {
+		if u, err := resp.Request.URL.Parse(target); err == nil {
+			target = u.Scheme + "://" + u.Host
+		}
+	}
+	return fmt.Errorf("upstream %s answered %d redirecting to %s: redirects are not followed (set the url upstream's url to where it redirects, if that is meant)", name, resp.StatusCode, quoteCut(target))
+}
+
+// quoteCut is s quoted in ASCII, cut to its first 200 bytes.
+func quoteCut(s string) string {
+	const most = 200
+	if len(s) > most {
+		return strconv.QuoteToASCII(s[:most]) + "…"
+	}
+	return strconv.QuoteToASCII(s)
 }
 
 // UpstreamTerminateWait is how long closing a stdio upstream waits for it to exit after its

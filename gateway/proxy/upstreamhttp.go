@@ -55,6 +55,12 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 func (t *bodyLimitTransport) roundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(r)
+	if err == nil && isRedirect(resp) {
+		// Refused here, not in the client's CheckRedirect: net/http puts the whole Location
+		// (up to the 10 MiB of response headers, any bytes) in the error it returns then.
+		_ = resp.Body.Close()
+		return nil, redirectError(t.name, resp)
+	}
 	if err != nil || resp.Body == nil || r.Method != http.MethodPost && r.Method != http.MethodGet {
 		return resp, err
 	}
