@@ -38,6 +38,12 @@ import (
 // leaves them alone.
 func ownManager(t *testing.T, ns string, alerts *AlertOptions) (stop func()) {
 	t.Helper()
+	return ownManagerWith(t, ns, func(r *ManifestRegistryReconciler) { r.Alerts = alerts })
+}
+
+// ownManagerWith is ownManager with the reconciler's options changed by opts (nil: none).
+func ownManagerWith(t *testing.T, ns string, opts func(*ManifestRegistryReconciler)) (stop func()) {
+	t.Helper()
 	mgr, err := ctrl.NewManager(testEnv.Config, ctrl.Options{Scheme: testEnv.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache:      cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
 		Controller: crconfig.Controller{SkipNameValidation: ptr.To(true)}})
@@ -45,7 +51,10 @@ func ownManager(t *testing.T, ns string, alerts *AlertOptions) (stop func()) {
 		t.Fatal(err)
 	}
 	r := &ManifestRegistryReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("reversi-controller"), Key: ctlKey,
-		APIReader: mgr.GetAPIReader(), AllowFileURLs: true, TempDir: t.TempDir(), Alerts: alerts}
+		APIReader: mgr.GetAPIReader(), AllowFileURLs: true, TempDir: t.TempDir()}
+	if opts != nil {
+		opts(r)
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -200,6 +200,12 @@ var controllerLog = func() *syncbuf.Buffer {
 // the test. It returns the controller's signing key (the gateway pods trust its public half).
 func startControllers(t *testing.T, env *testenv.Env) *controllers.SigningKey {
 	t.Helper()
+	return startControllersWith(t, env, controllers.Options{Webhooks: true, TempDir: t.TempDir()})
+}
+
+// startControllersWith is startControllers with the options o (its SigningKey is set here).
+func startControllersWith(t *testing.T, env *testenv.Env, o controllers.Options) *controllers.SigningKey {
+	t.Helper()
 	from := len(controllerLog.String())
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -218,7 +224,8 @@ func startControllers(t *testing.T, env *testenv.Env) *controllers.SigningKey {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{Webhooks: true, SigningKey: key, TempDir: t.TempDir()}); err != nil {
+	o.SigningKey = key
+	if err := controllers.Setup(mgr, o); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
