@@ -1,15 +1,10 @@
 package controllers
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
-	"io/fs"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -66,57 +61,6 @@ func (s *artifactServer) requests(path string) int {
 	return s.hits[path]
 }
 
-// tarGz is the folder dir as a gzipped tarball, as source-controller stores an artifact.
-func tarGz(t *testing.T, dir string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		h, err := tar.FileInfoHeader(info, "")
-		if err != nil {
-			return err
-		}
-		h.Name = filepath.ToSlash(rel)
-		if d.IsDir() {
-			h.Name += "/"
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if d.IsDir() {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		_, err = tw.Write(b)
-		return err
-	})
-	if err == nil {
-		err = tw.Close()
-	}
-	if err == nil {
-		err = gz.Close()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
 func sha256Digest(b []byte) string {
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
@@ -168,7 +112,7 @@ func TestFluxOCIRepositoryAndBucketArtifacts(t *testing.T) {
 			k := newKey(t)
 			content := t.TempDir()
 			publish(t, filepath.Join(content, "reg"), k, fixtures(t)...)
-			archive := tarGz(t, content)
+			archive := flux.TarGz(t, content)
 			createSecret(t, ns, "manifest-keys", map[string][]byte{"writer.pem": k.PublicPEM})
 
 			src := c.source(ns)
@@ -228,7 +172,7 @@ func TestFluxOCIRepositoryAndBucketArtifacts(t *testing.T) {
 			refund := *fixtures(t)[2]
 			refund.Owner = "payments-team@example.com"
 			publish(t, filepath.Join(content, "reg"), k, &refund)
-			archive2 := tarGz(t, content)
+			archive2 := flux.TarGz(t, content)
 			digest2 := sha256Digest(archive2)
 			rev2 := c.revision(digest2)
 			file2 := strings.TrimPrefix(digest2, "sha256:") + ".tar.gz"

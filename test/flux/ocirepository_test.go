@@ -1,16 +1,13 @@
 package flux_test
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log"
 	"maps"
 	"net/http"
@@ -36,6 +33,7 @@ import (
 	"github.com/reversi-gitops/reversi/pkg/bundle"
 	"github.com/reversi-gitops/reversi/pkg/registry"
 	"github.com/reversi-gitops/reversi/pkg/signing/signingtest"
+	"github.com/reversi-gitops/reversi/test/flux"
 )
 
 var (
@@ -74,7 +72,9 @@ func TestOCIRepositoryWithTheRealSourceController(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	push := func() string { return pushArtifact(t, oci.URL, "platform/tool-manifests", "v1", tarGz(t, content)) }
+	push := func() string {
+		return pushArtifact(t, oci.URL, "platform/tool-manifests", "v1", flux.TarGz(t, content))
+	}
 	publish(strictWipe + "---\n" + dbRead)
 	rev := push()
 
@@ -176,7 +176,7 @@ func TestOCIRepositoryWithTheRealSourceController(t *testing.T) {
 		registry.WriteOptions{By: "alice", Signer: key.Signer}); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(file, tarGz(t, old), 0o644); err != nil {
+	if err := os.WriteFile(file, flux.TarGz(t, old), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var reg v1alpha1.ManifestRegistry
@@ -212,54 +212,6 @@ func TestOCIRepositoryWithTheRealSourceController(t *testing.T) {
 	if !maps.Equal(cm.Data, good) {
 		t.Errorf("the tampered artifact changed the rendering")
 	}
-}
-
-// tarGz is the folder dir as a gzipped tarball (an OCI layer, as `flux push artifact` makes).
-func tarGz(t *testing.T, dir string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		h, err := tar.FileInfoHeader(info, "")
-		if err != nil {
-			return err
-		}
-		h.Name = filepath.ToSlash(rel)
-		if d.IsDir() {
-			h.Name += "/"
-		}
-		if err := tw.WriteHeader(h); err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		_, err = tw.Write(b)
-		return err
-	})
-	if err == nil {
-		err = tw.Close()
-	}
-	if err == nil {
-		err = gz.Close()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // pushArtifact pushes layer as tag of repository repo to the OCI registry at base (plain
