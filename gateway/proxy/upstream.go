@@ -206,16 +206,6 @@ func proxyAddr(p *url.URL) string {
 	return net.JoinHostPort(p.Hostname(), port)
 }
 
-// refuseRedirect is the CheckRedirect of url upstreams: a redirect is not followed. Its
-// target was never egress-checked by name (allowed_hosts), and the upstream's headers
-// (credentials) would go with the request to it. bodyLimitTransport refuses a redirect
-// before the client sees it (redirectError); this is the backstop.
-func refuseRedirect(name string) func(*http.Request, []*http.Request) error {
-	return func(r *http.Request, _ []*http.Request) error {
-		return fmt.Errorf("upstream %s redirected to %s: redirects are not followed (set the url upstream's url to where it redirects, if that is meant)", name, quoteCut(r.URL.Scheme+"://"+r.URL.Host))
-	}
-}
-
 // isRedirect reports whether resp is one net/http's client would follow.
 func isRedirect(resp *http.Response) bool {
 	switch resp.StatusCode {
@@ -226,7 +216,9 @@ func isRedirect(resp *http.Response) bool {
 }
 
 // redirectError is the error of a redirect from url upstream name: its target's scheme and
-// host, quoted and cut (the upstream chose every byte of the Location).
+// host, quoted and cut (the upstream chose every byte of the Location). A redirect is not
+// followed: its target was never egress-checked by name (allowed_hosts), and the upstream's
+// headers (credentials) would go with the request to it.
 func redirectError(name string, resp *http.Response) error {
 	target := resp.Header.Get("Location")
 	if resp.Request != nil && resp.Request.URL != nil {
@@ -294,7 +286,9 @@ func transport(d dialer, u config.Upstream) mcp.Transport {
 		Endpoint: u.URL,
 		HTTPClient: &http.Client{Transport: &bodyLimitTransport{base: base, name: u.Name, limit: limit,
 			warn: d.warn, hit: d.limitHit, answers: newAnswerGate(u.Name, d.warn), progress: d.progress, owner: d.owner},
-			CheckRedirect: refuseRedirect(u.Name)},
+			// bodyLimitTransport refuses every redirect net/http would follow (redirectError), so
+			// this is never asked; should it be, the 3xx goes to the SDK as the answer.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		// Above the limit: bodyLimitTransport decides, so the SDK never fails the whole
 		// connection for one oversized event.
 		MaxEventSize: int(limit) + sseSlack,
