@@ -32,18 +32,7 @@ func TestProcessStopsItsGroup(t *testing.T) {
 	}
 	dir := t.TempDir()
 	// The shell starts a child that ignores nothing: Stop must end both (the whole group).
-	p, err := Start("sleeper", sh, []string{"-c", "sleep 300 & echo started; wait"}, []string{"PATH=" + os.Getenv("PATH")}, filepath.Join(dir, "sleeper.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Poll(t.Context(), 10*time.Second, func() string {
-		if !strings.Contains(p.Output(), "started") {
-			return "no output yet"
-		}
-		return ""
-	}); err != nil {
-		t.Fatal(err)
-	}
+	p := startSleeper(t, sh, dir)
 	peak, err := p.PeakRSS()
 	if err != nil || peak <= 0 {
 		t.Fatalf("PeakRSS = %d, %v", peak, err)
@@ -74,19 +63,8 @@ func TestProcessSignalAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Start("sleeper", sh, []string{"-c", "sleep 300 & echo started; wait"}, []string{"PATH=" + os.Getenv("PATH")}, filepath.Join(t.TempDir(), "sleeper.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startSleeper(t, sh, t.TempDir())
 	t.Cleanup(func() { _ = syscall.Kill(-p.PID(), syscall.SIGKILL) })
-	if err := Poll(t.Context(), 10*time.Second, func() string {
-		if !strings.Contains(p.Output(), "started") {
-			return "no output yet"
-		}
-		return ""
-	}); err != nil {
-		t.Fatal(err)
-	}
 	if exited, _ := p.Wait(100 * time.Millisecond); exited {
 		t.Fatal("exited before the signal")
 	}
@@ -120,4 +98,22 @@ func TestExpandVars(t *testing.T) {
 			t.Errorf("ExpandVars(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// startSleeper starts a shell (sh) in dir whose child sleeps, and waits until it has started.
+func startSleeper(t *testing.T, sh, dir string) *Process {
+	t.Helper()
+	p, err := Start("sleeper", sh, []string{"-c", "sleep 300 & echo started; wait"}, []string{"PATH=" + os.Getenv("PATH")}, filepath.Join(dir, "sleeper.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Poll(t.Context(), 10*time.Second, func() string {
+		if !strings.Contains(p.Output(), "started") {
+			return "no output yet"
+		}
+		return ""
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
