@@ -624,6 +624,19 @@ func (m *Runs) AppendApproval(ctx context.Context, r store.ApprovalRecord) (int6
 	return seq, err
 }
 
+// QueueOutcome journals a step's outcome without waiting for its commit (store.Store); the
+// ReversiRun is touched once it is committed.
+func (m *Runs) QueueOutcome(ctx context.Context, run string, step int64, o store.StepOutcome, done func(seq int64, err error)) {
+	m.Store.QueueOutcome(ctx, run, step, o, func(seq int64, err error) {
+		if err == nil {
+			m.touch(run, false)
+		}
+		if done != nil {
+			done(seq, err)
+		}
+	})
+}
+
 // RecordOutcome journals a step's outcome.
 func (m *Runs) RecordOutcome(ctx context.Context, run string, step int64, o store.StepOutcome) (int64, error) {
 	seq, err := m.Store.RecordOutcome(ctx, run, step, o)

@@ -720,10 +720,13 @@ const (
 
 func (g *Gateway) outcome(ctx context.Context, run string, step int64, o store.StepOutcome) {
 	o.Note = clip(o.Note, maxNoteBytes)
-	// The outcome is journaled even if the client went away mid-call.
-	if _, err := g.store.RecordOutcome(context.WithoutCancel(ctx), run, step, o); err != nil {
-		g.warn("journal outcome of step %d in run %s: %v", step, run, err)
-	}
+	// The outcome is journaled even if the client went away mid-call. It is queued: it
+	// commits with the session's next intent (or within 5 ms), so a call pays one transaction.
+	g.store.QueueOutcome(context.WithoutCancel(ctx), run, step, o, func(_ int64, err error) {
+		if err != nil {
+			g.warn("journal outcome of step %d in run %s: %v", step, run, err)
+		}
+	})
 }
 
 // releaseKey frees the duplicate-call key a call holds when it did not succeed.

@@ -53,7 +53,7 @@ func openMemory(clock Clock) (*Memory, error) {
 		db.Close()
 		return nil, err
 	}
-	m := &Memory{sqlStore{d: sqliteDialect, r: sqlQuerier{db}, w: w, now: clock, instance: newID("mem-"), inst: memInstances{}}}
+	m := &Memory{sqlStore{d: sqliteDialect, r: flushedReads{w, sqlQuerier{db}}, w: w, now: clock, instance: newID("mem-"), inst: memInstances{}}}
 	m.release = db.Close
 	return m, nil
 }

@@ -48,6 +48,27 @@ func (s sqlQuerier) query(ctx context.Context, query string, args ...any) (rows,
 	return r, nil
 }
 
+// flushedReads is SQLite's read querier: each statement first waits for the writes its
+// store queued (QueueOutcome), so that a read sees every write whose method returned.
+type flushedReads struct {
+	w *sqliteWriter
+	q querier
+}
+
+func (f flushedReads) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	if err := f.w.flush(ctx); err != nil {
+		return 0, err
+	}
+	return f.q.exec(ctx, query, args...)
+}
+
+func (f flushedReads) query(ctx context.Context, query string, args ...any) (rows, error) {
+	if err := f.w.flush(ctx); err != nil {
+		return nil, err
+	}
+	return f.q.query(ctx, query, args...)
+}
+
 // oneRow is the first row of a statement that is run to its end.
 type oneRow struct {
 	rows rows

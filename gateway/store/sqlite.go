@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -161,7 +162,7 @@ func OpenSQLite(dir string, clock Clock) (_ *SQLite, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	s := &SQLite{path: path, sqlStore: sqlStore{d: sqliteDialect, r: sqlQuerier{r}, w: wr, now: clock, instance: instance,
+	s := &SQLite{path: path, sqlStore: sqlStore{d: sqliteDialect, r: flushedReads{wr, sqlQuerier{r}}, w: wr, now: clock, instance: instance,
 		inst: &fileInstances{dir: filepath.Join(dir, instancesDir), id: instance, own: lock}}}
 	s.release = func() error { return errors.Join(r.Close(), w.Close()) }
 	return s, nil
@@ -300,6 +301,11 @@ func (f *fileInstances) close() error {
 // follows it.
 const lazyFlushInterval = 500 * time.Millisecond
 
+// queuedDelay bounds how long a queued write (QueueOutcome) waits for a batch to join before
+// it is committed by itself: a session's next call usually comes well within it (the agent's
+// round trip), so its intent's transaction carries the outcome of the call before.
+const queuedDelay = 5 * time.Millisecond
+
 // maxWriteBatch bounds how many requests share one transaction.
 const maxWriteBatch = 256
 
@@ -314,6 +320,8 @@ type writeReq struct {
 	// batch: signal receives true.
 	lead   bool
 	signal chan bool // buffered (1): nobody ever blocks on sending
+	// done, for a queued request (nobody waits on signal), gets the answer instead.
+	done func(error)
 }
 
 // sqliteWriter is SQLite's runner: group commit without a goroutine of its own. A write joins
@@ -336,6 +344,11 @@ type sqliteWriter struct {
 	queue   []*writeReq
 	leading bool
 	closed  bool
+	// timer commits queued requests that no batch took within queuedDelay (armed: pending).
+	timer *time.Timer
+	armed bool
+	// queuedN counts the queued requests not yet answered (flush's fast path reads it).
+	queuedN atomic.Int64
 
 	// The leader's alone (one leader at a time).
 	batch   []*writeReq
@@ -371,20 +384,74 @@ func (w *sqliteWriter) run(ctx context.Context, h how, fn txFunc) error {
 		return ErrClosed
 	}
 	w.queue = append(w.queue, req)
-	if !w.leading {
-		w.leading = true
-		w.mu.Unlock()
-		w.lead()
-	} else {
-		w.mu.Unlock()
-		if lead := w.wait(req); lead {
-			w.lead()
-		} else {
+	lead := !w.leading
+	w.leading = true
+	w.mu.Unlock()
+	if !lead {
+		if lead = w.wait(req); !lead {
 			return req.err
 		}
 	}
-	<-req.signal // the led batch held req (it was first in the queue) and answered it
-	return req.err
+	for { // the batch may not hold req (queued requests before it): then it leads the next
+		w.lead()
+		if !<-req.signal {
+			return req.err
+		}
+	}
+}
+
+// enqueue adds fn as a queued write (lazy and single: one statement) and returns without waiting:
+// the next batch takes it (another caller's write, usually the next intent), or the timer
+// after queuedDelay. done gets its answer once committed (or its error); it runs on the
+// goroutine leading the batch and must not call the store. Errors: ErrClosed.
+func (w *sqliteWriter) enqueue(ctx context.Context, fn txFunc, done func(error)) error {
+	req := &writeReq{ctx: context.WithoutCancel(ctx), fn: fn, how: lazy | single | queued, done: done}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	w.queue = append(w.queue, req)
+	w.queuedN.Add(1)
+	if !w.leading {
+		w.armLocked()
+	}
+	return nil
+}
+
+// armLocked starts the timer of the queued requests unless it runs. w.mu is held.
+func (w *sqliteWriter) armLocked() {
+	if w.armed {
+		return
+	}
+	w.armed = true
+	if w.timer == nil {
+		w.timer = time.AfterFunc(queuedDelay, w.kick)
+	} else {
+		w.timer.Reset(queuedDelay)
+	}
+}
+
+// kick leads a batch of the queued requests that no write took within queuedDelay.
+func (w *sqliteWriter) kick() {
+	w.mu.Lock()
+	w.armed = false
+	if w.leading || len(w.queue) == 0 {
+		w.mu.Unlock()
+		return
+	}
+	w.leading = true
+	w.mu.Unlock()
+	w.lead()
+}
+
+// flush returns once every request queued before it is committed (or answered with its
+// error): the reads of the store see what its writes queued.
+func (w *sqliteWriter) flush(ctx context.Context) error {
+	if w.queuedN.Load() == 0 {
+		return nil
+	}
+	return w.run(ctx, lazy|single, func(context.Context, querier) error { return nil })
 }
 
 // wait waits for req's signal: true when its goroutine is to lead the next batch, false when
@@ -409,30 +476,43 @@ func (w *sqliteWriter) wait(req *writeReq) bool {
 	}
 }
 
-// lead runs one batch, then passes the lead on to the oldest waiting request, if any.
+// lead runs one batch, then passes the lead on to the oldest waiting request, if any. Queued
+// requests nobody waits for are left to the next write or the timer, except once the writer
+// is closed: then lead commits them too.
 func (w *sqliteWriter) lead() {
-	w.mu.Lock()
-	n := min(len(w.queue), maxWriteBatch)
-	w.batch = append(w.batch[:0], w.queue[:n]...)
-	rest := copy(w.queue, w.queue[n:])
-	clear(w.queue[rest:])
-	w.queue = w.queue[:rest]
-	w.mu.Unlock()
+	for {
+		w.mu.Lock()
+		n := min(len(w.queue), maxWriteBatch)
+		w.batch = append(w.batch[:0], w.queue[:n]...)
+		rest := copy(w.queue, w.queue[n:])
+		clear(w.queue[rest:])
+		w.queue = w.queue[:rest]
+		w.mu.Unlock()
 
-	w.commitBatch(w.batch)
-	clear(w.batch)
-	w.prepareMissing()
+		w.commitBatch(w.batch)
+		clear(w.batch)
+		w.prepareMissing()
 
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.queue) > 0 {
-		next := w.queue[0]
-		next.lead = true
-		next.signal <- true
+		w.mu.Lock()
+		if i := slices.IndexFunc(w.queue, func(r *writeReq) bool { return r.done == nil }); i >= 0 {
+			next := w.queue[i]
+			next.lead = true
+			next.signal <- true
+			w.mu.Unlock()
+			return
+		}
+		if len(w.queue) > 0 {
+			if w.closed {
+				w.mu.Unlock()
+				continue
+			}
+			w.armLocked()
+		}
+		w.leading = false
+		w.idle.Broadcast()
+		w.mu.Unlock()
 		return
 	}
-	w.leading = false
-	w.idle.Broadcast()
 }
 
 // close waits for the running batches, syncs the lazy commits and stops: later runs return
@@ -440,8 +520,17 @@ func (w *sqliteWriter) lead() {
 func (w *sqliteWriter) close() error {
 	w.mu.Lock()
 	w.closed = true
+	if !w.leading && len(w.queue) > 0 { // queued requests only: commit them now
+		w.leading = true
+		w.mu.Unlock()
+		w.lead()
+		w.mu.Lock()
+	}
 	for w.leading {
 		w.idle.Wait()
+	}
+	if w.timer != nil {
+		w.timer.Stop()
 	}
 	w.mu.Unlock()
 	var errs []error
@@ -586,6 +675,11 @@ func (w *sqliteWriter) commitBatch(batch []*writeReq) {
 	}
 	for i, req := range batch {
 		req.err = errs[i]
+		if req.done != nil {
+			req.done(errs[i])
+			w.queuedN.Add(-1)
+			continue
+		}
 		req.signal <- false
 	}
 }

@@ -52,6 +52,10 @@ const (
 	// run it outside a transaction of its own (one statement to the database instead of
 	// three). A read that only explains the statement's failure may follow it.
 	single how = 1 << 1
+	// queued: lazy, but the caller does not wait for the commit either: the write joins the
+	// next batch of the store's writer (the next intent's transaction, typically) or commits
+	// within queuedDelay (sqliteWriter.queue). Only the SQLite runner queues.
+	queued how = 1 << 2
 )
 
 func (h how) isLazy() bool   { return h&lazy != 0 }
@@ -471,6 +475,36 @@ func (s *sqlStore) RecordOutcome(ctx context.Context, run string, step int64, o 
 		return err
 	})
 	return rec.Seq, err
+}
+
+// QueueOutcome implements Store. A runner that cannot queue (Postgres) records the outcome
+// at once.
+func (s *sqlStore) QueueOutcome(ctx context.Context, run string, step int64, o StepOutcome, done func(seq int64, err error)) {
+	if done == nil {
+		done = func(int64, error) {}
+	}
+	q, ok := s.w.(*sqliteWriter)
+	if !ok {
+		done(s.RecordOutcome(ctx, run, step, o))
+		return
+	}
+	enc, err := encodeHandle(o)
+	if err == nil {
+		err = s.check()
+	}
+	if err != nil {
+		done(0, err)
+		return
+	}
+	var rec Record
+	err = q.enqueue(ctx, func(ctx context.Context, tx querier) error {
+		var err error
+		rec, err = s.outcomeTx(ctx, tx, run, step, o, enc)
+		return err
+	}, func(err error) { done(rec.Seq, err) })
+	if err != nil {
+		done(0, err)
+	}
 }
 
 // AppendEvent implements Store.

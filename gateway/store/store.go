@@ -301,6 +301,14 @@ type Store interface {
 	// Errors: ErrInvalid (unknown status or a Handle that is not JSON), ErrNotFound (no such
 	// intent in the run), ErrCompleted (the step already has an outcome).
 	RecordOutcome(ctx context.Context, run string, step int64, o StepOutcome) (seq int64, err error)
+	// QueueOutcome is RecordOutcome without waiting for the commit (the gateway's call path):
+	// the outcome joins the store's next write, typically the session's next intent, or is
+	// committed by itself within 5 ms (SQLite and memory; Postgres commits it before
+	// QueueOutcome returns). Reads of this store wait for it; other processes see it once
+	// committed, and a crash of the process before then loses it (Recover completes the step
+	// as uncertain). done, if not nil, gets RecordOutcome's answer; it may run on another
+	// goroutine, before or after QueueOutcome returns, and must not call the store.
+	QueueOutcome(ctx context.Context, run string, step int64, o StepOutcome, done func(seq int64, err error))
 	// AppendEvent appends a reloaded, reload_failed, note, read or server_request record and
 	// returns its Seq; with e.Alert, the alert's notifications in the same transaction.
 	// Errors: ErrInvalid (other kinds, an Alert that is not an alert), ErrNotFound (no run).
