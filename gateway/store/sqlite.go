@@ -501,12 +501,14 @@ func (w *sqliteWriter) lead() {
 			w.mu.Unlock()
 			return
 		}
-		if len(w.queue) > 0 {
-			if w.closed {
-				w.mu.Unlock()
-				continue
-			}
+		switch {
+		case len(w.queue) > 0 && w.closed:
+			w.mu.Unlock()
+			continue
+		case len(w.queue) > 0:
 			w.armLocked()
+		case w.armed: // the batch took what the timer was for: no wake-up in vain
+			w.armed = !w.timer.Stop()
 		}
 		w.leading = false
 		w.idle.Broadcast()

@@ -477,14 +477,15 @@ func (s *sqlStore) RecordOutcome(ctx context.Context, run string, step int64, o 
 	return rec.Seq, err
 }
 
-// QueueOutcome implements Store. A runner that cannot queue (Postgres) records the outcome
-// at once.
+// QueueOutcome implements Store. Where the outcome's own commit costs no more than joining a
+// transaction would (Postgres: one round trip; memory: nothing to write to disk, and a
+// database/sql Tx costs more than two statements in autocommit), it is recorded at once.
 func (s *sqlStore) QueueOutcome(ctx context.Context, run string, step int64, o StepOutcome, done func(seq int64, err error)) {
 	if done == nil {
 		done = func(int64, error) {}
 	}
 	q, ok := s.w.(*sqliteWriter)
-	if !ok {
+	if !ok || q.wal == nil {
 		done(s.RecordOutcome(ctx, run, step, o))
 		return
 	}

@@ -303,7 +303,7 @@ type Store interface {
 	RecordOutcome(ctx context.Context, run string, step int64, o StepOutcome) (seq int64, err error)
 	// QueueOutcome is RecordOutcome without waiting for the commit (the gateway's call path):
 	// the outcome joins the store's next write, typically the session's next intent, or is
-	// committed by itself within 5 ms (SQLite and memory; Postgres commits it before
+	// committed by itself within 5 ms (SQLite; the memory store and Postgres commit it before
 	// QueueOutcome returns). Reads of this store wait for it; other processes see it once
 	// committed, and a crash of the process before then loses it (Recover completes the step
 	// as uncertain). done, if not nil, gets RecordOutcome's answer; it may run on another
