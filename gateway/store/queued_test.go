@@ -170,7 +170,21 @@ func TestQueuedOutcomesAheadOfAWrite(t *testing.T) {
 		w.queuedN.Add(1)
 	}
 	w.mu.Unlock()
-	last := intent() // leads: its own request is in the second batch
+	var last int64
+	wrote := make(chan error, 1)
+	go func() { // leads: its own request is in the second batch
+		var err error
+		last, err = s.RecordIntent(ctx, Intent{Run: "run-q", Tool: "mem.read_graph", Reason: "r", Mode: "enforce", Decision: "allow"})
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("RecordIntent behind a full batch of queued outcomes never returned")
+	}
 	peer, err := OpenSQLite(dir, nil)
 	if err != nil {
 		t.Fatal(err)
