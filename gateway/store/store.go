@@ -13,7 +13,7 @@
 //	ok, holder, _ := s.ClaimKey(ctx, key, run, 0) // when the manifest declares idempotency
 //	step, _ := s.RecordIntent(ctx, intent)          // durable before the upstream sees the call
 //	... forward ...
-//	s.RecordOutcome(ctx, run, step, outcome)      // completes the step
+//	s.QueueOutcome(ctx, run, step, outcome, done) // completes the step (with the next intent)
 //
 // and on start-up s.Recover(ctx) marks every intent that never got an outcome as uncertain.
 package store
@@ -272,7 +272,7 @@ type KeyHolder struct {
 const RecoveryNote = "no outcome was journaled before the gateway stopped: the upstream may have acted"
 
 // Store is the gateway's durable state. All methods are safe for concurrent use. Methods that
-// write return only after the write is committed. Intents, rollback entries, runs, claimed keys,
+// write return only after the write is committed (QueueOutcome: see there). Intents, rollback entries, runs, claimed keys,
 // approvals and high-water marks are durable when the method returns (for SQLite: in the WAL,
 // fsynced). Records
 // of what already happened (RecordOutcome, AppendEvent, SetRunStatus, ReleaseKey) survive a
