@@ -245,22 +245,39 @@ func openLedger(t *testing.T, data string) *store.SQLite {
 }
 
 // records returns every ledger record of every run (not the gateway journal), oldest run first.
+// A running gateway commits a call's outcome with its next write or within 5 ms
+// (store.QueueOutcome), so while a step is open records reads again, for up to 2 s.
 func records(t *testing.T, st store.Store) []store.Record {
 	t.Helper()
 	ctx := context.Background()
-	runs, err := st.ListRuns(ctx, store.RunFilter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []store.Record
-	for i := len(runs) - 1; i >= 0; i-- {
-		recs, err := st.Records(ctx, runs[i].ID, 0, 0)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		runs, err := st.ListRuns(ctx, store.RunFilter{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, recs...)
+		var out []store.Record
+		open := 0
+		for i := len(runs) - 1; i >= 0; i-- {
+			recs, err := st.Records(ctx, runs[i].ID, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				switch r.Kind {
+				case store.KindIntent:
+					open++
+				case store.KindOutcome:
+					open--
+				}
+			}
+			out = append(out, recs...)
+		}
+		if open <= 0 || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	return out
 }
 
 // outcomes returns the outcome records of tool.
