@@ -464,3 +464,39 @@ func TestAttackConsumeBesideFailingQueued(t *testing.T) {
 		t.Fatalf("records %+v", recs)
 	}
 }
+
+// A read with a deadline, while an outcome is queued and another process holds the folder's
+// writer lock, returns at its deadline (reads never waited for writers before QueueOutcome);
+// once the lock is free the outcome commits and is read.
+func TestAttackReadDeadlineBehindPeerLock(t *testing.T) {
+	dir := t.TempDir()
+	s, intent := queuedFixture(t, dir)
+	peer, err := OpenSQLite(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	step := intent()
+	pw := peer.w.(*sqliteWriter)
+	if err := pw.lockWriters(); err != nil {
+		t.Fatal(err)
+	}
+	s.QueueOutcome(context.Background(), "run-q", step, StepOutcome{Status: Succeeded}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	read := make(chan error, 1)
+	go func() { _, err := s.Records(ctx, "run-q", 0, 0); read <- err }()
+	select {
+	case err := <-read:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("read behind a held writer lock: %v, want its deadline", err)
+		}
+	case <-time.After(5 * time.Second):
+		pw.unlockWriters()
+		t.Fatal("a read with a 200 ms deadline still waits for another process's writer lock after 5 s")
+	}
+	pw.unlockWriters()
+	if n := outcomes(t, s); n != 1 {
+		t.Fatalf("%d outcomes after the lock is free, want 1", n)
+	}
+}
