@@ -451,7 +451,17 @@ func (w *sqliteWriter) flush(ctx context.Context) error {
 	if w.queuedN.Load() == 0 {
 		return nil
 	}
-	return w.run(ctx, lazy|single, func(context.Context, querier) error { return nil })
+	// A taken request waits for its batch whatever ctx does (run); a read has nothing on disk
+	// to match, so it gives up at ctx's end (the batch may wait for another process's writer
+	// lock) and leaves the empty request to the batch.
+	errc := make(chan error, 1)
+	go func() { errc <- w.run(ctx, lazy|single, func(context.Context, querier) error { return nil }) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // wait waits for req's signal: true when its goroutine is to lead the next batch, false when
