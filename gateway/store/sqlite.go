@@ -454,8 +454,12 @@ func (w *sqliteWriter) flush(ctx context.Context) error {
 	// A taken request waits for its batch whatever ctx does (run); a read has nothing on disk
 	// to match, so it gives up at ctx's end (the batch may wait for another process's writer
 	// lock) and leaves the empty request to the batch.
+	noop := func(context.Context, querier) error { return nil }
+	if ctx.Done() == nil { // it never ends: no goroutine to wait beside the batch
+		return w.run(ctx, lazy|single, noop)
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- w.run(ctx, lazy|single, func(context.Context, querier) error { return nil }) }()
+	go func() { errc <- w.run(ctx, lazy|single, noop) }()
 	select {
 	case err := <-errc:
 		return err
