@@ -914,6 +914,9 @@ func (s *story) crashJournal(ctx context.Context, since time.Time) error {
 			for _, r := range recs {
 				if r.Kind == store.KindIntent && r.Seq > crash {
 					s.report.AfterCrashStep = journaledStep(recs, r.Seq)
+					if s.report.AfterCrashStep.Outcome == "" { // committed with the next write, or within 5 ms
+						return fmt.Sprintf("step %d of run %s has no outcome yet", r.Seq, run.ID)
+					}
 					return ""
 				}
 			}
