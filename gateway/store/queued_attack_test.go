@@ -46,11 +46,7 @@ func TestAttackQueuedFailsBesideIntent(t *testing.T) {
 	dir := t.TempDir()
 	s, intent := queuedFixture(t, dir)
 	ctx := context.Background()
-	peer, err := OpenSQLite(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	peer := openPeer(t, dir)
 	step := intent()
 	must[int64](t)(peer.RecordOutcome(ctx, "run-q", step, StepOutcome{Status: Failed}))
 	w := s.w.(*sqliteWriter)
@@ -270,11 +266,7 @@ func TestAttackPeerRecoverWhileQueued(t *testing.T) {
 	holdLead(t, w)
 	got := make(chan error, 1)
 	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Succeeded}, func(_ int64, err error) { got <- err })
-	peer, err := OpenSQLite(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	peer := openPeer(t, dir)
 	if _, err := peer.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -377,11 +369,7 @@ func TestAttackFullQueueWithFailures(t *testing.T) {
 	dir := t.TempDir()
 	s, intent := queuedFixture(t, dir)
 	ctx := context.Background()
-	peer, err := OpenSQLite(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	peer := openPeer(t, dir)
 	steps := make([]int64, maxWriteBatch+60)
 	for i := range steps {
 		steps[i] = intent()
@@ -471,11 +459,7 @@ func TestAttackConsumeBesideFailingQueued(t *testing.T) {
 func TestAttackReadDeadlineBehindPeerLock(t *testing.T) {
 	dir := t.TempDir()
 	s, intent := queuedFixture(t, dir)
-	peer, err := OpenSQLite(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	peer := openPeer(t, dir)
 	step := intent()
 	pw := peer.w.(*sqliteWriter)
 	if err := pw.lockWriters(); err != nil {

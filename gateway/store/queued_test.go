@@ -11,11 +11,7 @@ import (
 // queuedFixture is a SQLite store in dir with one run, and an intent maker for it.
 func queuedFixture(t *testing.T, dir string) (*SQLite, func() int64) {
 	t.Helper()
-	s, err := OpenSQLite(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openPeer(t, dir)
 	ctx := context.Background()
 	must[Run](t)(s.CreateRun(ctx, Run{ID: "run-q", Actor: "alice"}))
 	intent := func() int64 {
@@ -24,6 +20,18 @@ func queuedFixture(t *testing.T, dir string) (*SQLite, func() int64) {
 			Mode: "enforce", Decision: "allow"}))
 	}
 	return s, intent
+}
+
+// openPeer opens a second store on dir, as another gateway process would, closed at the
+// test's end.
+func openPeer(t *testing.T, dir string) *SQLite {
+	t.Helper()
+	s, err := OpenSQLite(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // outcomes returns how many outcome records run-q has, as s reads them.
@@ -79,11 +87,7 @@ func TestQueuedOutcomeIsReadAndCommittedAlone(t *testing.T) {
 	dir := t.TempDir()
 	s, intent := queuedFixture(t, dir)
 	ctx := context.Background()
-	peer, err := OpenSQLite(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	peer := openPeer(t, dir)
 
 	step := intent()
 	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Succeeded}, nil)
@@ -131,11 +135,7 @@ func TestQueuedOutcomeSurvivesClose(t *testing.T) {
 	if err := <-got; !errors.Is(err, ErrClosed) {
 		t.Fatalf("QueueOutcome after Close: %v, want ErrClosed", err)
 	}
-	again, err := OpenSQLite(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
+	again := openPeer(t, dir)
 	if n := outcomes(t, again); n != 1 {
 		t.Fatalf("after Close and open: %d outcomes, want 1", n)
 	}
@@ -185,11 +185,7 @@ func TestQueuedOutcomesAheadOfAWrite(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("RecordIntent behind a full batch of queued outcomes never returned")
 	}
-	peer, err := OpenSQLite(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	peer := openPeer(t, dir)
 	recs := must[[]Record](t)(peer.Records(ctx, "run-q", last-1, 0))
 	if len(recs) == 0 || recs[0].Seq != last || recs[0].Kind != KindIntent {
 		t.Fatalf("RecordIntent returned before its commit: a peer reads %+v after seq %d", recs, last-1)
