@@ -156,7 +156,7 @@ func TestQueuedOutcomesAheadOfAWrite(t *testing.T) {
 	var answered sync.WaitGroup
 	for _, st := range steps {
 		answered.Add(1)
-		req := &writeReq{ctx: ctx, how: lazy | single | queued, done: func(err error) {
+		req := &writeReq{ctx: ctx, how: lazy | single, done: func(err error) {
 			if err != nil {
 				t.Error(err)
 			}

@@ -405,7 +405,7 @@ func (w *sqliteWriter) run(ctx context.Context, h how, fn txFunc) error {
 // after queuedDelay. done gets its answer once committed (or its error); it runs on the
 // goroutine leading the batch and must not call the store. Errors: ErrClosed.
 func (w *sqliteWriter) enqueue(ctx context.Context, fn txFunc, done func(error)) error {
-	req := &writeReq{ctx: context.WithoutCancel(ctx), fn: fn, how: lazy | single | queued, done: done}
+	req := &writeReq{ctx: context.WithoutCancel(ctx), fn: fn, how: lazy | single, done: done}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {

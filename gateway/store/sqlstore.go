@@ -52,10 +52,6 @@ const (
 	// run it outside a transaction of its own (one statement to the database instead of
 	// three). A read that only explains the statement's failure may follow it.
 	single how = 1 << 1
-	// queued: lazy, but the caller does not wait for the commit either: the write joins the
-	// next batch of the store's writer (the next intent's transaction, typically) or commits
-	// within queuedDelay (sqliteWriter.queue). Only the SQLite runner queues.
-	queued how = 1 << 2
 )
 
 func (h how) isLazy() bool   { return h&lazy != 0 }
