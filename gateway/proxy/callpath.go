@@ -36,6 +36,7 @@ type callPath struct {
 	step   int64
 	res    *mcp.CallToolResult
 	resRaw json.RawMessage // the upstream's result bytes (stdio pass-through), nil otherwise
+	resEnv envelopeMembers // resRaw's own envelope members
 	ferr   error
 
 	// journalOutcome
@@ -218,7 +219,7 @@ func (c *callPath) reply(ctx context.Context) *mcp.CallToolResult {
 		resRaw = c.g.editRaw(c.name, resRaw, func(raw json.RawMessage) (json.RawMessage, error) { return rawAppendText(raw, adv) })
 	}
 	if resRaw != nil {
-		passThrough(ctx, res, resRaw)
+		passThrough(ctx, res, resRaw, c.resEnv)
 	}
 	return res
 }

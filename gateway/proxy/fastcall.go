@@ -255,20 +255,21 @@ func (g *Gateway) fastReply(ctx context.Context, ss *mcp.ServerSession, id jsonr
 			info, _ := json.Marshal(&mcp.Implementation{Name: Name, Version: Version})
 			set.Meta = map[string]json.RawMessage{mcp.MetaKeyServerInfo: info}
 		}
-		raw := h.raw
+		raw, env := h.raw, h.env
 		if raw == nil || res != h.res {
 			if res.Content == nil {
 				r := *res
 				r.Content = []mcp.Content{} // as the SDK sends it: never null
 				res = &r
 			}
+			env = envelopeMembers{} // splice reads the marshalled result's members
 			raw, err = json.Marshal(res)
 		}
 		if err == nil {
-			body, err = set.splice(raw)
+			body, err = set.splice(raw, env)
 		}
 	}
-	if err == nil && bytes.IndexAny(body, "\r\n") >= 0 {
+	if err == nil && hasLineEnd(body) {
 		// An upstream over HTTP may indent, one over stdio put a carriage return between tokens:
 		// stdio is one message per line, and the SDK's path compacts what it writes.
 		var b bytes.Buffer

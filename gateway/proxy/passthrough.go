@@ -161,41 +161,59 @@ func completeResult(raw json.RawMessage) bool {
 // and the agents' clients match them: "StructuredContent" or "ISERROR" is another member than
 // the protocol's, which a case-insensitive decoder would take in its place (the last one given
 // wins), so that the gateway would check and journal a member the agent never reads.
-func exactUnmarshal(b []byte, v any) error {
-	rest, err := fastjson.Parse(b, v, fastjson.DontMatchCaseInsensitiveStructFields)
+// flags adds parse flags (the zero-copy ones, where v may alias b: b must then stay unchanged
+// while v is used).
+func exactUnmarshal(b []byte, v any, flags ...fastjson.ParseFlags) error {
+	f := fastjson.DontMatchCaseInsensitiveStructFields
+	for _, x := range flags {
+		f |= x
+	}
+	rest, err := fastjson.Parse(b, v, f)
 	if err == nil && len(bytes.TrimSpace(rest)) > 0 {
 		err = fmt.Errorf("json: invalid character %q after top-level value", rest[0])
 	}
 	return err
 }
 
-// passedResult is what the gateway reads of a passed-through result.
+// passedResult is what the gateway reads of a passed-through result: ResultType and Meta only
+// for their presence (envelopeMembers), so that the reply needs no second pass.
 type passedResult struct {
-	IsError           bool `json:"isError"`
-	StructuredContent any  `json:"structuredContent"` // null and absent: nil
+	IsError           bool            `json:"isError"`
+	StructuredContent any             `json:"structuredContent"` // null and absent: nil
+	ResultType        json.RawMessage `json:"resultType"`
+	Meta              json.RawMessage `json:"_meta"`
 }
 
 // lightResult decodes what the call path reads of raw: isError and structuredContent (as any,
-// for the output schema check and $result values). Content stays undecoded: Content is an
-// empty (non-nil) slice, so the SDK's server sends the result as returned (see passMiddleware).
-// It decodes with segmentio/encoding (as the SDK does), which skips the members it does not
-// keep several times faster than encoding/json.
-func lightResult(raw json.RawMessage) (*mcp.CallToolResult, error) {
+// for the output schema check and $result values), and which envelope members raw has (for the
+// reply's splice). Content stays undecoded: Content is an empty (non-nil) slice, so the SDK's
+// server sends the result as returned (see passMiddleware). It decodes with segmentio/encoding
+// (as the SDK does), which skips the members it does not keep several times faster than
+// encoding/json, and without copies: the strings of structuredContent alias raw, which the
+// call path never changes (its edits make new bytes: rawEdit).
+func lightResult(raw json.RawMessage) (*mcp.CallToolResult, envelopeMembers, error) {
 	var p passedResult // one pass: structuredContent is decoded where it stands
-	if err := exactUnmarshal(raw, &p); err != nil {
-		return nil, err
+	if err := exactUnmarshal(raw, &p, fastjson.ZeroCopy); err != nil {
+		return nil, envelopeMembers{}, err
 	}
-	return &mcp.CallToolResult{IsError: p.IsError, Content: []mcp.Content{}, StructuredContent: p.StructuredContent}, nil
+	env := envelopeMembers{known: true, resultType: p.ResultType != nil, meta: p.Meta != nil}
+	return &mcp.CallToolResult{IsError: p.IsError, Content: []mcp.Content{}, StructuredContent: p.StructuredContent}, env, nil
 }
 
-// envelope reports whether raw, a result object, has a resultType and a _meta member.
-func envelope(raw json.RawMessage) (resultType, meta bool, err error) {
+// envelopeMembers says which of the members the SDK's server may add (resultType, `_meta`) a
+// raw result object has of its own. The zero value is not known: splice reads raw for it.
+type envelopeMembers struct {
+	known, resultType, meta bool
+}
+
+// envelope reads which envelope members raw, a result object, has.
+func envelope(raw json.RawMessage) (envelopeMembers, error) {
 	var p struct {
 		ResultType json.RawMessage `json:"resultType"`
 		Meta       json.RawMessage `json:"_meta"`
 	}
-	err = exactUnmarshal(raw, &p)
-	return p.ResultType != nil, p.Meta != nil, err
+	err := exactUnmarshal(raw, &p, fastjson.DontCopyRawMessage)
+	return envelopeMembers{known: err == nil, resultType: p.ResultType != nil, meta: p.Meta != nil}, err
 }
 
 // fullResult decodes raw as the SDK would have.
@@ -246,14 +264,16 @@ func rawAppendText(raw json.RawMessage, text string) (json.RawMessage, error) {
 type passHolder struct {
 	res *mcp.CallToolResult
 	raw json.RawMessage
+	env envelopeMembers // raw's own envelope members
 }
 
 type passHolderKey struct{}
 
 // passThrough asks passMiddleware to send raw as the result res stands for.
-func passThrough(ctx context.Context, res *mcp.CallToolResult, raw json.RawMessage) {
+// env is which envelope members raw has (lightResult's; the call path's edits keep them).
+func passThrough(ctx context.Context, res *mcp.CallToolResult, raw json.RawMessage, env envelopeMembers) {
 	if h, ok := ctx.Value(passHolderKey{}).(*passHolder); ok {
-		h.res, h.raw = res, raw
+		h.res, h.raw, h.env = res, raw, env
 	}
 }
 
@@ -261,6 +281,7 @@ func passThrough(ctx context.Context, res *mcp.CallToolResult, raw json.RawMessa
 type rawResult struct {
 	*mcp.CallToolResult
 	raw json.RawMessage
+	env envelopeMembers // raw's own envelope members
 }
 
 // MarshalJSON returns the raw result with what the SDK's server set on the stand-in result (for
@@ -275,7 +296,7 @@ func (r *rawResult) MarshalJSON() ([]byte, error) {
 	if err := json.Unmarshal(stand, &set); err != nil {
 		return nil, err
 	}
-	return set.splice(r.raw)
+	return set.splice(r.raw, r.env)
 }
 
 // resultAdditions are the members the SDK's server adds to a result: resultType and `_meta`
@@ -285,16 +306,20 @@ type resultAdditions struct {
 	Meta       map[string]json.RawMessage `json:"_meta"`
 }
 
-// splice adds set's members to raw, a result object, where raw lacks them; raw's own bytes
-// stay as they are in the common case (no `_meta` of its own).
-func (set resultAdditions) splice(raw json.RawMessage) ([]byte, error) {
+// splice adds set's members to raw, a result object whose own envelope members are env (read
+// from raw when not known), where raw lacks them; raw's own bytes stay as they are in the
+// common case (no `_meta` of its own).
+func (set resultAdditions) splice(raw json.RawMessage, env envelopeMembers) ([]byte, error) {
 	if set.ResultType == nil && len(set.Meta) == 0 {
 		return raw, nil
 	}
-	hasType, hasMeta, err := envelope(raw)
-	if err != nil {
-		return nil, err
+	if !env.known {
+		var err error
+		if env, err = envelope(raw); err != nil {
+			return nil, err
+		}
 	}
+	hasType, hasMeta := env.resultType, env.meta
 	if !hasMeta || len(set.Meta) == 0 {
 		// The common case: add the members in front, leaving the upstream's bytes as they are.
 		var head bytes.Buffer
@@ -339,6 +364,7 @@ func (set resultAdditions) splice(raw json.RawMessage) ([]byte, error) {
 				meta[k] = v
 			}
 		}
+		var err error
 		if m["_meta"], err = json.Marshal(meta); err != nil {
 			return nil, err
 		}
@@ -357,7 +383,7 @@ func (g *Gateway) passMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		res, err := next(context.WithValue(ctx, passHolderKey{}, h), method, req)
 		if err == nil && h.raw != nil {
 			if r, ok := res.(*mcp.CallToolResult); ok && r == h.res {
-				return &rawResult{CallToolResult: r, raw: h.raw}, nil
+				return &rawResult{CallToolResult: r, raw: h.raw, env: h.env}, nil
 			}
 		}
 		return res, err

@@ -88,7 +88,7 @@ func TestRawEdits(t *testing.T) {
 	}
 
 	// $result from a single text block: the only case that decodes the content.
-	light, err := lightResult(json.RawMessage(`{"content":[{"type":"text","text":"{\"id\":7}"}]}`))
+	light, _, err := lightResult(json.RawMessage(`{"content":[{"type":"text","text":"{\"id\":7}"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +114,15 @@ func TestRawResultEnvelope(t *testing.T) {
 		got, err := json.Marshal(r)
 		if err != nil {
 			t.Fatalf("%s: %v", c.raw, err)
+		}
+		// The call path's way: the members as lightResult read them, with no second pass.
+		_, env, err := lightResult(json.RawMessage(c.raw))
+		if err != nil || !env.known || env.meta != strings.Contains(c.raw, `"_meta"`) {
+			t.Fatalf("%s: lightResult's members %+v, %v", c.raw, env, err)
+		}
+		r.env = env
+		if known, err := json.Marshal(r); err != nil || !bytes.Equal(known, got) {
+			t.Errorf("%s: with the members known\n got %s (%v)\nwant %s", c.raw, known, err, got)
 		}
 		var g, w any
 		if err := json.Unmarshal(got, &g); err != nil {

@@ -539,7 +539,7 @@ func (g *Gateway) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 			return res, nil
 		}
 	}
-	c.res, c.resRaw, c.ferr = g.forward(ctx, c.r, req, c.step, c.d)
+	c.res, c.resRaw, c.resEnv, c.ferr = g.forward(ctx, c.r, req, c.step, c.d)
 	c.journalOutcome(ctx)
 	return c.reply(ctx), nil
 }
@@ -598,7 +598,7 @@ var ErrCallCancelled = errors.New("the agent cancelled the call, or its session 
 // upstream. From a stdio upstream it also returns the result's raw bytes, and res is then
 // lightResult's (see Result pass-through). Errors: ErrUpstreamDown (never sent),
 // *CallTimeoutError, ErrCallCancelled, or the upstream's (MessageTooLargeError among them).
-func (g *Gateway) forward(ctx context.Context, r *route, req *mcp.CallToolRequest, step int64, d engine.Decision) (res *mcp.CallToolResult, resRaw json.RawMessage, err error) {
+func (g *Gateway) forward(ctx context.Context, r *route, req *mcp.CallToolRequest, step int64, d engine.Decision) (res *mcp.CallToolResult, resRaw json.RawMessage, env envelopeMembers, err error) {
 	attempts, base, max := 1, 200*time.Millisecond, 5*time.Second
 	if d.Retry != nil {
 		attempts = 3
@@ -630,7 +630,7 @@ func (g *Gateway) forward(ctx context.Context, r *route, req *mcp.CallToolReques
 		if i > 0 {
 			select {
 			case <-ctx.Done():
-				return nil, nil, fmt.Errorf("%w: %v", ErrCallCancelled, context.Cause(ctx))
+				return nil, nil, envelopeMembers{}, fmt.Errorf("%w: %v", ErrCallCancelled, context.Cause(ctx))
 			case <-time.After(wait):
 			}
 			wait = min(2*wait, max)
@@ -663,16 +663,16 @@ func (g *Gateway) forward(ctx context.Context, r *route, req *mcp.CallToolReques
 		resRaw = nil
 		if err == nil && slot.raw != nil {
 			resRaw = slot.raw
-			if res, err = lightResult(resRaw); err != nil {
+			if res, env, err = lightResult(resRaw); err != nil {
 				err = fmt.Errorf("the upstream's result is not valid: %w", err)
 				resRaw = nil
 			}
 		}
 		if err == nil && !res.IsError || errors.Is(err, ErrCallCancelled) {
-			return res, resRaw, err
+			return res, resRaw, env, err
 		}
 	}
-	return res, resRaw, err
+	return res, resRaw, env, err
 }
 
 // ReplayText is the reason of a retry refused because its approval was already used (issue

@@ -102,14 +102,22 @@ type rawLine struct {
 	} `json:"error"`
 }
 
+// parseRawLine decodes line's members. They alias line (readLine's own copy, never changed
+// after): the result is not copied.
+func parseRawLine(line []byte) (rawLine, error) {
+	var m rawLine
+	err := exactUnmarshal(line, &m, fastjson.DontCopyRawMessage)
+	return m, err
+}
+
 // deliverRaw hands line to the raw call it answers, and reports whether it did; any other line
 // goes on to the SDK. One decode of the line, into raw members.
 func (c *stdioConn) deliverRaw(line []byte) bool {
 	if !bytes.Contains(line, []byte(`"`+rawIDPrefix)) {
 		return false
 	}
-	var m rawLine
-	if exactUnmarshal(line, &m) != nil || m.Method != nil { // the members the SDK's client would read
+	m, err := parseRawLine(line)
+	if err != nil || m.Method != nil { // the members the SDK's client would read
 		return false
 	}
 	var id string
@@ -179,7 +187,7 @@ func rawToolParams(name string, args json.RawMessage, meta mcp.Meta) ([]byte, er
 	}
 	p = append(p, q...)
 	if len(args) > 0 {
-		if bytes.IndexAny(args, "\r\n") >= 0 { // one message per line
+		if hasLineEnd(args) { // one message per line
 			var b bytes.Buffer
 			if err := json.Compact(&b, args); err != nil {
 				return nil, fmt.Errorf("the arguments are not JSON: %w", err)
@@ -198,4 +206,10 @@ func rawToolParams(name string, args json.RawMessage, meta mcp.Meta) ([]byte, er
 		p = append(p, mb...)
 	}
 	return append(p, '}'), nil
+}
+
+// hasLineEnd reports whether b holds a \r or a \n. Two IndexByte scans (vectorized) are several
+// times faster than IndexAny's byte loop over a result of some kilobytes.
+func hasLineEnd(b []byte) bool {
+	return bytes.IndexByte(b, '\n') >= 0 || bytes.IndexByte(b, '\r') >= 0
 }
