@@ -409,6 +409,9 @@ func (g *Gateway) serveFastHTTP(gate *cancelGate, r *http.Request, req *jsonrpc.
 		return true
 	}
 	h.Set("Content-Type", "application/json")
+	// With its length known, net/http sends the body as it is: not chunked, whose framing took
+	// a write of its own per chunk.
+	h.Set("Content-Length", strconv.Itoa(len(line)))
 	gate.WriteHeader(http.StatusOK)
 	_, _ = gate.Write(line)
 	return true

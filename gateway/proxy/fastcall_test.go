@@ -64,8 +64,9 @@ func (l *stdioLines) call(line string) map[string]json.RawMessage {
 func memoryStdio(t *testing.T) *stdioGW {
 	t.Helper()
 	mem := filepath.Join(t.TempDir(), "memory.jsonl")
+	// svc-a's long observation makes a result larger than net/http's buffer before it chunks.
 	graph := `{"type":"entity","name":"svc-b","entityType":"service","observations":["zeta","alpha"]}
-{"type":"entity","name":"svc-a","entityType":"service","observations":["port 80"]}
+{"type":"entity","name":"svc-a","entityType":"service","observations":["port 80","` + strings.Repeat("runbook line. ", 400) + `"]}
 `
 	if err := os.WriteFile(mem, []byte(graph), 0o600); err != nil {
 		t.Fatal(err)
@@ -250,8 +251,9 @@ func TestRawToolParamsAsTheSDKWritesThem(t *testing.T) {
 func httpMemory(t *testing.T) (*fixture, string) {
 	t.Helper()
 	mem := filepath.Join(t.TempDir(), "memory.jsonl")
+	// svc-a's long observation makes a result larger than net/http's buffer before it chunks.
 	graph := `{"type":"entity","name":"svc-b","entityType":"service","observations":["zeta","alpha"]}
-{"type":"entity","name":"svc-a","entityType":"service","observations":["port 80"]}
+{"type":"entity","name":"svc-a","entityType":"service","observations":["port 80","` + strings.Repeat("runbook line. ", 400) + `"]}
 `
 	if err := os.WriteFile(mem, []byte(graph), 0o600); err != nil {
 		t.Fatal(err)
@@ -310,6 +312,9 @@ func TestFastPathHTTP(t *testing.T) {
 	fastBody := readBody(t, fast)
 	if fast.StatusCode != 200 || fast.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("the fast path: %d %s %s", fast.StatusCode, fast.Header.Get("Content-Type"), fastBody)
+	}
+	if fast.ContentLength != int64(len(fastBody)) || len(fast.TransferEncoding) > 0 { // its length is known: not chunked
+		t.Errorf("the fast path's body: Content-Length %d, Transfer-Encoding %v, for %d bytes", fast.ContentLength, fast.TransferEncoding, len(fastBody))
 	}
 	sdk := post(t, url, callBody("s", `,"_meta":{"progressToken":"p"}`), hdr...)
 	sdkBody := readBody(t, sdk)
