@@ -402,18 +402,11 @@ func (g *Gateway) serveFastHTTP(gate *cancelGate, r *http.Request, req *jsonrpc.
 	h := gate.Header()
 	h.Set("Mcp-Session-Id", id)
 	h.Set("Cache-Control", "no-cache")
-	if gate.dropped.Load() {
+	if !gate.writeWhole(line) {
 		// Cancelled: no response, as over the SDK's path (an event stream with nothing in it).
 		h.Set("Content-Type", "text/event-stream")
 		gate.WriteHeader(http.StatusOK)
-		return true
 	}
-	h.Set("Content-Type", "application/json")
-	// With its length known, net/http sends the body as it is: not chunked, whose framing took
-	// a write of its own per chunk.
-	h.Set("Content-Length", strconv.Itoa(len(line)))
-	gate.WriteHeader(http.StatusOK)
-	_, _ = gate.Write(line)
 	return true
 }
 

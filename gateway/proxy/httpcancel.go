@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -24,6 +25,9 @@ type cancelGate struct {
 	*deadlineWriter
 	auth    string // the Authorization header of the POST
 	dropped atomic.Bool
+	// whole is held while a reply of known length is written (writeWhole) and while the gate
+	// is dropped (drop): a cancel never lands between the header and the body it announces.
+	whole sync.Mutex
 	// ctx ends when the agent cancels the call (cause errAgentCancelled) or the gate closes:
 	// the context of a call the fast path serves (the SDK cancels its own).
 	ctx  context.Context
@@ -35,6 +39,30 @@ func (c *cancelGate) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return c.deadlineWriter.Write(p)
+}
+
+// drop closes the gate: what is written after it is discarded.
+func (c *cancelGate) drop() {
+	c.whole.Lock()
+	c.dropped.Store(true)
+	c.whole.Unlock()
+}
+
+// writeWhole writes body as a 200 application/json reply with its Content-Length (net/http
+// then sends it as it is, not chunked), unless the gate was dropped: it then writes nothing and
+// returns false. A drop meanwhile waits until the body is written (its length is promised).
+func (c *cancelGate) writeWhole(body []byte) bool {
+	c.whole.Lock()
+	defer c.whole.Unlock()
+	if c.dropped.Load() {
+		return false
+	}
+	h := c.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	c.deadlineWriter.WriteHeader(http.StatusOK)
+	_, _ = c.deadlineWriter.Write(body)
+	return true
 }
 
 func (c *cancelGate) FlushError() error {
@@ -96,7 +124,7 @@ func (gs *cancelGates) cancel(session, auth string, params json.RawMessage) {
 	}
 	if v, ok := gs.m.Load(gateKey(session, p.RequestID.String())); ok {
 		if g := v.(*cancelGate); g.auth == auth {
-			g.dropped.Store(true)
+			g.drop()
 			g.stop(errAgentCancelled)
 		}
 	}

@@ -144,3 +144,32 @@ func TestRawResultEnvelope(t *testing.T) {
 		t.Errorf("got %s, want the raw result", got)
 	}
 }
+
+// TestLightResultEnvelopeMembers: the envelope members lightResult reports (which the reply's
+// splice then trusts without reading the result again) are the result's own top-level members
+// as a JSON decoder sees them: null values, escaped and case-varied names, duplicates, and the
+// same names inside structuredContent (a crafted upstream result could otherwise make the
+// reply carry a second _meta or resultType).
+func TestLightResultEnvelopeMembers(t *testing.T) {
+	for _, raw := range []string{
+		`{"content":[],"_meta":null}`,
+		`{"content":[],"resultType":null}`,
+		`{"content":[],"\u005fmeta":{"a":1}}`,
+		`{"content":[],"_META":{"a":1}}`,
+		`{"content":[],"_meta":{"a":1},"_meta":null}`,
+		`{"content":[],"structuredContent":{"resultType":"x","_meta":{}}}`,
+		`{"content":[],"resultTyp\u0065":"x"}`,
+		`{"content":[],"structuredContent":"a\u0000b","_meta":{}}`,
+	} {
+		_, env, err := lightResult(json.RawMessage(raw))
+		var m map[string]json.RawMessage
+		if err != nil || json.Unmarshal([]byte(raw), &m) != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		_, meta := m["_meta"]
+		_, resultType := m["resultType"]
+		if !env.known || env.meta != meta || env.resultType != resultType {
+			t.Errorf("%s: lightResult %+v, encoding/json sees _meta %v, resultType %v", raw, env, meta, resultType)
+		}
+	}
+}
