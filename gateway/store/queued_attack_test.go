@@ -10,16 +10,18 @@ import (
 	"time"
 )
 
-// holdLead makes the test the writer's leader: requests queue up behind it until it calls
-// w.lead() (which hands the lead on or gives it up).
-func holdLead(t *testing.T, w *sqliteWriter) {
+// holdLead makes the test the leader of s's writer, which it returns: requests queue up
+// behind it until it calls w.lead() (which hands the lead on or gives it up).
+func holdLead(t *testing.T, s *SQLite) *sqliteWriter {
 	t.Helper()
+	w := s.w.(*sqliteWriter)
 	w.mu.Lock()
 	for w.leading {
 		w.idle.Wait()
 	}
 	w.leading = true
 	w.mu.Unlock()
+	return w
 }
 
 // waitQueued waits until the writer's queue holds n requests.
@@ -49,8 +51,7 @@ func TestAttackQueuedFailsBesideIntent(t *testing.T) {
 	peer := openPeer(t, dir)
 	step := intent()
 	must[int64](t)(peer.RecordOutcome(ctx, "run-q", step, StepOutcome{Status: Failed}))
-	w := s.w.(*sqliteWriter)
-	holdLead(t, w)
+	w := holdLead(t, s)
 	var calls atomic.Int32
 	got := make(chan error, 4)
 	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Succeeded}, func(_ int64, err error) { calls.Add(1); got <- err })
@@ -87,8 +88,7 @@ func TestAttackIntentFailsBesideQueued(t *testing.T) {
 	s, intent := queuedFixture(t, dir)
 	ctx := context.Background()
 	step := intent()
-	w := s.w.(*sqliteWriter)
-	holdLead(t, w)
+	w := holdLead(t, s)
 	got := make(chan error, 1)
 	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Succeeded}, func(_ int64, err error) { got <- err })
 	wrote := make(chan error, 1)
@@ -115,8 +115,7 @@ func TestAttackCancelledBehindQueued(t *testing.T) {
 	dir := t.TempDir()
 	s, intent := queuedFixture(t, dir)
 	steps := []int64{intent(), intent(), intent()}
-	w := s.w.(*sqliteWriter)
-	holdLead(t, w)
+	w := holdLead(t, s)
 	var wg sync.WaitGroup
 	for _, st := range steps {
 		wg.Add(1)
@@ -262,8 +261,7 @@ func TestAttackPeerRecoverWhileQueued(t *testing.T) {
 	s, intent := queuedFixture(t, dir)
 	ctx := context.Background()
 	step := intent()
-	w := s.w.(*sqliteWriter)
-	holdLead(t, w)
+	w := holdLead(t, s)
 	got := make(chan error, 1)
 	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Succeeded}, func(_ int64, err error) { got <- err })
 	peer := openPeer(t, dir)
@@ -377,8 +375,7 @@ func TestAttackFullQueueWithFailures(t *testing.T) {
 			must[int64](t)(peer.RecordOutcome(ctx, "run-q", steps[i], StepOutcome{Status: Failed}))
 		}
 	}
-	w := s.w.(*sqliteWriter)
-	holdLead(t, w)
+	w := holdLead(t, s)
 	var wg sync.WaitGroup
 	for i, st := range steps {
 		wg.Add(1)
@@ -419,8 +416,7 @@ func TestAttackConsumeBesideFailingQueued(t *testing.T) {
 	must[Run](t)(s.CreateRun(ctx, Run{ID: "r1", Actor: "agent-alice"}))
 	step := intent()
 	must[int64](t)(s.RecordOutcome(ctx, "run-q", step, StepOutcome{Status: Failed}))
-	w := s.w.(*sqliteWriter)
-	holdLead(t, w)
+	w := holdLead(t, s)
 	errs := make(chan error, 4)
 	consumeOne := func() {
 		_, err := s.RecordIntent(ctx, Intent{Run: "r1", Tool: "stripe.charge", ArgsDigest: "sha256:d", Approval: "apr-1"})
