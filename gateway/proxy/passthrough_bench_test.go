@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -36,27 +37,19 @@ func BenchmarkPassedResult(b *testing.B) {
 	}
 }
 
-// readGraphLine is the line server-memory writes for a read_graph of hack/bench's graph: the
-// graph pretty-printed (JSON.stringify(graph, null, 2)) in a text block, and as structuredContent.
+// readGraphLine is the line server-memory writes for a read_graph of benchGraph (hack/bench's
+// graph): the graph pretty-printed (JSON.stringify(graph, null, 2)) in a text block, and as
+// structuredContent.
 func readGraphLine(tb testing.TB) []byte {
-	type entity struct {
-		Name         string   `json:"name"`
-		EntityType   string   `json:"entityType"`
-		Observations []string `json:"observations"`
-	}
-	type relation struct {
-		From         string `json:"from"`
-		To           string `json:"to"`
-		RelationType string `json:"relationType"`
-	}
-	var g struct {
-		Entities  []entity   `json:"entities"`
-		Relations []relation `json:"relations"`
-	}
-	for i := range 20 {
-		g.Entities = append(g.Entities, entity{fmt.Sprintf("service-%02d", i), "service",
-			[]string{fmt.Sprintf("owned by team-%d", i%4), "deployed on cluster-a", fmt.Sprintf("port %d", 8000+i)}})
-		g.Relations = append(g.Relations, relation{fmt.Sprintf("service-%02d", i), fmt.Sprintf("service-%02d", (i+1)%20), "calls"})
+	g := map[string][]map[string]any{"entities": {}, "relations": {}}
+	for _, l := range bytes.Split(bytes.TrimSpace(benchGraph()), []byte("\n")) {
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			tb.Fatal(err)
+		}
+		kind := map[any]string{"entity": "entities", "relation": "relations"}[m["type"]]
+		delete(m, "type") // server-memory answers without it
+		g[kind] = append(g[kind], m)
 	}
 	text, err := json.MarshalIndent(g, "", "  ")
 	if err != nil {
