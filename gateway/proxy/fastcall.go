@@ -58,7 +58,8 @@ type fastCalls struct {
 
 	ctx    context.Context // ends with the session: its calls' parent
 	cancel context.CancelCauseFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // the calls taken
+	warm   warmWorkers    // the goroutines that run them
 
 	mu      sync.Mutex
 	live    map[string]*fastCall // by idKey of the request id
@@ -72,7 +73,9 @@ type fastCall struct {
 
 func newFastCalls(g *Gateway, out io.Writer, sdk *stdioCancels) *fastCalls {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &fastCalls{g: g, out: out, sdk: sdk, ctx: ctx, cancel: cancel, live: map[string]*fastCall{}}
+	f := &fastCalls{g: g, out: out, sdk: sdk, ctx: ctx, cancel: cancel, live: map[string]*fastCall{}}
+	f.warm.done, f.warm.work = ctx.Done(), make(chan func())
+	return f
 }
 
 // inFlight reports whether the fast path serves a call with key k now.
@@ -99,6 +102,7 @@ func (f *fastCalls) stop(cause error) {
 	f.mu.Unlock()
 	f.cancel(cause)
 	f.wg.Wait()
+	f.warm.wait()
 }
 
 // take serves req when the fast path can; false leaves it to the SDK.
@@ -130,7 +134,7 @@ func (f *fastCalls) take(req *jsonrpc.Request) bool {
 	f.live[k] = c
 	f.wg.Add(1) // under mu: stop's Wait sees every call taken before it
 	f.mu.Unlock()
-	go func() {
+	f.warm.run(func() {
 		defer f.wg.Done()
 		line := f.g.fastReply(ctx, ss, req.ID, creq, newProtocol)
 		f.mu.Lock()
@@ -141,7 +145,7 @@ func (f *fastCalls) take(req *jsonrpc.Request) bool {
 		if !drop {
 			_, _ = f.out.Write(line)
 		}
-	}()
+	})
 	return true
 }
 
