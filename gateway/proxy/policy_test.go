@@ -61,7 +61,10 @@ func startPolicyGateway(t *testing.T, cfg *config.Gateway, env string, now time.
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	st, err := store.OpenSQLite(t.TempDir(), nil)
+	// One clock for the gateway and its store: the store checks a request's expiry (the
+	// gateway's now plus the policy's timeout) against its own now.
+	clock := func() time.Time { return now }
+	st, err := store.OpenSQLite(t.TempDir(), clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +72,7 @@ func startPolicyGateway(t *testing.T, cfg *config.Gateway, env string, now time.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	gw, err := New(ctx, Options{Config: cfg, Manifests: policyFixtureManifests(t), Policy: set, Environment: env,
-		Now: func() time.Time { return now }, Store: st, Stdin: stdin, Stdout: stdout, Stderr: &syncBuffer{}})
+		Now: clock, Store: st, Stdin: stdin, Stdout: stdout, Stderr: &syncBuffer{}})
 	if err != nil {
 		t.Fatal(err)
 	}
