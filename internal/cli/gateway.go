@@ -416,7 +416,9 @@ func stdout(cmd *cobra.Command) io.Writer {
 }
 
 // CPUProfileEnv names a file the gateway writes a CPU profile of its serving to (pprof), for
-// hack/bench's profiles of the stdio gateway process; unset, nothing is profiled.
+// hack/bench's profiles of the stdio gateway process, and its allocations to the same name
+// with ".allocs" appended (pprof's allocs profile, as the process stops); unset, nothing is
+// profiled.
 const CPUProfileEnv = "REVERSI_CPUPROFILE"
 
 func startCPUProfile(stderr io.Writer) (stop func()) {
@@ -432,5 +434,12 @@ func startCPUProfile(stderr io.Writer) (stop func()) {
 		fmt.Fprintf(stderr, "reversi-gateway: %s: %v (no profile)\n", CPUProfileEnv, err)
 		return func() {}
 	}
-	return func() { pprof.StopCPUProfile(); _ = f.Close() }
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+		if a, err := os.Create(path + ".allocs"); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(a, 0)
+			_ = a.Close()
+		}
+	}
 }
