@@ -149,12 +149,26 @@ func completeResult(raw json.RawMessage) bool {
 		return true
 	}
 	var p struct {
-		ResultType *string `json:"resultType"`
+		ResultType json.RawMessage `json:"resultType"`
 	}
-	if exactUnmarshal(raw, &p) != nil {
+	if exactUnmarshal(raw, &p, fastjson.DontCopyRawMessage) != nil {
 		return false
 	}
-	return p.ResultType == nil || *p.ResultType == "complete"
+	return p.ResultType == nil || resultComplete(p.ResultType)
+}
+
+// resultComplete reports whether the value of a result's resultType member is null or
+// "complete" (escapes read as encoding/json reads them); any other value is not a final result.
+func resultComplete(v json.RawMessage) bool {
+	switch string(v) {
+	case "null", `"complete"`:
+		return true
+	}
+	var s *string
+	if json.Unmarshal(v, &s) != nil {
+		return false
+	}
+	return s == nil || *s == "complete"
 }
 
 // exactUnmarshal is fastjson.Unmarshal with member names matched exactly, as the SDK's decoder
@@ -186,7 +200,8 @@ type passedResult struct {
 
 // lightResult decodes what the call path reads of raw: isError and structuredContent (as any,
 // for the output schema check and $result values), and which envelope members raw has (for the
-// reply's splice). Content stays undecoded: Content is an empty (non-nil) slice, so the SDK's
+// reply's splice) and whether it is a final result (env.incomplete, completeResult's answer
+// from the same pass). Content stays undecoded: Content is an empty (non-nil) slice, so the SDK's
 // server sends the result as returned (see passMiddleware). It decodes with segmentio/encoding
 // (as the SDK does), which skips the members it does not keep several times faster than
 // encoding/json, and without copies: the strings of structuredContent alias raw, which the
@@ -196,7 +211,8 @@ func lightResult(raw json.RawMessage) (*mcp.CallToolResult, envelopeMembers, err
 	if err := exactUnmarshal(raw, &p, fastjson.ZeroCopy); err != nil {
 		return nil, envelopeMembers{}, err
 	}
-	env := envelopeMembers{known: true, resultType: p.ResultType != nil, meta: p.Meta != nil}
+	env := envelopeMembers{known: true, resultType: p.ResultType != nil, meta: p.Meta != nil,
+		incomplete: p.ResultType != nil && !resultComplete(p.ResultType)}
 	return &mcp.CallToolResult{IsError: p.IsError, Content: []mcp.Content{}, StructuredContent: p.StructuredContent}, env, nil
 }
 
@@ -204,6 +220,9 @@ func lightResult(raw json.RawMessage) (*mcp.CallToolResult, envelopeMembers, err
 // raw result object has of its own. The zero value is not known: splice reads raw for it.
 type envelopeMembers struct {
 	known, resultType, meta bool
+	// incomplete (lightResult's): raw's own resultType is neither null nor "complete", as
+	// completeResult reads it, so raw is not a final result.
+	incomplete bool
 }
 
 // envelope reads which envelope members raw, a result object, has.

@@ -10,30 +10,39 @@ import (
 )
 
 // BenchmarkPassedResult is the gateway's own work on one passed-through result, as the stdio
-// fast path does it: the line's parse (deliverRaw), lightResult, and the reply's splice of
-// resultType and the server's _meta entry (a client of the newest protocol), then the line-end
-// check. The result is what server-memory's read_graph answers for hack/bench's graph (20
-// entities of 3 observations, 20 relations; about 10 KB, the text block a 6.5 KB string of
-// escapes). One op is one result; B/op and allocs/op are what the collector then pays for.
+// fast path does it: the line's parse (deliverRaw), lightResult (which also tells a final
+// result), and the reply's splice of resultType and the server's _meta entry (a client of the
+// newest protocol), then the line-end check. prescan=completeResult adds what the path did
+// until 2026-12-04 to tell a final result: completeResult's scans of the result's bytes. The
+// result is what server-memory's read_graph answers for hack/bench's graph (20 entities of 3
+// observations, 20 relations; about 10 KB, the text block a 6.5 KB string of escapes). One op
+// is one result; B/op and allocs/op are what the collector then pays for.
 func BenchmarkPassedResult(b *testing.B) {
 	line := readGraphLine(b)
 	info, _ := json.Marshal(&mcp.Implementation{Name: Name, Version: Version})
 	set := resultAdditions{ResultType: json.RawMessage(`"complete"`), Meta: map[string]json.RawMessage{mcp.MetaKeyServerInfo: info}}
-	b.SetBytes(int64(len(line)))
-	b.ReportAllocs()
-	for b.Loop() {
-		m, err := parseRawLine(line)
-		if err != nil {
-			b.Fatal(err)
-		}
-		res, env, err := lightResult(m.Result)
-		if err != nil || res.StructuredContent == nil {
-			b.Fatal(res, err)
-		}
-		body, err := set.splice(m.Result, env)
-		if err != nil || hasLineEnd(body) {
-			b.Fatal(err)
-		}
+	for _, prescan := range []bool{false, true} {
+		b.Run(map[bool]string{false: "prescan=none", true: "prescan=completeResult"}[prescan], func(b *testing.B) {
+			b.SetBytes(int64(len(line)))
+			b.ReportAllocs()
+			for b.Loop() {
+				m, err := parseRawLine(line)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if prescan && !completeResult(m.Result) {
+					b.Fatal("not complete")
+				}
+				res, env, err := lightResult(m.Result)
+				if err != nil || res.StructuredContent == nil || env.incomplete {
+					b.Fatal(res, env, err)
+				}
+				body, err := set.splice(m.Result, env)
+				if err != nil || hasLineEnd(body) {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -173,3 +173,36 @@ func TestLightResultEnvelopeMembers(t *testing.T) {
 		}
 	}
 }
+
+// TestLightResultComplete: the final-result answer lightResult gives from its one pass
+// (env.incomplete) is completeResult's, for crafted results: resultType absent, null,
+// "complete" written with an escape, other values, a member of that name spelled with an
+// escape or inside structuredContent, duplicate members, and the wrong case.
+func TestLightResultComplete(t *testing.T) {
+	for raw, complete := range map[string]bool{
+		`{"content":[]}`:                                        true,
+		`{"content":[],"resultType":"complete"}`:                true,
+		`{"content":[],"resultType":null}`:                      true,
+		`{"content":[],"resultType":"\u0063omplete"}`:           true,
+		`{"content":[],"resultType":"input_required"}`:          false,
+		`{"content":[],"resultType":"COMPLETE"}`:                false,
+		`{"content":[],"resultType":1}`:                         false,
+		`{"content":[],"resultType":{}}`:                        false,
+		`{"content":[],"resultTyp\u0065":"input_required"}`:     false,
+		`{"content":[],"ResultType":"input_required"}`:          true,
+		`{"content":[],"structuredContent":{"resultType":"x"}}`: true,
+		`{"content":[],"resultType":"input_required","resultType":"complete"}`: completeResult(json.RawMessage(
+			`{"content":[],"resultType":"input_required","resultType":"complete"}`)),
+	} {
+		if got := completeResult(json.RawMessage(raw)); got != complete {
+			t.Errorf("%s: completeResult %v, want %v", raw, got, complete)
+		}
+		_, env, err := lightResult(json.RawMessage(raw))
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		if env.incomplete == complete {
+			t.Errorf("%s: lightResult incomplete %v, completeResult %v", raw, env.incomplete, complete)
+		}
+	}
+}

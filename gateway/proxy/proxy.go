@@ -638,12 +638,11 @@ func (g *Gateway) forward(ctx context.Context, r *route, req *mcp.CallToolReques
 		cctx, cancel := context.WithTimeout(upstreamContext(ctx), timeout)
 		slot := &rawSlot{}
 		var cs *mcp.ClientSession
+		rawCall := false // the result is any answer (the SDK's path passes complete ones only)
 		if cs, err = a.session(cctx, r.up); err == nil {
 			if sc := r.up.rawConn(cs); sc != nil {
+				rawCall = true
 				slot.raw, err = rawToolCall(cctx, sc, params.Name, req.Params.Arguments, params.Meta)
-				if err == nil && !completeResult(slot.raw) {
-					err = fmt.Errorf("upstream %s answered with a result that is not complete (resultType), which needs the 2026-07-28 protocol", r.up.name)
-				}
 			} else {
 				res, err = cs.CallTool(context.WithValue(cctx, rawSlotKey{}, slot), params)
 			}
@@ -666,6 +665,9 @@ func (g *Gateway) forward(ctx context.Context, r *route, req *mcp.CallToolReques
 			if res, env, err = lightResult(resRaw); err != nil {
 				err = fmt.Errorf("the upstream's result is not valid: %w", err)
 				resRaw = nil
+			} else if rawCall && env.incomplete {
+				err = fmt.Errorf("upstream %s answered with a result that is not complete (resultType), which needs the 2026-07-28 protocol", r.up.name)
+				res, resRaw, env = nil, nil, envelopeMembers{}
 			}
 		}
 		if err == nil && !res.IsError || errors.Is(err, ErrCallCancelled) {
