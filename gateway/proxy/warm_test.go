@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 	"strconv"
 	"sync"
@@ -64,9 +65,11 @@ func TestWarmWorkersReuse(t *testing.T) {
 	close(release)
 	finished.Wait()
 	waitIdle(t, w, maxWarmWorkers)
-	time.Sleep(20 * time.Millisecond) // a worker over the bound would be idle by now
-	if got := idleWorkers(w); got != maxWarmWorkers {
-		t.Fatalf("%d idle workers after %d concurrent calls, want the bound %d", got, n, maxWarmWorkers)
+	// The bound check caps idle by construction: what it must do is end the workers over it.
+	for deadline := time.Now().Add(5 * time.Second); workersOf(w) != maxWarmWorkers; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers stay after %d concurrent calls, want the bound %d", workersOf(w), n, maxWarmWorkers)
+		}
 	}
 
 	close(done)
@@ -85,13 +88,45 @@ func idleWorkers(w *warmWorkers) int {
 	return w.idle
 }
 
+// waitIdle waits until n workers of w are idle and parked on work. A worker counts itself idle
+// before it blocks in its select, so idle alone is not enough: a run between the two finds no
+// receiver and starts a second worker (the reuse check then saw 2 goroutines, and the next
+// waitIdle 2 idle workers, about 1 run in 400 on 2 CPUs).
 func waitIdle(t *testing.T, w *warmWorkers, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); idleWorkers(w) != n; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); idleWorkers(w) != n || parkedWorkers(w) != n; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("idle workers %d, want %d", idleWorkers(w), n)
+			t.Fatalf("idle workers %d (%d parked), want %d", idleWorkers(w), parkedWorkers(w), n)
 		}
 	}
+}
+
+// workersOf counts the goroutines of w, parked or not.
+func workersOf(w *warmWorkers) int { return countWorkers(w, false) }
+
+// parkedWorkers counts the goroutines of w blocked in serve's select (runtime.Stack's state
+// "select", serve's receiver w).
+func parkedWorkers(w *warmWorkers) int { return countWorkers(w, true) }
+
+func countWorkers(w *warmWorkers, parkedOnly bool) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	frame := []byte(fmt.Sprintf("(*warmWorkers).serve(%p", w))
+	parked := 0
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		header, _, _ := bytes.Cut(g, []byte("\n"))
+		if (!parkedOnly || bytes.Contains(header, []byte("[select"))) && bytes.Contains(g, frame) {
+			parked++
+		}
+	}
+	return parked
 }
 
 // growStack uses about depth × 1 KB of stack, as a call through decide, the journal and the
