@@ -153,29 +153,8 @@ func TestAttackSplicedResultCarriageReturn(t *testing.T) {
 // not be served, journaled or forwarded (the SDK's path serves nothing after its session).
 func TestAttackFastPathAfterSessionEnd(t *testing.T) {
 	callsLog := filepath.Join(t.TempDir(), "calls")
-	cfg := hostileConfig(t, "-calls-log", callsLog)
-	st, err := store.OpenSQLite(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	nctx, ncancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer ncancel()
-	gw, err := New(nctx, Options{Config: cfg, Store: st, Stderr: &syncBuffer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw.Close() })
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- gw.serveStdio(ctx, inR, outW) }()
-	l := newStdioLines(t, &stdioGW{in: inW, out: outR})
-	l.call(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-	if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
-		t.Fatal(err)
-	}
+	h := startHostileStdio(t, "-calls-log", callsLog)
+	l, st, cancel, served, inW := h.lines, h.st, h.cancel, h.served, h.in
 	if r := l.call(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"h.echo","arguments":{"text":"before"}}}`); r["result"] == nil {
 		t.Fatalf("before: %v", r)
 	}
@@ -202,8 +181,45 @@ func TestAttackFastPathAfterSessionEnd(t *testing.T) {
 	if got := outcomeStatus(t, st, "h.echo"); len(got) != 1 {
 		t.Errorf("journaled outcomes %v, want the one before the end", got)
 	}
-	_ = inW.Close()
-	_ = outR.Close()
+}
+
+// hostileStdio is a gateway in front of the hostile upstream (hostileConfig's args), served
+// over pipes by serveStdio (the stdio fast path) with an initialized session; its pipes close
+// when the test ends.
+type hostileStdio struct {
+	lines  *stdioLines
+	st     store.Store
+	in     *io.PipeWriter // the agent's side of the gateway's stdin
+	cancel context.CancelFunc
+	served <-chan error // serveStdio's return
+}
+
+func startHostileStdio(t *testing.T, args ...string) *hostileStdio {
+	t.Helper()
+	cfg := hostileConfig(t, args...)
+	st, err := store.OpenSQLite(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	nctx, ncancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ncancel()
+	gw, err := New(nctx, Options{Config: cfg, Store: st, Stderr: &syncBuffer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	t.Cleanup(func() { _ = inW.Close(); _ = outR.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	served := make(chan error, 1)
+	go func() { served <- gw.serveStdio(ctx, inR, outW) }()
+	l := newStdioLines(t, &stdioGW{in: inW, out: outR})
+	l.call(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	l.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return &hostileStdio{lines: l, st: st, in: inW, cancel: cancel, served: served}
 }
 
 // responses reads the response lines the gateway writes within d.

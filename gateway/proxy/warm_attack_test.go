@@ -1,34 +1,20 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/reversi-gitops/reversi/gateway/store"
 )
 
 // Attacks on the warm workers of the stdio fast path (warm.go).
 
 // warmServing counts the goroutines running warmWorkers.serve now.
 func warmServing() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	return strings.Count(string(buf), "(*warmWorkers).serve(")
+	return strings.Count(string(allStacks()), "(*warmWorkers).serve(")
 }
 
 // waitServing polls until warmServing reports want (or the deadline passes) and returns the last count.
@@ -118,30 +104,8 @@ func TestAttackWarmWorkersDoneRace(t *testing.T) {
 // still reaches a call on a warm worker.
 func TestAttackWarmWorkersStdioSession(t *testing.T) {
 	before := warmServing()
-	cancelLog := filepath.Join(t.TempDir(), "cancels")
-	cfg := hostileConfig(t, "-cancel-log", cancelLog)
-	st, err := store.OpenSQLite(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	nctx, ncancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer ncancel()
-	gw, err := New(nctx, Options{Config: cfg, Store: st, Stderr: &syncBuffer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw.Close() })
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	t.Cleanup(func() { _ = inW.Close(); _ = outR.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- gw.serveStdio(ctx, inR, outW) }()
-	l := newStdioLines(t, &stdioGW{in: inW, out: outR})
-	l.call(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-	l.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	h := startHostileStdio(t, "-cancel-log", filepath.Join(t.TempDir(), "cancels"))
+	l, cancel, served := h.lines, h.cancel, h.served
 
 	if r := l.call(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"h.echo","arguments":{"text":"one"}}}`); r["result"] == nil {
 		t.Fatalf("call 1: %v", r)

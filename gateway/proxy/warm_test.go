@@ -109,15 +109,7 @@ func workersOf(w *warmWorkers) int { return countWorkers(w, false) }
 func parkedWorkers(w *warmWorkers) int { return countWorkers(w, true) }
 
 func countWorkers(w *warmWorkers, parkedOnly bool) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
+	buf := allStacks()
 	frame := []byte(fmt.Sprintf("(*warmWorkers).serve(%p", w))
 	parked := 0
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
@@ -127,6 +119,18 @@ func countWorkers(w *warmWorkers, parkedOnly bool) int {
 		}
 	}
 	return parked
+}
+
+// allStacks is runtime.Stack of every goroutine, whole.
+func allStacks() []byte {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return buf[:n]
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 // growStack uses about depth × 1 KB of stack, as a call through decide, the journal and the
