@@ -3,7 +3,9 @@ package proxy
 import "sync"
 
 // maxWarmWorkers bounds the idle goroutines a session keeps for its next calls (a worker
-// beyond it ends when its call does). Each holds the stack its calls grew (tens of KB).
+// beyond it ends when its call does). Each holds the stack its calls grew: tens of KB, about
+// 0.8 MB after arguments nested to the line filter's depth limit (the attack review,
+// 2026-12-04); each collection halves an idle stack that uses little of it.
 const maxWarmWorkers = 8
 
 // warmWorkers runs a session's calls on goroutines that outlive them. A call on a fresh
