@@ -214,8 +214,9 @@ func OpenPostgres(ctx context.Context, databaseURL string, clock Clock) (*Postgr
 		return fail(err)
 	}
 	go lock.watchdog()
+	w := &pgRunner{pool: pool, lazy: lazy}
 	s := &Postgres{pool: pool, schema: schema, lock: lock,
-		sqlStore: sqlStore{d: postgresDialect, r: pgxQuerier{pool}, w: pgRunner{pool: pool, lazy: lazy}, inst: lock, instance: lock.id, now: clock}}
+		sqlStore: sqlStore{d: postgresDialect, r: flushedReads{w, pgxQuerier{pool}}, w: w, inst: lock, instance: lock.id, now: clock}}
 	s.release = func() error {
 		lazy.Close()
 		pool.Close()
@@ -271,39 +272,6 @@ func (s *Postgres) Instance() string { return s.instance }
 
 // Schema returns the schema the store's tables are in.
 func (s *Postgres) Schema() string { return s.schema }
-
-// postgresWriteTimeout bounds a write once it has started (see pgRunner).
-const postgresWriteTimeout = 30 * time.Second
-
-// pgRunner is Postgres's runner: each write is a transaction of its own on the pool, and
-// concurrent writes meet in the database's row locks. A write that has started runs to its end
-// (bounded by postgresWriteTimeout) whatever the caller's ctx does. A lazy write commits with
-// synchronous_commit off, so it returns without waiting for the server's WAL flush: it
-// survives a crash of the gateway; a crash of the server inside the WAL writer's delay can lose
-// it, and Recover then completes the step as uncertain (the safe reading). A later synchronous
-// commit (the next intent) flushes it too. A single statement runs without BEGIN and COMMIT
-// of its own (one round trip).
-//
-// Lazy writes go to a pool of their own (half as many connections as the pool's
-// pool_max_conns, at least 1) whose sessions run with synchronous_commit off, so that a lazy
-// single statement (an outcome) is one round trip too, and a lazy transaction needs no SET
-// LOCAL.
-type pgRunner struct{ pool, lazy *pgxpool.Pool }
-
-func (p pgRunner) run(ctx context.Context, h how, fn txFunc) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postgresWriteTimeout)
-	defer cancel()
-	pool := p.pool
-	if h.isLazy() {
-		pool = p.lazy
-	}
-	if h.isSingle() {
-		return fn(wctx, pgxQuerier{pool})
-	}
-	return pgx.BeginFunc(wctx, pool, func(tx pgx.Tx) error { return fn(wctx, pgxQuerier{tx}) })
-}
-
-func (pgRunner) close() error { return nil }
 
 // errLockLost: the connection holding this instance's advisory lock was lost, so a peer may
 // be completing its intents; no intent is journaled until the lock is back.

@@ -48,10 +48,10 @@ func (s sqlQuerier) query(ctx context.Context, query string, args ...any) (rows,
 	return r, nil
 }
 
-// flushedReads is SQLite's read querier: each statement first waits for the writes its
+// flushedReads is a store's read querier: each statement first waits for the writes its
 // store queued (QueueOutcome), so that a read sees every write whose method returned.
 type flushedReads struct {
-	w *sqliteWriter
+	w runner
 	q querier
 }
 

@@ -400,12 +400,22 @@ func (w *sqliteWriter) run(ctx context.Context, h how, fn txFunc) error {
 	}
 }
 
-// enqueue adds fn as a queued write (lazy and single: one statement) and returns without waiting:
-// the next batch takes it (another caller's write, usually the next intent), or the timer
-// after queuedDelay. done gets its answer once committed (or its error); it runs on the
-// goroutine leading the batch and must not call the store. Errors: ErrClosed.
-func (w *sqliteWriter) enqueue(ctx context.Context, fn txFunc, done func(error)) error {
-	req := &writeReq{ctx: context.WithoutCancel(ctx), fn: fn, how: lazy | single, done: done}
+// runBatchable implements runner: w joins the batch as any write does.
+func (w *sqliteWriter) runBatchable(ctx context.Context, h how, b batchable) error {
+	return w.run(ctx, h, b.fn)
+}
+
+// enqueue implements runner: the next batch takes b.fn (another caller's write, usually the
+// next intent), or the timer after queuedDelay; done runs on the goroutine leading the
+// batch. In memory (nothing to sync, and a database/sql Tx costs more than two statements in
+// autocommit) b is committed before enqueue returns.
+func (w *sqliteWriter) enqueue(ctx context.Context, b batchable, done func(error)) error {
+	ctx = context.WithoutCancel(ctx)
+	if w.wal == nil {
+		done(w.run(ctx, lazy|single, b.fn))
+		return nil
+	}
+	req := &writeReq{ctx: ctx, fn: b.fn, how: lazy | single, done: done}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {

@@ -57,12 +57,46 @@ const (
 func (h how) isLazy() bool   { return h&lazy != 0 }
 func (h how) isSingle() bool { return h&single != 0 }
 
+// stmt is one statement of a write: query with its args, and read, which takes what running
+// it gave (rows, or the error instead) and closes the rows.
+type stmt struct {
+	query string
+	args  []any
+	read  func(r rows, err error) error
+}
+
+// exec runs st on tx.
+func (st stmt) exec(ctx context.Context, tx querier) error {
+	return st.read(tx.query(ctx, st.query, st.args...))
+}
+
+// batchable is a write of one statement of run that a runner may send together with the
+// writes it holds, in one round trip (Postgres: pgRunner): stmt makes the statement when it
+// is sent (its time stamp is taken then), fn runs the write by itself (and tells its errors
+// apart, which a statement's empty answer may not).
+type batchable struct {
+	run  string
+	stmt func() stmt
+	fn   txFunc
+}
+
 // runner runs write transactions.
 type runner interface {
 	// run runs fn in a transaction and commits it. A caller whose ctx is done before fn starts
 	// writes nothing and gets ctx's error; fn's error rolls back fn's writes only and is
 	// returned as it is.
 	run(ctx context.Context, h how, fn txFunc) error
+	// runBatchable is run(ctx, h|single, w.fn), except that a runner holding queued writes
+	// may commit them and w in one transaction (the previous calls' outcomes with an intent).
+	runBatchable(ctx context.Context, h how, w batchable) error
+	// enqueue adds w as a queued write (lazy and single) and returns without waiting: w joins
+	// the runner's next write, or commits by itself within queuedDelay. done gets w's answer
+	// once committed; it runs on the goroutine that commits and must not call the store.
+	// Errors: ErrClosed.
+	enqueue(ctx context.Context, w batchable, done func(error)) error
+	// flush returns once every write queued before it is answered (reads call it first), or
+	// with ctx's error.
+	flush(ctx context.Context) error
 	// close stops the runner; later runs fail. Lazy commits are made durable first.
 	close() error
 }
@@ -115,6 +149,17 @@ func (s *sqlStore) write(ctx context.Context, h how, fn txFunc) error {
 		return err
 	}
 	return s.w.run(ctx, h, fn)
+}
+
+// writeBatchable runs w, a write of one statement (see runner.runBatchable).
+func (s *sqlStore) writeBatchable(ctx context.Context, h how, w batchable) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.w.runBatchable(ctx, h|single, w)
 }
 
 // Close implements Store: the runner stops (lazy commits made durable), the instance is
@@ -362,13 +407,23 @@ func (s *sqlStore) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 		return 0, err
 	}
 	holds := in.HoldsKey && in.IdempotencyKey != ""
-	h := durable
-	if in.Approval == "" && !holds {
-		h |= single
+	var rec Record
+	insert := func() stmt {
+		rec = intentRecord(in)
+		rec.Time = s.stamp()
+		return stmt{query: s.d.insertIntent, args: []any{in.Run, tn(rec.Time), in.Tool, in.ArgsDigest, in.Reason,
+			s.d.key(in.IdempotencyKey), in.ManifestVersion, in.ManifestChecksum, in.Mode, in.Decision, in.Approval, s.instance},
+			read: func(r rows, err error) error { return s.scanSeq(&oneRow{rows: r, err: err}, &rec) }}
 	}
-	var step int64
-	err := s.write(ctx, h, func(ctx context.Context, tx querier) error {
-		rec := intentRecord(in)
+	if in.Approval == "" && !holds {
+		err := s.writeBatchable(ctx, durable, batchable{run: in.Run, stmt: insert,
+			fn: func(ctx context.Context, tx querier) error { return insert().exec(ctx, tx) }})
+		if err != nil {
+			return 0, err
+		}
+		return rec.Seq, nil
+	}
+	err := s.write(ctx, durable, func(ctx context.Context, tx querier) error {
 		var a *Approval
 		if in.Approval != "" {
 			var err error
@@ -376,20 +431,17 @@ func (s *sqlStore) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 				return err
 			}
 		}
-		rec.Time = s.stamp()
-		if err := s.scanSeq(queryRow(ctx, tx, s.d.insertIntent, in.Run, tn(rec.Time), in.Tool, in.ArgsDigest, in.Reason,
-			s.d.key(in.IdempotencyKey), in.ManifestVersion, in.ManifestChecksum, in.Mode, in.Decision, in.Approval, s.instance), &rec); err != nil {
+		if err := insert().exec(ctx, tx); err != nil {
 			return err
 		}
-		step = rec.Seq
 		if holds {
 			if _, err := tx.exec(ctx, `UPDATE dup_keys SET step = $1 WHERE key = $2 AND run = $3 AND step = 0`,
-				step, s.d.key(in.IdempotencyKey), in.Run); err != nil {
+				rec.Seq, s.d.key(in.IdempotencyKey), in.Run); err != nil {
 				return fmt.Errorf("store: record intent: %w", err)
 			}
 		}
 		if a != nil {
-			c, _, _ := approvalRecord(consumedRecord(a, step))
+			c, _, _ := approvalRecord(consumedRecord(a, rec.Seq))
 			return s.appendTx(ctx, tx, &c, "")
 		}
 		return nil
@@ -397,7 +449,7 @@ func (s *sqlStore) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return step, nil
+	return rec.Seq, nil
 }
 
 // outcomeTx completes step: the outcome is numbered (taking the run first, as every writer
@@ -406,9 +458,8 @@ func (s *sqlStore) RecordIntent(ctx context.Context, in Intent) (int64, error) {
 // replicas: the second waits for the first's run lock, then finds the intent closed) exactly
 // one commits. Errors: ErrNotFound (no run or no such intent), ErrCompleted.
 func (s *sqlStore) outcomeTx(ctx context.Context, tx querier, run string, step int64, o StepOutcome, handle string) (Record, error) {
-	rec := Record{Run: run, Kind: KindOutcome, Step: step, Status: o.Status, CompensationTool: o.CompensationTool, Note: o.Note,
-		Time: s.stamp()}
-	err := scanOutcome(ctx, tx, s.d.insertOutcome, &rec, run, tn(rec.Time), step, string(o.Status), o.CompensationTool, handle, o.Note)
+	var rec Record
+	err := s.outcomeStmt(run, step, o, handle, &rec).exec(ctx, tx)
 	if s.d.outcomeRace != nil && s.d.outcomeRace(err) {
 		return Record{}, fmt.Errorf("%w: step %d in run %s", ErrCompleted, step, run)
 	}
@@ -426,36 +477,41 @@ func (s *sqlStore) outcomeTx(ctx context.Context, tx querier, run string, step i
 	return rec, nil // Handle unset: only Recover reads the record back, whose outcomes have none
 }
 
-// scanOutcome runs insertOutcome to its end and reads the outcome's Seq and Tool into rec
-// from the row of kind 'outcome' (where the statement closes the intent too, it returns the
-// intent's row as well). sql.ErrNoRows: no outcome was inserted.
-func scanOutcome(ctx context.Context, tx querier, query string, rec *Record, args ...any) error {
-	r, err := tx.query(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	found := false
-	for r.Next() { // one or two rows
-		var seq int64
-		var tool, kind string
-		if err := r.Scan(&seq, &tool, &kind); err != nil {
-			return err
-		}
-		if Kind(kind) == KindOutcome {
-			rec.Seq, rec.Tool, found = seq, tool, true
-		}
-	}
-	if err := r.Err(); err != nil {
-		return err
-	}
-	if err := r.Close(); err != nil {
-		return err
-	}
-	if !found {
-		return sql.ErrNoRows
-	}
-	return nil
+// outcomeStmt is outcomeTx's statement (the dialect's insertOutcome), stamped now; its read
+// sets rec to the outcome (Seq and Tool from the row of kind 'outcome': where the statement
+// closes the intent too, it returns the intent's row as well), or returns sql.ErrNoRows when
+// no outcome was inserted.
+func (s *sqlStore) outcomeStmt(run string, step int64, o StepOutcome, handle string, rec *Record) stmt {
+	*rec = Record{Run: run, Kind: KindOutcome, Step: step, Status: o.Status, CompensationTool: o.CompensationTool, Note: o.Note,
+		Time: s.stamp()}
+	return stmt{query: s.d.insertOutcome, args: []any{run, tn(rec.Time), step, string(o.Status), o.CompensationTool, handle, o.Note},
+		read: func(r rows, err error) error {
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			found := false
+			for r.Next() { // one or two rows
+				var seq int64
+				var tool, kind string
+				if err := r.Scan(&seq, &tool, &kind); err != nil {
+					return err
+				}
+				if Kind(kind) == KindOutcome {
+					rec.Seq, rec.Tool, found = seq, tool, true
+				}
+			}
+			if err := r.Err(); err != nil {
+				return err
+			}
+			if err := r.Close(); err != nil {
+				return err
+			}
+			if !found {
+				return sql.ErrNoRows
+			}
+			return nil
+		}}
 }
 
 // RecordOutcome implements Store.
@@ -473,17 +529,10 @@ func (s *sqlStore) RecordOutcome(ctx context.Context, run string, step int64, o 
 	return rec.Seq, err
 }
 
-// QueueOutcome implements Store. Where the outcome's own commit costs no more than joining a
-// transaction would (Postgres: one round trip; memory: nothing to write to disk, and a
-// database/sql Tx costs more than two statements in autocommit), it is recorded at once.
+// QueueOutcome implements Store: the runner holds the outcome for its next write (enqueue).
 func (s *sqlStore) QueueOutcome(ctx context.Context, run string, step int64, o StepOutcome, done func(seq int64, err error)) {
 	if done == nil {
 		done = func(int64, error) {}
-	}
-	q, ok := s.w.(*sqliteWriter)
-	if !ok || q.wal == nil {
-		done(s.RecordOutcome(ctx, run, step, o))
-		return
 	}
 	enc, err := encodeHandle(o)
 	if err == nil {
@@ -494,12 +543,14 @@ func (s *sqlStore) QueueOutcome(ctx context.Context, run string, step int64, o S
 		return
 	}
 	var rec Record
-	err = q.enqueue(ctx, func(ctx context.Context, tx querier) error {
-		var err error
-		rec, err = s.outcomeTx(ctx, tx, run, step, o, enc)
-		return err
-	}, func(err error) { done(rec.Seq, err) })
-	if err != nil {
+	w := batchable{run: run,
+		stmt: func() stmt { return s.outcomeStmt(run, step, o, enc, &rec) },
+		fn: func(ctx context.Context, tx querier) error {
+			var err error
+			rec, err = s.outcomeTx(ctx, tx, run, step, o, enc)
+			return err
+		}}
+	if err := s.w.enqueue(ctx, w, func(err error) { done(rec.Seq, err) }); err != nil {
 		done(0, err)
 	}
 }

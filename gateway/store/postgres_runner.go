@@ -1,0 +1,287 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// postgresWriteTimeout bounds a write once it has started (see pgRunner).
+const postgresWriteTimeout = 30 * time.Second
+
+// pgRunner is Postgres's runner: each write is a transaction of its own on the pool, and
+// concurrent writes meet in the database's row locks. A write that has started runs to its end
+// (bounded by postgresWriteTimeout) whatever the caller's ctx does. A lazy write commits with
+// synchronous_commit off, so it returns without waiting for the server's WAL flush: it
+// survives a crash of the gateway; a crash of the server inside the WAL writer's delay can lose
+// it, and Recover then completes the step as uncertain (the safe reading). A later synchronous
+// commit (the next intent) flushes it too. A single statement runs without BEGIN and COMMIT
+// of its own (one round trip).
+//
+// Lazy writes go to a pool of their own (half as many connections as the pool's
+// pool_max_conns, at least 1) whose sessions run with synchronous_commit off, so that a lazy
+// single statement (an outcome) is one round trip too, and a lazy transaction needs no SET
+// LOCAL.
+//
+// Queued writes (QueueOutcome: the outcome of a call) wait for the next batchable write (the
+// next intent, usually of the same session): it sends them and itself as one pgx batch, which
+// the server runs as one implicit transaction: one round trip and one commit instead of two
+// (BenchmarkPostgresPairForms: a third less CPU of the machine per call at 16 sessions). The
+// statements go in the order of their runs, so that batches of two replicas take the runs'
+// row locks in one order. When the server rejects the batch (nothing of it is committed),
+// each write runs again by itself and gets its own answer. A queued write that no batch took
+// within queuedDelay commits by itself (lazy); every other write, and every read
+// (flushedReads), first waits for what is queued, so that a run's records are numbered in the
+// order their methods were called. A crash of the gateway loses what is queued (Store's
+// QueueOutcome).
+type pgRunner struct {
+	pool, lazy *pgxpool.Pool
+
+	mu     sync.Mutex
+	queue  []*pgQueued
+	sent   []*pgBatch // batches being sent
+	timer  *time.Timer
+	delay  time.Duration // how long a queued write waits for a batch; 0: queuedDelay
+	closed bool
+	// pending counts the queued writes not yet answered (flush's fast path reads it).
+	pending atomic.Int64
+}
+
+// pgQueued is a queued write and the function that gets its answer.
+type pgQueued struct {
+	w    batchable
+	done func(error)
+}
+
+// pgBatch is a batch of queued writes taken from the queue; done is closed once each is
+// answered.
+type pgBatch struct {
+	items []*pgQueued
+	done  chan struct{}
+}
+
+// holds reports whether b has a write of run.
+func (b *pgBatch) holds(run string) bool {
+	return slices.ContainsFunc(b.items, func(q *pgQueued) bool { return q.w.run == run })
+}
+
+// run implements runner, after the queued writes (flush).
+func (p *pgRunner) run(ctx context.Context, h how, fn txFunc) error {
+	if err := p.flush(ctx); err != nil {
+		return err
+	}
+	return p.exec(ctx, h, fn)
+}
+
+// exec runs fn as a transaction of its own (single: as its one statement).
+func (p *pgRunner) exec(ctx context.Context, h how, fn txFunc) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postgresWriteTimeout)
+	defer cancel()
+	pool := p.pool
+	if h.isLazy() {
+		pool = p.lazy
+	}
+	if h.isSingle() {
+		return fn(wctx, pgxQuerier{pool})
+	}
+	return pgx.BeginFunc(wctx, pool, func(tx pgx.Tx) error { return fn(wctx, pgxQuerier{tx}) })
+}
+
+// runBatchable implements runner: w takes the queued writes into its batch. It first waits
+// for the batches being sent that hold a write of its run (its session's outcome taken by
+// another session's intent), so that it is numbered after them.
+func (p *pgRunner) runBatchable(ctx context.Context, h how, w batchable) error {
+	if p.pending.Load() == 0 {
+		return p.exec(ctx, h, w.fn)
+	}
+	var b *pgBatch
+	for b == nil {
+		p.mu.Lock()
+		var wait []*pgBatch
+		for _, s := range p.sent {
+			if s.holds(w.run) {
+				wait = append(wait, s)
+			}
+		}
+		if len(wait) == 0 {
+			b = p.takeLocked()
+			p.mu.Unlock()
+			if b == nil {
+				return p.exec(ctx, h, w.fn)
+			}
+			break
+		}
+		p.mu.Unlock()
+		if err := waitBatches(ctx, wait); err != nil {
+			return err
+		}
+	}
+	return p.send(b, &w, h)
+}
+
+// enqueue implements runner.
+func (p *pgRunner) enqueue(_ context.Context, w batchable, done func(error)) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.queue = append(p.queue, &pgQueued{w: w, done: done})
+	p.pending.Add(1)
+	var b *pgBatch
+	switch {
+	case len(p.queue) >= maxWriteBatch:
+		b = p.takeLocked()
+	case len(p.queue) == 1: // queuedDelay counts from the oldest queued write
+		d := p.delay
+		if d == 0 {
+			d = queuedDelay
+		}
+		if p.timer == nil {
+			p.timer = time.AfterFunc(d, p.kick)
+		} else {
+			p.timer.Reset(d)
+		}
+	}
+	p.mu.Unlock()
+	if b != nil {
+		p.send(b, nil, lazy)
+	}
+	return nil
+}
+
+// kick commits the queued writes that no batch took within queuedDelay.
+func (p *pgRunner) kick() {
+	p.mu.Lock()
+	b := p.takeLocked()
+	p.mu.Unlock()
+	if b != nil {
+		p.send(b, nil, lazy)
+	}
+}
+
+// flush implements runner: it commits what is queued and waits for the batches being sent.
+func (p *pgRunner) flush(ctx context.Context) error {
+	if p.pending.Load() == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	wait := slices.Clone(p.sent)
+	b := p.takeLocked()
+	p.mu.Unlock()
+	if b != nil {
+		p.send(b, nil, lazy)
+	}
+	return waitBatches(ctx, wait)
+}
+
+// close implements runner: what is queued is committed first.
+func (p *pgRunner) close() error {
+	p.mu.Lock()
+	p.closed = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.mu.Unlock()
+	return p.flush(context.Background())
+}
+
+// takeLocked takes the queue as a batch being sent (nil when it is empty). p.mu is held.
+func (p *pgRunner) takeLocked() *pgBatch {
+	if len(p.queue) == 0 {
+		return nil
+	}
+	b := &pgBatch{items: p.queue, done: make(chan struct{})}
+	p.queue = nil
+	p.sent = append(p.sent, b)
+	return b
+}
+
+// waitBatches waits until each of bs is answered, or ctx is done.
+func waitBatches(ctx context.Context, bs []*pgBatch) error {
+	for _, b := range bs {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// send commits b's writes, and w (of how h) if not nil, in one pgx batch; it answers each
+// queued write and returns w's answer. A write whose statement gave no answer of its own in
+// the batch (no row: the error is the write's to tell) runs again by itself.
+func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
+	defer func() {
+		p.mu.Lock()
+		p.sent = slices.DeleteFunc(p.sent, func(s *pgBatch) bool { return s == b })
+		p.mu.Unlock()
+		p.pending.Add(-int64(len(b.items)))
+		close(b.done)
+	}()
+	type entry struct {
+		w    *batchable
+		done func(error) // nil: w, whose answer send returns
+	}
+	entries := make([]entry, 0, len(b.items)+1)
+	for _, q := range b.items {
+		entries = append(entries, entry{&q.w, q.done})
+	}
+	pool := p.lazy
+	if w != nil {
+		entries = append(entries, entry{w, nil})
+		if !h.isLazy() {
+			pool = p.pool
+		}
+	}
+	slices.SortStableFunc(entries, func(a, b entry) int { return strings.Compare(a.w.run, b.w.run) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), postgresWriteTimeout)
+	defer cancel()
+	stmts := make([]stmt, len(entries))
+	var batch pgx.Batch
+	for i, e := range entries {
+		stmts[i] = e.w.stmt()
+		batch.Queue(stmts[i].query, stmts[i].args...)
+	}
+	br := pool.SendBatch(ctx, &batch)
+	errs := make([]error, len(entries))
+	for i, st := range stmts {
+		r, err := br.Query()
+		errs[i] = st.read(pgxRows{r}, err)
+	}
+	err := br.Close()
+	var rejected *pgconn.PgError
+	again := errors.As(err, &rejected) // rolled back as a whole
+	if err != nil && !again {
+		err = fmt.Errorf("store: postgres: batch of %d writes: %w", len(entries), err)
+	}
+	var answer error
+	for i, e := range entries {
+		ans := errs[i]
+		switch {
+		case again && e.done == nil:
+			ans = p.exec(ctx, h|single, e.w.fn)
+		case again || (err == nil && ans != nil && e.done != nil):
+			ans = p.exec(ctx, lazy|single, e.w.fn)
+		case err != nil:
+			ans = err
+		}
+		if e.done == nil {
+			answer = ans
+		} else {
+			e.done(ans)
+		}
+	}
+	return answer
+}
