@@ -192,7 +192,7 @@ func runGateway(f gatewayFlags) ([]*row, []string, error) {
 		notes = append(notes, "CPU profile of the 1-session gateway stdio (SQLite) row's gateway process (its whole life: warm-ups and repetitions): "+p)
 	}
 	if p := os.Getenv("REVERSI_HTTP_CPUPROFILE"); p != "" {
-		notes = append(notes, "CPU profiles of the gateway HTTP (SQLite) rows' gateway process (its whole life): "+p+".<sessions>")
+		notes = append(notes, "CPU profiles of the gateway HTTP rows' gateway process (its whole life): "+p+".<sessions> (SQLite), "+p+".pg.<sessions> (PostgreSQL)")
 	}
 	return rows, notes, nil
 }

@@ -318,8 +318,11 @@ func (e *env) gatewayHTTP(ctx context.Context, n int, data, pgURL string) (*flee
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if p := os.Getenv("REVERSI_HTTP_CPUPROFILE"); p != "" && pgURL == "" {
-		cmd.Env = append(cmd.Env, fmt.Sprintf("REVERSI_CPUPROFILE=%s.%d", p, n)) // the SQLite HTTP gateway's profile at n sessions
+	if p := os.Getenv("REVERSI_HTTP_CPUPROFILE"); p != "" {
+		if pgURL != "" {
+			p += ".pg"
+		}
+		cmd.Env = append(cmd.Env, fmt.Sprintf("REVERSI_CPUPROFILE=%s.%d", p, n)) // the HTTP gateway's profile at n sessions (.pg: PostgreSQL)
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
