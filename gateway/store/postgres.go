@@ -29,7 +29,8 @@ const postgresPoolConns = 16
 //
 // Durability: a write returns after its transaction commits; with the server's defaults
 // (fsync on, synchronous_commit on) the commit is flushed to the server's WAL first. Outcomes
-// and events are the exception: they commit asynchronously (see pgRunner).
+// and events are the exception: they commit asynchronously, and a queued outcome
+// (QueueOutcome) commits with the next intent, in its transaction (see pgRunner).
 //
 // Concurrency across replicas comes from the database, never from a read then a write in Go:
 // a duplicate-call key is one INSERT ... ON CONFLICT DO NOTHING against its primary key; a
@@ -38,8 +39,9 @@ const postgresPoolConns = 16
 // writers); approvals are read FOR UPDATE and written back in one transaction; a high-water
 // mark advances by one INSERT ... ON CONFLICT DO UPDATE ... WHERE the new sequence is higher.
 // Transactions lock a run's row before the run's records (an outcome closes its intent after
-// it is numbered), an approval's row before its run's, and high-water rows in Source
-// order, so they cannot deadlock each other.
+// it is numbered), an approval's row before its run's, high-water rows in Source order, and
+// a batch of queued outcomes and an intent its runs' rows in the order of their IDs, so they
+// cannot deadlock each other.
 //
 // Instances: each open store is an instance that holds a session advisory lock (on a hash of
 // its schema and instance id) on a dedicated connection for its lifetime; every intent records

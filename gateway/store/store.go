@@ -302,11 +302,11 @@ type Store interface {
 	// intent in the run), ErrCompleted (the step already has an outcome).
 	RecordOutcome(ctx context.Context, run string, step int64, o StepOutcome) (seq int64, err error)
 	// QueueOutcome is RecordOutcome without waiting for the commit (the gateway's call path):
-	// the outcome joins the store's next write, typically the session's next intent, or is
-	// committed by itself within 5 ms (SQLite; the memory store and Postgres commit it before
-	// QueueOutcome returns). Reads of this store wait for it; other processes see it once
-	// committed, and a crash of the process before then loses it (Recover completes the step
-	// as uncertain). done, if not nil, gets RecordOutcome's answer; it may run on another
+	// the outcome joins the store's next write, typically the session's next intent (SQLite:
+	// its batch's transaction; Postgres: its pgx batch), or is committed by itself within 5 ms
+	// (the memory store commits it before QueueOutcome returns). Reads and other writes of this
+	// store wait for it; other processes (replicas) see it once committed, and a crash of the
+	// process before then loses it (Recover completes the step as uncertain). done, if not nil, gets RecordOutcome's answer; it may run on another
 	// goroutine, before or after QueueOutcome returns, and must not call the store.
 	QueueOutcome(ctx context.Context, run string, step int64, o StepOutcome, done func(seq int64, err error))
 	// AppendEvent appends a reloaded, reload_failed, note, read or server_request record and
