@@ -63,9 +63,12 @@ type pgQueued struct {
 }
 
 // pgBatch is a batch of queued writes taken from the queue; done is closed once each is
-// answered.
+// answered. after are the batches taken before it that hold a write of the same run: it is
+// sent once they are answered, so that a run's records are numbered in call order whichever
+// batch reaches the server first.
 type pgBatch struct {
 	items []*pgQueued
+	after []*pgBatch
 	done  chan struct{}
 }
 
@@ -96,36 +99,28 @@ func (p *pgRunner) exec(ctx context.Context, h how, fn txFunc) error {
 	return pgx.BeginFunc(wctx, pool, func(tx pgx.Tx) error { return fn(wctx, pgxQuerier{tx}) })
 }
 
-// runBatchable implements runner: w takes the queued writes into its batch. It first waits
-// for the batches being sent that hold a write of its run (its session's outcome taken by
-// another session's intent), so that it is numbered after them.
+// runBatchable implements runner: w takes the queued writes into its batch. With nothing
+// queued it runs alone, once the batches being sent that hold a write of its run (its
+// session's outcome, taken by another session's intent) are answered, so that it is numbered
+// after them.
 func (p *pgRunner) runBatchable(ctx context.Context, h how, w batchable) error {
 	if p.pending.Load() == 0 {
 		return p.exec(ctx, h, w.fn)
 	}
-	var b *pgBatch
-	for b == nil {
-		p.mu.Lock()
-		var wait []*pgBatch
-		for _, s := range p.sent {
-			if s.holds(w.run) {
-				wait = append(wait, s)
-			}
-		}
-		if len(wait) == 0 {
-			b = p.takeLocked()
-			p.mu.Unlock()
-			if b == nil {
-				return p.exec(ctx, h, w.fn)
-			}
-			break
-		}
-		p.mu.Unlock()
-		if err := waitBatches(ctx, wait); err != nil {
-			return err
-		}
+	p.mu.Lock()
+	b := p.takeLocked(w.run)
+	var wait []*pgBatch
+	if b == nil {
+		wait = p.holdingLocked(w.run)
 	}
-	return p.send(b, &w, h)
+	p.mu.Unlock()
+	if b != nil {
+		return p.send(ctx, b, &w, h)
+	}
+	if err := waitBatches(ctx, wait); err != nil {
+		return err
+	}
+	return p.exec(ctx, h, w.fn)
 }
 
 // enqueue implements runner.
@@ -140,7 +135,7 @@ func (p *pgRunner) enqueue(_ context.Context, w batchable, done func(error)) err
 	var b *pgBatch
 	switch {
 	case len(p.queue) >= maxWriteBatch:
-		b = p.takeLocked()
+		b = p.takeLocked("")
 	case len(p.queue) == 1: // queuedDelay counts from the oldest queued write
 		d := p.delay
 		if d == 0 {
@@ -153,8 +148,8 @@ func (p *pgRunner) enqueue(_ context.Context, w batchable, done func(error)) err
 		}
 	}
 	p.mu.Unlock()
-	if b != nil {
-		p.send(b, nil, lazy)
+	if b != nil { // the caller waits: the queue's bound
+		p.send(context.Background(), b, nil, lazy)
 	}
 	return nil
 }
@@ -162,24 +157,27 @@ func (p *pgRunner) enqueue(_ context.Context, w batchable, done func(error)) err
 // kick commits the queued writes that no batch took within queuedDelay.
 func (p *pgRunner) kick() {
 	p.mu.Lock()
-	b := p.takeLocked()
+	b := p.takeLocked("")
 	p.mu.Unlock()
 	if b != nil {
-		p.send(b, nil, lazy)
+		p.send(context.Background(), b, nil, lazy)
 	}
 }
 
 // flush implements runner: it commits what is queued and waits for the batches being sent.
+// The batch it takes is sent on a goroutine of its own, so that a read gives up at its ctx's
+// end (the batch may wait for a row lock) and leaves the writes to the batch.
 func (p *pgRunner) flush(ctx context.Context) error {
 	if p.pending.Load() == 0 {
 		return nil
 	}
 	p.mu.Lock()
 	wait := slices.Clone(p.sent)
-	b := p.takeLocked()
+	b := p.takeLocked("")
 	p.mu.Unlock()
 	if b != nil {
-		p.send(b, nil, lazy)
+		go p.send(context.Background(), b, nil, lazy)
+		wait = append(wait, b)
 	}
 	return waitBatches(ctx, wait)
 }
@@ -195,15 +193,33 @@ func (p *pgRunner) close() error {
 	return p.flush(context.Background())
 }
 
-// takeLocked takes the queue as a batch being sent (nil when it is empty). p.mu is held.
-func (p *pgRunner) takeLocked() *pgBatch {
+// takeLocked takes the queue as a batch being sent (nil when it is empty), to be sent after
+// the batches being sent that hold a write of one of its runs or of also (after). p.mu is
+// held.
+func (p *pgRunner) takeLocked(also string) *pgBatch {
 	if len(p.queue) == 0 {
 		return nil
 	}
 	b := &pgBatch{items: p.queue, done: make(chan struct{})}
 	p.queue = nil
+	for _, s := range p.sent {
+		if (also != "" && s.holds(also)) || slices.ContainsFunc(b.items, func(q *pgQueued) bool { return s.holds(q.w.run) }) {
+			b.after = append(b.after, s)
+		}
+	}
 	p.sent = append(p.sent, b)
 	return b
+}
+
+// holdingLocked returns the batches being sent that hold a write of run. p.mu is held.
+func (p *pgRunner) holdingLocked(run string) []*pgBatch {
+	var out []*pgBatch
+	for _, s := range p.sent {
+		if s.holds(run) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // waitBatches waits until each of bs is answered, or ctx is done.
@@ -218,10 +234,13 @@ func waitBatches(ctx context.Context, bs []*pgBatch) error {
 	return nil
 }
 
-// send commits b's writes, and w (of how h) if not nil, in one pgx batch; it answers each
-// queued write and returns w's answer. A write whose statement gave no answer of its own in
-// the batch (no row: the error is the write's to tell) runs again by itself.
-func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
+// send commits b's writes, and w (of how h) if not nil, in one pgx batch, once the batches
+// before it are answered (b.after); it answers each queued write and returns w's answer. If
+// ctx (w's) ends while send waits, w is left out and gets ctx's error. A write whose statement
+// gave no answer of its own in the batch (no row: the error is the write's to tell) runs
+// again by itself. When the server rejects the batch (an error, not a fatal one that ends the
+// session: the batch may have committed before it), each write runs again by itself.
+func (p *pgRunner) send(ctx context.Context, b *pgBatch, w *batchable, h how) error {
 	defer func() {
 		p.mu.Lock()
 		p.sent = slices.DeleteFunc(p.sent, func(s *pgBatch) bool { return s == b })
@@ -229,6 +248,11 @@ func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
 		p.pending.Add(-int64(len(b.items)))
 		close(b.done)
 	}()
+	var left error // w's answer when it is left out
+	if err := waitBatches(ctx, b.after); err != nil {
+		w, left = nil, err
+		waitBatches(context.Background(), b.after)
+	}
 	type entry struct {
 		w    *batchable
 		done func(error) // nil: w, whose answer send returns
@@ -246,7 +270,7 @@ func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
 	}
 	slices.SortStableFunc(entries, func(a, b entry) int { return strings.Compare(a.w.run, b.w.run) })
 
-	ctx, cancel := context.WithTimeout(context.Background(), postgresWriteTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postgresWriteTimeout)
 	defer cancel()
 	stmts := make([]stmt, len(entries))
 	var batch pgx.Batch
@@ -262,11 +286,11 @@ func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
 	}
 	err := br.Close()
 	var rejected *pgconn.PgError
-	again := errors.As(err, &rejected) // rolled back as a whole
+	again := errors.As(err, &rejected) && rejected.Severity != "FATAL" && rejected.Severity != "PANIC" // rolled back as a whole
 	if err != nil && !again {
 		err = fmt.Errorf("store: postgres: batch of %d writes: %w", len(entries), err)
 	}
-	var answer error
+	answer := left
 	for i, e := range entries {
 		ans := errs[i]
 		switch {

@@ -307,7 +307,8 @@ type Store interface {
 	// (the memory store commits it before QueueOutcome returns). Reads and other writes of this
 	// store wait for it; other processes (replicas) see it once committed, and a crash of the
 	// process before then loses it (Recover completes the step as uncertain). done, if not nil, gets RecordOutcome's answer; it may run on another
-	// goroutine, before or after QueueOutcome returns, and must not call the store.
+	// goroutine (another session's write), before or after QueueOutcome returns, and must
+	// neither call the store nor block.
 	QueueOutcome(ctx context.Context, run string, step int64, o StepOutcome, done func(seq int64, err error))
 	// AppendEvent appends a reloaded, reload_failed, note, read or server_request record and
 	// returns its Seq; with e.Alert, the alert's notifications in the same transaction.
