@@ -323,7 +323,7 @@ func TestAttack2ConcurrentDeadlinesStress(t *testing.T) {
 	r := openPG(t, pgURL(s.Schema()), nil)
 	pgaSetDelay(s, 2*time.Millisecond)
 	pgaSetDelay(r, 2*time.Millisecond)
-	const sessions, calls = 10, 25
+	const sessions, calls = 10, 120
 	for i := range sessions {
 		must[Run](t)(s.CreateRun(context.Background(), Run{ID: fmt.Sprintf("st%d", i), Actor: "alice"}))
 	}
@@ -348,7 +348,7 @@ func TestAttack2ConcurrentDeadlinesStress(t *testing.T) {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
 			for c := 0; c < calls && time.Now().Before(stop); c++ {
-				d := time.Duration(rng.IntN(3000)) * time.Microsecond
+				d := time.Duration(rng.IntN(30000)) * time.Microsecond
 				ctx, cancel := context.WithTimeout(context.Background(), d)
 				step, err := st.RecordIntent(ctx, Intent{Run: run, Tool: "t"})
 				cancel()
@@ -376,6 +376,7 @@ func TestAttack2ConcurrentDeadlinesStress(t *testing.T) {
 					res.ok[step] = true
 					mu.Unlock()
 				})
+				time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
 				if rng.IntN(3) == 0 {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(1000))*time.Microsecond)
 					other := fmt.Sprintf("st%d", rng.IntN(sessions))
@@ -387,7 +388,52 @@ func TestAttack2ConcurrentDeadlinesStress(t *testing.T) {
 			}
 		})
 	}
+	// noise: intents of a run "a-noise" (sorts first) that a peer locks now and then, so that
+	// the batches they carry are stuck for a while and later batches wait for them (after).
+	must[Run](t)(s.CreateRun(context.Background(), Run{ID: "a-noise", Actor: "alice"}))
+	noiseStop := make(chan struct{})
+	var noise sync.WaitGroup
+	var noiseOK, noiseErr atomic.Int32
+	for k := range 3 {
+		st := s
+		if k == 1 {
+			st = r
+		}
+		noise.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(k), 9))
+			for range 400 {
+				select {
+				case <-noiseStop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(20))*time.Millisecond)
+				if _, err := st.RecordIntent(ctx, Intent{Run: "a-noise", Tool: "noise"}); err != nil {
+					noiseErr.Add(1)
+				} else {
+					noiseOK.Add(1)
+				}
+				cancel()
+			}
+		})
+	}
+	noise.Go(func() {
+		for range 40 {
+			select {
+			case <-noiseStop:
+				return
+			default:
+			}
+			h := pgaHoldRun(t, s, "a-noise")
+			time.Sleep(15 * time.Millisecond)
+			h.release()
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
 	wg.Wait()
+	close(noiseStop)
+	noise.Wait()
+	t.Logf("noise intents: %d ok, %d failed", noiseOK.Load(), noiseErr.Load())
 	waited := make(chan struct{})
 	go func() { outstanding.Wait(); close(waited) }()
 	select {
@@ -397,6 +443,12 @@ func TestAttack2ConcurrentDeadlinesStress(t *testing.T) {
 	}
 	pgbIdle(t, s)
 	pgbIdle(t, r)
+	var okI, okO int
+	for _, res := range results {
+		okI += len(res.intents)
+		okO += len(res.ok)
+	}
+	t.Logf("%d intents and %d outcomes committed", okI, okO)
 	for i, res := range results {
 		run := fmt.Sprintf("st%d", i)
 		for step, n := range res.answers {
@@ -482,5 +534,328 @@ func TestAttack2FullQueueBehindStuckBatch(t *testing.T) {
 	}
 	if took > 2*time.Second {
 		t.Fatalf("QueueOutcome that fills the queue returned after %v: enqueue sends the full batch on the caller's goroutine, and the batch waits (b.after) for another session's stuck batch", took)
+	}
+}
+
+// The timer commits a queued outcome whose batch is stuck on a peer's lock (kick, on the
+// timer's goroutine); Close, called then, waits for it; the outcome gets nil; pending ends 0.
+func TestAttack2CloseWaitsForStuckKick(t *testing.T) {
+	s, err := OpenPostgres(context.Background(), pgURL(""), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			s.Close()
+		}
+	}()
+	pgaRuns(t, s, "run-k")
+	step := pgaIntent(t, s, "run-k")
+	h := pgaHoldRun(t, s, "run-k")
+	pgaSetDelay(s, time.Millisecond)
+	done, ans, calls := pgbOnce(t, "queued outcome")
+	s.QueueOutcome(context.Background(), "run-k", step, StepOutcome{Status: Succeeded}, done)
+	h.blocked(t, s)
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- s.Close() }()
+	select {
+	case err := <-closeErr:
+		closed = true
+		h.release()
+		t.Fatalf("Close returned (%v) while the timer's batch waits for the lock", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	h.release()
+	select {
+	case err := <-closeErr:
+		closed = true
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close never returned")
+	}
+	if a := pgaWait(t, ans, "queued outcome"); a.err != nil || calls.Load() != 1 {
+		t.Fatalf("queued outcome: %v, %d answers", a.err, calls.Load())
+	}
+	if n := s.w.(*pgRunner).pending.Load(); n != 0 {
+		t.Fatalf("pending %d after Close", n)
+	}
+}
+
+// An intent of b-x (no deadline) waits for another session's stuck batch that holds b-x's
+// outcome (nothing is queued, so it waits in runBatchable, outside the batches being sent).
+// Close is called meanwhile, and the peer then lets go. Close waits only for the batches
+// being sent, so it may close the pools before the intent's exec: the intent must then
+// answer ErrClosed (or succeed), not a pool's internal error.
+func TestAttack2CloseWhileIntentWaitsOutsideBatch(t *testing.T) {
+	s, err := OpenPostgres(context.Background(), pgURL(""), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			s.Close()
+		}
+	}()
+	pgaRuns(t, s, "a-y", "b-x")
+	s1 := pgaIntent(t, s, "b-x")
+	h, first, carried := pgaBlockedBatch(t, s, s1)
+	timer := time.AfterFunc(5*time.Second, h.release)
+	defer timer.Stop()
+	intentErr := make(chan error, 1)
+	go func() {
+		_, err := s.RecordIntent(context.Background(), Intent{Run: "b-x", Tool: "waiting"})
+		intentErr <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- s.Close() }()
+	time.Sleep(200 * time.Millisecond)
+	h.release()
+	select {
+	case err := <-closeErr:
+		closed = true
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close never returned")
+	}
+	if a := pgaWait(t, first, "outcome of s1"); a.err != nil {
+		t.Fatal(a.err)
+	}
+	if err := <-carried; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-intentErr:
+		if err != nil && !errors.Is(err, ErrClosed) {
+			t.Fatalf("intent that waited through Close: %v, want nil or ErrClosed", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("intent never returned")
+	}
+}
+
+// A batch that the server rejects (a trigger fails one outcome) and whose carrying intent was
+// left out (its deadline ended while the batch waited for a stuck batch holding b-x): each
+// queued outcome runs again by itself and is answered exactly once (the good one nil, the
+// rejected one with the server's error); the left-out intent writes nothing.
+func TestAttack2LeftOutIntentRejectedBatch(t *testing.T) {
+	s := openPG(t, pgURL(""), nil)
+	ctx := context.Background()
+	for _, q := range []string{
+		`CREATE FUNCTION reject_note() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'rejected by the test'; END $$`,
+		`CREATE TRIGGER reject_note BEFORE INSERT ON records FOR EACH ROW WHEN (NEW.note = 'reject') EXECUTE FUNCTION reject_note()`,
+	} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgaRuns(t, s, "a-y", "b-x", "c-z")
+	s1, s2 := pgaIntent(t, s, "b-x"), pgaIntent(t, s, "b-x")
+	s3 := pgaIntent(t, s, "c-z")
+	h, first, carried := pgaBlockedBatch(t, s, s1)
+	timer := time.AfterFunc(1500*time.Millisecond, h.release)
+	defer timer.Stop()
+	goodDone, good, goodN := pgbOnce(t, "good outcome")
+	badDone, bad, badN := pgbOnce(t, "rejected outcome")
+	s.QueueOutcome(ctx, "b-x", s2, StepOutcome{Status: Succeeded}, goodDone)
+	s.QueueOutcome(ctx, "c-z", s3, StepOutcome{Status: Succeeded, Note: "reject"}, badDone)
+	ictx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err := s.RecordIntent(ictx, Intent{Run: "c-z", Tool: "late"})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("left-out intent: %v", err)
+	}
+	h.release()
+	if a := pgaWait(t, first, "outcome of s1"); a.err != nil {
+		t.Fatal(a.err)
+	}
+	if err := <-carried; err != nil {
+		t.Fatal(err)
+	}
+	if a := pgaWait(t, good, "good outcome"); a.err != nil {
+		t.Fatalf("good outcome: %v", a.err)
+	}
+	if a := pgaWait(t, bad, "rejected outcome"); a.err == nil {
+		t.Fatal("rejected outcome answered nil")
+	}
+	pgbIdle(t, s)
+	if goodN.Load() != 1 || badN.Load() != 1 {
+		t.Fatalf("answers: good %d, rejected %d", goodN.Load(), badN.Load())
+	}
+	if n := pgaCount(t, s, "b-x", KindOutcome, s2); n != 1 {
+		t.Fatalf("%d outcomes of s2", n)
+	}
+	recs := must[[]Record](t)(s.Records(ctx, "c-z", 0, 0))
+	if len(recs) != 1 {
+		t.Fatalf("c-z reads %+v, want its one intent (no outcome, no left-out intent)", recs)
+	}
+}
+
+// Sessions with random deadlines and a peer that locks a run now and then, and Close at a
+// random moment. Guarantees: every queued outcome is answered exactly once, within a bound,
+// with nil or ErrClosed (never a closed pool's error: Close waits for the batches); an
+// outcome answered nil is read by a replica; pending is 0 after Close.
+func TestAttack2CloseRacesDeadlines(t *testing.T) {
+	for round := range 4 {
+		s, err := OpenPostgres(context.Background(), pgURL(""), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pgaSetDelay(s, time.Duration(round+1)*time.Millisecond)
+		const sessions, calls = 8, 60
+		runs := []string{"a-lock"}
+		for i := range sessions {
+			runs = append(runs, fmt.Sprintf("cr%d", i))
+		}
+		pgaRuns(t, s, runs...)
+		var mu sync.Mutex
+		okOutcomes := map[string][]int64{}
+		var outstanding sync.WaitGroup
+		var wg sync.WaitGroup
+		stopHold := make(chan struct{})
+		var holder sync.WaitGroup
+		holder.Go(func() {
+			for range 40 {
+				select {
+				case <-stopHold:
+					return
+				default:
+				}
+				h := pgaHoldRun(t, s, "a-lock")
+				time.Sleep(10 * time.Millisecond)
+				h.release()
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+		for i := range sessions {
+			run := runs[i+1]
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(round), uint64(i)))
+				for range calls {
+					target := run
+					if rng.IntN(4) == 0 {
+						target = "a-lock" // carries the queue into a batch that may be stuck
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(15))*time.Millisecond)
+					step, err := s.RecordIntent(ctx, Intent{Run: target, Tool: "t"})
+					cancel()
+					if errors.Is(err, ErrClosed) {
+						return
+					}
+					if err != nil || target != run {
+						continue
+					}
+					var n atomic.Int32
+					outstanding.Add(1)
+					s.QueueOutcome(context.Background(), run, step, StepOutcome{Status: Succeeded}, func(_ int64, err error) {
+						if n.Add(1) > 1 {
+							t.Errorf("%s step %d answered twice (%v)", run, step, err)
+							return
+						}
+						defer outstanding.Done()
+						if err == nil {
+							mu.Lock()
+							okOutcomes[run] = append(okOutcomes[run], step)
+							mu.Unlock()
+						} else if !errors.Is(err, ErrClosed) {
+							t.Errorf("%s step %d: %v", run, step, err)
+						}
+					})
+				}
+			})
+		}
+		time.Sleep(time.Duration(50+30*round) * time.Millisecond)
+		closeErr := make(chan error, 1)
+		go func() { closeErr <- s.Close() }()
+		select {
+		case err := <-closeErr:
+			if err != nil {
+				t.Errorf("round %d: Close: %v", round, err)
+			}
+		case <-time.After(40 * time.Second):
+			t.Fatalf("round %d: Close never returned", round)
+		}
+		close(stopHold)
+		holder.Wait()
+		wg.Wait()
+		w := make(chan struct{})
+		go func() { outstanding.Wait(); close(w) }()
+		select {
+		case <-w:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: queued outcomes never answered", round)
+		}
+		if n := s.w.(*pgRunner).pending.Load(); n != 0 {
+			t.Fatalf("round %d: pending %d after Close", round, n)
+		}
+		r := openPG(t, pgURL(s.Schema()), nil)
+		total := 0
+		for run, steps := range okOutcomes {
+			for _, step := range steps {
+				total++
+				if c := pgaCount(t, r, run, KindOutcome, step); c != 1 {
+					t.Errorf("round %d: %s step %d answered nil, replica reads %d outcomes", round, run, step, c)
+				}
+			}
+		}
+		t.Logf("round %d: %d outcomes committed before Close", round, total)
+	}
+}
+
+// The stuck batch B1 ends with a FATAL error (its backend is terminated while it waits for the
+// lock); B2, which waits for it (both hold b-x), is then sent and commits: B1's writes are
+// answered once each with an error, B2's outcome with nil, and the runner ends idle.
+func TestAttack2FatalBatchReleasesItsFollowers(t *testing.T) {
+	s := openPG(t, pgURL(""), nil)
+	pgaRuns(t, s, "a-y", "b-x", "c-z")
+	s1, s2 := pgaIntent(t, s, "b-x"), pgaIntent(t, s, "b-x")
+	h, first, carried := pgaBlockedBatch(t, s, s1)
+	defer h.release()
+	done2, second, calls2 := pgbOnce(t, "outcome of s2")
+	s.QueueOutcome(context.Background(), "b-x", s2, StepOutcome{Status: Succeeded}, done2)
+	follower := make(chan error, 1)
+	go func() {
+		_, err := s.RecordIntent(context.Background(), Intent{Run: "c-z", Tool: "follower"})
+		follower <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	pid := h.blocked(t, s)
+	if _, err := s.pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	a1 := pgaWait(t, first, "outcome of s1")
+	var cerr error
+	select {
+	case cerr = <-carried:
+	case <-time.After(15 * time.Second):
+		t.Fatal("carrier never returned")
+	}
+	if a1.err == nil || cerr == nil {
+		t.Logf("stuck batch after FATAL: outcome %v, carrier %v", a1.err, cerr)
+	}
+	select {
+	case err := <-follower:
+		if err != nil {
+			t.Fatalf("follower intent: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("follower never returned after the FATAL batch")
+	}
+	if a := pgaWait(t, second, "outcome of s2"); a.err != nil || calls2.Load() != 1 {
+		t.Fatalf("outcome of s2: %v, %d answers", a.err, calls2.Load())
+	}
+	h.release()
+	pgbIdle(t, s)
+	if n := pgaCount(t, s, "b-x", KindOutcome, s2); n != 1 {
+		t.Fatalf("%d outcomes of s2", n)
+	}
+	if n := pgaCount(t, s, "b-x", KindOutcome, s1); n > 1 {
+		t.Fatalf("%d outcomes of s1", n)
 	}
 }
