@@ -329,8 +329,8 @@ func TestAttack2ConcurrentDeadlinesStress(t *testing.T) {
 	}
 	stop := time.Now().Add(60 * time.Second)
 	type result struct {
-		intents []int64          // committed intents (nil error)
-		ok      map[int64]bool   // outcomes answered nil
+		intents []int64        // committed intents (nil error)
+		ok      map[int64]bool // outcomes answered nil
 		answers map[int64]*atomic.Int32
 	}
 	results := make([]*result, sessions)
