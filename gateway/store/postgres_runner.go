@@ -52,6 +52,8 @@ type pgRunner struct {
 	timer  *time.Timer
 	delay  time.Duration // how long a queued write waits for a batch; 0: queuedDelay
 	closed bool
+	// active counts the calls of run and runBatchable under way (close waits for them).
+	active sync.WaitGroup
 	// pending counts the queued writes not yet answered (flush's fast path reads it).
 	pending atomic.Int64
 }
@@ -77,18 +79,39 @@ func (b *pgBatch) holds(run string) bool {
 	return slices.ContainsFunc(b.items, func(q *pgQueued) bool { return q.w.run == run })
 }
 
+// enter registers a call of run or runBatchable (done: p.active.Done). Errors: ErrClosed.
+func (p *pgRunner) enter() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.active.Add(1)
+	return nil
+}
+
 // run implements runner, after the queued writes (flush).
 func (p *pgRunner) run(ctx context.Context, h how, fn txFunc) error {
+	if err := p.enter(); err != nil {
+		return err
+	}
+	defer p.active.Done()
 	if err := p.flush(ctx); err != nil {
 		return err
 	}
 	return p.exec(ctx, h, fn)
 }
 
-// exec runs fn as a transaction of its own (single: as its one statement).
+// exec runs fn as a transaction of its own (single: as its one statement), within
+// postgresWriteTimeout whatever ctx does.
 func (p *pgRunner) exec(ctx context.Context, h how, fn txFunc) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postgresWriteTimeout)
 	defer cancel()
+	return p.do(wctx, h, fn)
+}
+
+// do runs fn as exec does, within ctx.
+func (p *pgRunner) do(wctx context.Context, h how, fn txFunc) error {
 	pool := p.pool
 	if h.isLazy() {
 		pool = p.lazy
@@ -99,11 +122,17 @@ func (p *pgRunner) exec(ctx context.Context, h how, fn txFunc) error {
 	return pgx.BeginFunc(wctx, pool, func(tx pgx.Tx) error { return fn(wctx, pgxQuerier{tx}) })
 }
 
-// runBatchable implements runner: w takes the queued writes into its batch. With nothing
-// queued it runs alone, once the batches being sent that hold a write of its run (its
-// session's outcome, taken by another session's intent) are answered, so that it is numbered
-// after them.
+// runBatchable implements runner: w takes the queued writes into its batch, sent once the
+// batches before it that hold one of its runs are answered. With nothing queued it runs
+// alone, once the batches being sent that hold a write of its run (its session's outcome,
+// taken by another session's intent) are answered, so that it is numbered after them. If
+// ctx ends while it waits, w writes nothing and gets ctx's error; the batch it took is sent
+// without it.
 func (p *pgRunner) runBatchable(ctx context.Context, h how, w batchable) error {
+	if err := p.enter(); err != nil {
+		return err
+	}
+	defer p.active.Done()
 	if p.pending.Load() == 0 {
 		return p.exec(ctx, h, w.fn)
 	}
@@ -112,19 +141,25 @@ func (p *pgRunner) runBatchable(ctx context.Context, h how, w batchable) error {
 	var wait []*pgBatch
 	if b == nil {
 		wait = p.holdingLocked(w.run)
+	} else {
+		wait = b.after
 	}
 	p.mu.Unlock()
-	if b != nil {
-		return p.send(ctx, b, &w, h)
-	}
 	if err := waitBatches(ctx, wait); err != nil {
+		if b != nil {
+			go p.send(b, nil, lazy)
+		}
 		return err
+	}
+	if b != nil {
+		return p.send(b, &w, h)
 	}
 	return p.exec(ctx, h, w.fn)
 }
 
-// enqueue implements runner.
-func (p *pgRunner) enqueue(_ context.Context, w batchable, done func(error)) error {
+// enqueue implements runner. A full queue (maxWriteBatch) is sent at once, and enqueue waits
+// for it (the queue's bound) or for ctx's end.
+func (p *pgRunner) enqueue(ctx context.Context, w batchable, done func(error)) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -148,8 +183,9 @@ func (p *pgRunner) enqueue(_ context.Context, w batchable, done func(error)) err
 		}
 	}
 	p.mu.Unlock()
-	if b != nil { // the caller waits: the queue's bound
-		p.send(context.Background(), b, nil, lazy)
+	if b != nil {
+		go p.send(b, nil, lazy)
+		waitBatches(ctx, []*pgBatch{b})
 	}
 	return nil
 }
@@ -160,7 +196,7 @@ func (p *pgRunner) kick() {
 	b := p.takeLocked("")
 	p.mu.Unlock()
 	if b != nil {
-		p.send(context.Background(), b, nil, lazy)
+		p.send(b, nil, lazy)
 	}
 }
 
@@ -176,13 +212,14 @@ func (p *pgRunner) flush(ctx context.Context) error {
 	b := p.takeLocked("")
 	p.mu.Unlock()
 	if b != nil {
-		go p.send(context.Background(), b, nil, lazy)
+		go p.send(b, nil, lazy)
 		wait = append(wait, b)
 	}
 	return waitBatches(ctx, wait)
 }
 
-// close implements runner: what is queued is committed first.
+// close implements runner: what is queued is committed first, and the calls under way end
+// before the pools are closed (Store.Close closes them next).
 func (p *pgRunner) close() error {
 	p.mu.Lock()
 	p.closed = true
@@ -190,7 +227,9 @@ func (p *pgRunner) close() error {
 		p.timer.Stop()
 	}
 	p.mu.Unlock()
-	return p.flush(context.Background())
+	err := p.flush(context.Background())
+	p.active.Wait()
+	return err
 }
 
 // takeLocked takes the queue as a batch being sent (nil when it is empty), to be sent after
@@ -235,12 +274,12 @@ func waitBatches(ctx context.Context, bs []*pgBatch) error {
 }
 
 // send commits b's writes, and w (of how h) if not nil, in one pgx batch, once the batches
-// before it are answered (b.after); it answers each queued write and returns w's answer. If
-// ctx (w's) ends while send waits, w is left out and gets ctx's error. A write whose statement
-// gave no answer of its own in the batch (no row: the error is the write's to tell) runs
-// again by itself. When the server rejects the batch (an error, not a fatal one that ends the
-// session: the batch may have committed before it), each write runs again by itself.
-func (p *pgRunner) send(ctx context.Context, b *pgBatch, w *batchable, h how) error {
+// before it are answered (b.after); it answers each queued write and returns w's answer. A
+// write whose statement gave no answer of its own in the batch (no row: the error is the
+// write's to tell) runs again by itself. When the server rejects the batch (an error, not a
+// fatal one that ends the session: the batch may have committed before it), each write runs
+// again by itself. All of it, the runs again too, within one postgresWriteTimeout.
+func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
 	defer func() {
 		p.mu.Lock()
 		p.sent = slices.DeleteFunc(p.sent, func(s *pgBatch) bool { return s == b })
@@ -248,11 +287,7 @@ func (p *pgRunner) send(ctx context.Context, b *pgBatch, w *batchable, h how) er
 		p.pending.Add(-int64(len(b.items)))
 		close(b.done)
 	}()
-	var left error // w's answer when it is left out
-	if err := waitBatches(ctx, b.after); err != nil {
-		w, left = nil, err
-		waitBatches(context.Background(), b.after)
-	}
+	waitBatches(context.Background(), b.after)
 	type entry struct {
 		w    *batchable
 		done func(error) // nil: w, whose answer send returns
@@ -270,7 +305,7 @@ func (p *pgRunner) send(ctx context.Context, b *pgBatch, w *batchable, h how) er
 	}
 	slices.SortStableFunc(entries, func(a, b entry) int { return strings.Compare(a.w.run, b.w.run) })
 
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postgresWriteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), postgresWriteTimeout)
 	defer cancel()
 	stmts := make([]stmt, len(entries))
 	var batch pgx.Batch
@@ -290,14 +325,14 @@ func (p *pgRunner) send(ctx context.Context, b *pgBatch, w *batchable, h how) er
 	if err != nil && !again {
 		err = fmt.Errorf("store: postgres: batch of %d writes: %w", len(entries), err)
 	}
-	answer := left
+	var answer error
 	for i, e := range entries {
 		ans := errs[i]
 		switch {
 		case again && e.done == nil:
-			ans = p.exec(ctx, h|single, e.w.fn)
+			ans = p.do(ctx, h|single, e.w.fn)
 		case again || (err == nil && ans != nil && e.done != nil):
-			ans = p.exec(ctx, lazy|single, e.w.fn)
+			ans = p.do(ctx, lazy|single, e.w.fn)
 		case err != nil:
 			ans = err
 		}
