@@ -52,6 +52,70 @@ func pgbOnce(t *testing.T, what string) (func(int64, error), <-chan pgaAnswer, *
 	}, ch, &n
 }
 
+// pgbOpenClosable opens a store in a fresh schema for a test that closes it itself (it sets
+// *closed then); the store is closed at the test's end otherwise.
+func pgbOpenClosable(t *testing.T) (*Postgres, *bool) {
+	t.Helper()
+	s, err := OpenPostgres(context.Background(), pgURL(""), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := new(bool)
+	t.Cleanup(func() {
+		if !*closed {
+			s.Close()
+		}
+	})
+	return s, closed
+}
+
+// pgbFlapLock takes and lets go of run's row lock on a goroutine of its own (held for hold,
+// then free for gap, up to 40 times) until stop is called; stop returns once it ended.
+func pgbFlapLock(t *testing.T, s *Postgres, run string, hold, gap time.Duration) (stop func()) {
+	halt := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for range 40 {
+			select {
+			case <-halt:
+				return
+			default:
+			}
+			h := pgaHoldRun(t, s, run)
+			time.Sleep(hold)
+			h.release()
+			time.Sleep(gap)
+		}
+	})
+	return func() { close(halt); wg.Wait() }
+}
+
+// pgbCloseHeld closes s while h holds a row lock that a batch waits for: Close must not
+// return within hold (why: what is still under way), and must return nil within 15 s once h
+// lets go. *closed records that s was closed.
+func pgbCloseHeld(t *testing.T, s *Postgres, h *pgaHolder, closed *bool, hold time.Duration, why string) {
+	t.Helper()
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- s.Close() }()
+	select {
+	case err := <-closeErr:
+		*closed = true
+		h.release()
+		t.Fatalf("Close returned (%v) while %s", err, why)
+	case <-time.After(hold):
+	}
+	h.release()
+	select {
+	case err := <-closeErr:
+		*closed = true
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close never returned")
+	}
+}
+
 // The batch B1 (outcome of b-x, intent of a-y) is stuck on a peer's lock of a-y. The same
 // session of b-x queues the outcome of its next step s2; an intent of c-z with a 100 ms
 // deadline then takes the queue as its batch B2, which must wait for B1 (it holds b-x). The
@@ -109,16 +173,7 @@ func TestAttack2IntentDeadlineTakingBatchBehindStuckBatch(t *testing.T) {
 // that batch (and not close the pools under it): Close returns once the peer lets go, the
 // outcome gets a nil answer, and a replica reads it.
 func TestAttack2CloseWaitsForFlushGoroutine(t *testing.T) {
-	s, err := OpenPostgres(context.Background(), pgURL(""), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			s.Close()
-		}
-	}()
+	s, closed := pgbOpenClosable(t)
 	pgaRuns(t, s, "run-f")
 	step := pgaIntent(t, s, "run-f")
 	h := pgaHoldRun(t, s, "run-f")
@@ -131,25 +186,7 @@ func TestAttack2CloseWaitsForFlushGoroutine(t *testing.T) {
 		t.Fatalf("read behind a stuck batch: %v, want DeadlineExceeded", err)
 	}
 	h.blocked(t, s)
-	closeErr := make(chan error, 1)
-	go func() { closeErr <- s.Close() }()
-	select {
-	case err := <-closeErr:
-		closed = true
-		h.release()
-		t.Fatalf("Close returned (%v) while the flushed batch is still waiting for the lock", err)
-	case <-time.After(500 * time.Millisecond):
-	}
-	h.release()
-	select {
-	case err := <-closeErr:
-		closed = true
-		if err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("Close never returned")
-	}
+	pgbCloseHeld(t, s, h, closed, 500*time.Millisecond, "the flushed batch is still waiting for the lock")
 	a := pgaWait(t, ans, "queued outcome")
 	if a.err != nil || calls.Load() != 1 {
 		t.Fatalf("queued outcome: %v, %d answers", a.err, calls.Load())
@@ -167,16 +204,7 @@ func TestAttack2CloseWaitsForFlushGoroutine(t *testing.T) {
 // left-out intent's batch still waits: Close waits for it, every queued outcome is answered
 // exactly once with nil, the runner ends idle.
 func TestAttack2CloseWhileLeftOutBatchWaits(t *testing.T) {
-	s, err := OpenPostgres(context.Background(), pgURL(""), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			s.Close()
-		}
-	}()
+	s, closed := pgbOpenClosable(t)
 	pgaRuns(t, s, "a-y", "b-x", "c-z")
 	s1, s2 := pgaIntent(t, s, "b-x"), pgaIntent(t, s, "b-x")
 	h, first, carried := pgaBlockedBatch(t, s, s1)
@@ -192,25 +220,7 @@ func TestAttack2CloseWhileLeftOutBatchWaits(t *testing.T) {
 		intentErr <- err
 	}()
 	time.Sleep(200 * time.Millisecond)
-	closeErr := make(chan error, 1)
-	go func() { closeErr <- s.Close() }()
-	time.Sleep(300 * time.Millisecond)
-	select {
-	case err := <-closeErr:
-		closed = true
-		t.Fatalf("Close returned (%v) with batches in flight", err)
-	default:
-	}
-	h.release()
-	select {
-	case err := <-closeErr:
-		closed = true
-		if err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("Close never returned")
-	}
+	pgbCloseHeld(t, s, h, closed, 300*time.Millisecond, "batches are in flight")
 	if a := pgaWait(t, first, "outcome of s1"); a.err != nil {
 		t.Fatal(a.err)
 	}
@@ -417,20 +427,9 @@ func TestAttack2ConcurrentDeadlinesStress(t *testing.T) {
 			}
 		})
 	}
-	noise.Go(func() {
-		for range 40 {
-			select {
-			case <-noiseStop:
-				return
-			default:
-			}
-			h := pgaHoldRun(t, s, "a-noise")
-			time.Sleep(15 * time.Millisecond)
-			h.release()
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
+	stopFlap := pgbFlapLock(t, s, "a-noise", 15*time.Millisecond, 10*time.Millisecond)
 	wg.Wait()
+	stopFlap()
 	close(noiseStop)
 	noise.Wait()
 	t.Logf("noise intents: %d ok, %d failed", noiseOK.Load(), noiseErr.Load())
@@ -540,16 +539,7 @@ func TestAttack2FullQueueBehindStuckBatch(t *testing.T) {
 // The timer commits a queued outcome whose batch is stuck on a peer's lock (kick, on the
 // timer's goroutine); Close, called then, waits for it; the outcome gets nil; pending ends 0.
 func TestAttack2CloseWaitsForStuckKick(t *testing.T) {
-	s, err := OpenPostgres(context.Background(), pgURL(""), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			s.Close()
-		}
-	}()
+	s, closed := pgbOpenClosable(t)
 	pgaRuns(t, s, "run-k")
 	step := pgaIntent(t, s, "run-k")
 	h := pgaHoldRun(t, s, "run-k")
@@ -557,25 +547,7 @@ func TestAttack2CloseWaitsForStuckKick(t *testing.T) {
 	done, ans, calls := pgbOnce(t, "queued outcome")
 	s.QueueOutcome(context.Background(), "run-k", step, StepOutcome{Status: Succeeded}, done)
 	h.blocked(t, s)
-	closeErr := make(chan error, 1)
-	go func() { closeErr <- s.Close() }()
-	select {
-	case err := <-closeErr:
-		closed = true
-		h.release()
-		t.Fatalf("Close returned (%v) while the timer's batch waits for the lock", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	h.release()
-	select {
-	case err := <-closeErr:
-		closed = true
-		if err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("Close never returned")
-	}
+	pgbCloseHeld(t, s, h, closed, 300*time.Millisecond, "the timer's batch waits for the lock")
 	if a := pgaWait(t, ans, "queued outcome"); a.err != nil || calls.Load() != 1 {
 		t.Fatalf("queued outcome: %v, %d answers", a.err, calls.Load())
 	}
@@ -590,16 +562,7 @@ func TestAttack2CloseWaitsForStuckKick(t *testing.T) {
 // being sent, so it may close the pools before the intent's exec: the intent must then
 // answer ErrClosed (or succeed), not a pool's internal error.
 func TestAttack2CloseWhileIntentWaitsOutsideBatch(t *testing.T) {
-	s, err := OpenPostgres(context.Background(), pgURL(""), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			s.Close()
-		}
-	}()
+	s, closed := pgbOpenClosable(t)
 	pgaRuns(t, s, "a-y", "b-x")
 	s1 := pgaIntent(t, s, "b-x")
 	h, first, carried := pgaBlockedBatch(t, s, s1)
@@ -617,7 +580,7 @@ func TestAttack2CloseWhileIntentWaitsOutsideBatch(t *testing.T) {
 	h.release()
 	select {
 	case err := <-closeErr:
-		closed = true
+		*closed = true
 		if err != nil {
 			t.Fatalf("Close: %v", err)
 		}
@@ -718,21 +681,7 @@ func TestAttack2CloseRacesDeadlines(t *testing.T) {
 		okOutcomes := map[string][]int64{}
 		var outstanding sync.WaitGroup
 		var wg sync.WaitGroup
-		stopHold := make(chan struct{})
-		var holder sync.WaitGroup
-		holder.Go(func() {
-			for range 40 {
-				select {
-				case <-stopHold:
-					return
-				default:
-				}
-				h := pgaHoldRun(t, s, "a-lock")
-				time.Sleep(10 * time.Millisecond)
-				h.release()
-				time.Sleep(5 * time.Millisecond)
-			}
-		})
+		stopHold := pgbFlapLock(t, s, "a-lock", 10*time.Millisecond, 5*time.Millisecond)
 		for i := range sessions {
 			run := runs[i+1]
 			wg.Go(func() {
@@ -781,8 +730,7 @@ func TestAttack2CloseRacesDeadlines(t *testing.T) {
 		case <-time.After(40 * time.Second):
 			t.Fatalf("round %d: Close never returned", round)
 		}
-		close(stopHold)
-		holder.Wait()
+		stopHold()
 		wg.Wait()
 		w := make(chan struct{})
 		go func() { outstanding.Wait(); close(w) }()

@@ -65,70 +65,25 @@ func TestPostgresQueuedOutcomeJoinsTheNextIntent(t *testing.T) {
 }
 
 // Reads of the store that queued an outcome see it at once; a replica sees it within
-// queuedDelay though no write follows; a write of the run after QueueOutcome is numbered
-// after the outcome; a queued outcome of a completed step gets ErrCompleted through done.
+// queuedDelay though no write follows; a queued outcome of a completed step gets ErrCompleted
+// through done (checkQueuedReadAndAlone); a write of the run after QueueOutcome is numbered
+// after the outcome.
 func TestPostgresQueuedOutcomeIsReadAndCommittedAlone(t *testing.T) {
 	s, intent := pgQueuedFixture(t)
 	ctx := context.Background()
-	replica := openPG(t, pgURL(s.Schema()), nil)
-
+	checkQueuedReadAndAlone(t, s, openPG(t, pgURL(s.Schema()), nil), intent)
 	step := intent()
-	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Succeeded}, nil)
-	if n := outcomes(t, s); n != 1 {
-		t.Fatalf("the store that queued the outcome reads %d outcomes, want 1", n)
-	}
-
-	step = intent()
-	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Failed}, nil)
-	deadline := time.Now().Add(2 * time.Second) // queuedDelay, with room for a loaded machine
-	for outcomes(t, replica) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("a queued outcome with no write after it was not committed")
-		}
-		time.Sleep(time.Millisecond)
-	}
-
-	step = intent()
 	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Succeeded}, nil)
 	note := must[int64](t)(s.AppendEvent(ctx, Event{Run: "run-q", Kind: KindNote, Note: "after the call"}))
 	if note != step+2 {
 		t.Fatalf("a note written after the outcome was queued has seq %d, want %d (after the outcome)", note, step+2)
-	}
-
-	got := make(chan error, 1)
-	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Succeeded}, func(_ int64, err error) { got <- err })
-	intent()
-	select {
-	case err := <-got:
-		if !errors.Is(err, ErrCompleted) {
-			t.Fatalf("second outcome of a step: %v, want ErrCompleted", err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("done was never called")
-	}
-	if n := outcomes(t, replica); n != 3 {
-		t.Fatalf("%d outcomes after a refused one, want 3", n)
 	}
 }
 
 // Close commits what is queued; after it QueueOutcome answers ErrClosed.
 func TestPostgresQueuedOutcomeSurvivesClose(t *testing.T) {
 	s, intent := pgQueuedFixture(t)
-	ctx := context.Background()
-	step := intent()
-	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Succeeded}, nil)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Succeeded}, func(_ int64, err error) { got <- err })
-	if err := <-got; !errors.Is(err, ErrClosed) {
-		t.Fatalf("QueueOutcome after Close: %v, want ErrClosed", err)
-	}
-	again := openPG(t, pgURL(s.Schema()), nil)
-	if n := outcomes(t, again); n != 1 {
-		t.Fatalf("after Close and open: %d outcomes, want 1", n)
-	}
+	checkQueuedSurvivesClose(t, s, func() Store { return openPG(t, pgURL(s.Schema()), nil) }, intent)
 }
 
 // The server rejects a batch (a trigger raises for one queued outcome, a fault a healthy

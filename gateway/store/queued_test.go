@@ -86,9 +86,14 @@ func TestQueuedOutcomeJoinsTheNextIntent(t *testing.T) {
 func TestQueuedOutcomeIsReadAndCommittedAlone(t *testing.T) {
 	dir := t.TempDir()
 	s, intent := queuedFixture(t, dir)
-	ctx := context.Background()
-	peer := openPeer(t, dir)
+	checkQueuedReadAndAlone(t, s, openPeer(t, dir), intent)
+}
 
+// checkQueuedReadAndAlone is TestQueuedOutcomeIsReadAndCommittedAlone on s, whose run-q
+// intent makes steps, and peer, another process or replica on the same data.
+func checkQueuedReadAndAlone(t *testing.T, s, peer Store, intent func() int64) {
+	t.Helper()
+	ctx := context.Background()
 	step := intent()
 	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Succeeded}, nil)
 	if n := outcomes(t, s); n != 1 {
@@ -124,6 +129,13 @@ func TestQueuedOutcomeIsReadAndCommittedAlone(t *testing.T) {
 func TestQueuedOutcomeSurvivesClose(t *testing.T) {
 	dir := t.TempDir()
 	s, intent := queuedFixture(t, dir)
+	checkQueuedSurvivesClose(t, s, func() Store { return openPeer(t, dir) }, intent)
+}
+
+// checkQueuedSurvivesClose is TestQueuedOutcomeSurvivesClose on s, whose run-q intent makes
+// steps; reopen opens s's data again.
+func checkQueuedSurvivesClose(t *testing.T, s Store, reopen func() Store, intent func() int64) {
+	t.Helper()
 	ctx := context.Background()
 	step := intent()
 	s.QueueOutcome(ctx, "run-q", step, StepOutcome{Status: Succeeded}, nil)
@@ -135,8 +147,7 @@ func TestQueuedOutcomeSurvivesClose(t *testing.T) {
 	if err := <-got; !errors.Is(err, ErrClosed) {
 		t.Fatalf("QueueOutcome after Close: %v, want ErrClosed", err)
 	}
-	again := openPeer(t, dir)
-	if n := outcomes(t, again); n != 1 {
+	if n := outcomes(t, reopen()); n != 1 {
 		t.Fatalf("after Close and open: %d outcomes, want 1", n)
 	}
 }
