@@ -169,18 +169,7 @@ func TestPostgresQueuedOutcomeRaceAcrossReplicas(t *testing.T) {
 		}
 		wg.Wait()
 		carried.Wait()
-		won := 0
-		for i, err := range errs {
-			switch {
-			case err == nil:
-				won++
-			case !errors.Is(err, ErrCompleted):
-				t.Fatalf("round %d replica %d: %v, want nil or ErrCompleted", round, i, err)
-			}
-		}
-		if won != 1 {
-			t.Fatalf("round %d: %d outcomes committed for one step, want 1 (%v)", round, won, errs)
-		}
+		oneOutcomeWon(t, round, errs)
 	}
 	if n := len(must[[]Record](t)(b.Records(ctx, "carry", 0, 0))); n != 2*rounds {
 		t.Fatalf("%d carrying intents, want %d", n, 2*rounds)

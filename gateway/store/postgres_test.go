@@ -464,6 +464,24 @@ func cpuTime(b *testing.B, who int) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// oneOutcomeWon checks the answers of one round of racing outcomes of one step: exactly one
+// nil (committed), every other ErrCompleted.
+func oneOutcomeWon(t *testing.T, round int, errs []error) {
+	t.Helper()
+	won := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, ErrCompleted):
+			t.Fatalf("round %d racer %d: %v, want nil or ErrCompleted", round, i, err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("round %d: %d outcomes committed for one step, want 1 (%v)", round, won, errs)
+	}
+}
+
 // TestPostgresConsumeAcrossReplicas: two replicas (two pools on one schema) send the retry of
 // one approved call at the same moment, 8 each: exactly one intent is written, and every other
 // one is told ErrConsumed and leaves nothing in the ledger. Source: issue 16 ("Consumption is
@@ -540,18 +558,7 @@ func TestPostgresOutcomeRaceAcrossReplicas(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		won := 0
-		for i, err := range errs {
-			switch {
-			case err == nil:
-				won++
-			case !errors.Is(err, ErrCompleted):
-				t.Fatalf("round %d racer %d: %v, want nil or ErrCompleted", round, i, err)
-			}
-		}
-		if won != 1 {
-			t.Fatalf("round %d: %d outcomes committed for one step, want 1 (%v)", round, won, errs)
-		}
+		oneOutcomeWon(t, round, errs)
 	}
 	recs := must[[]Record](t)(b.Records(ctx, "race", 0, 0))
 	if len(recs) != 2*rounds {
