@@ -239,22 +239,22 @@ func (p *pgRunner) takeLocked(also string) *pgBatch {
 	if len(p.queue) == 0 {
 		return nil
 	}
-	b := &pgBatch{items: p.queue, done: make(chan struct{})}
-	p.queue = nil
-	for _, s := range p.sent {
-		if (also != "" && s.holds(also)) || slices.ContainsFunc(b.items, func(q *pgQueued) bool { return s.holds(q.w.run) }) {
-			b.after = append(b.after, s)
-		}
+	runs := []string{also}
+	for _, q := range p.queue {
+		runs = append(runs, q.w.run)
 	}
+	b := &pgBatch{items: p.queue, after: p.holdingLocked(runs...), done: make(chan struct{})}
+	p.queue = nil
 	p.sent = append(p.sent, b)
 	return b
 }
 
-// holdingLocked returns the batches being sent that hold a write of run. p.mu is held.
-func (p *pgRunner) holdingLocked(run string) []*pgBatch {
+// holdingLocked returns the batches being sent that hold a write of one of runs. p.mu is
+// held.
+func (p *pgRunner) holdingLocked(runs ...string) []*pgBatch {
 	var out []*pgBatch
 	for _, s := range p.sent {
-		if s.holds(run) {
+		if slices.ContainsFunc(runs, s.holds) {
 			out = append(out, s)
 		}
 	}
@@ -330,7 +330,7 @@ func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
 		ans := errs[i]
 		switch {
 		case again && e.done == nil:
-			ans = p.do(ctx, h|single, e.w.fn)
+			ans = p.do(ctx, h, e.w.fn)
 		case again || (err == nil && ans != nil && e.done != nil):
 			ans = p.do(ctx, lazy|single, e.w.fn)
 		case err != nil:

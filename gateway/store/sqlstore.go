@@ -485,33 +485,36 @@ func (s *sqlStore) outcomeStmt(run string, step int64, o StepOutcome, handle str
 	*rec = Record{Run: run, Kind: KindOutcome, Step: step, Status: o.Status, CompensationTool: o.CompensationTool, Note: o.Note,
 		Time: s.stamp()}
 	return stmt{query: s.d.insertOutcome, args: []any{run, tn(rec.Time), step, string(o.Status), o.CompensationTool, handle, o.Note},
-		read: func(r rows, err error) error {
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			found := false
-			for r.Next() { // one or two rows
-				var seq int64
-				var tool, kind string
-				if err := r.Scan(&seq, &tool, &kind); err != nil {
-					return err
-				}
-				if Kind(kind) == KindOutcome {
-					rec.Seq, rec.Tool, found = seq, tool, true
-				}
-			}
-			if err := r.Err(); err != nil {
-				return err
-			}
-			if err := r.Close(); err != nil {
-				return err
-			}
-			if !found {
-				return sql.ErrNoRows
-			}
-			return nil
-		}}
+		read: func(r rows, err error) error { return readOutcome(r, err, rec) }}
+}
+
+// readOutcome is outcomeStmt's read.
+func readOutcome(r rows, err error, rec *Record) error {
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	found := false
+	for r.Next() { // one or two rows
+		var seq int64
+		var tool, kind string
+		if err := r.Scan(&seq, &tool, &kind); err != nil {
+			return err
+		}
+		if Kind(kind) == KindOutcome {
+			rec.Seq, rec.Tool, found = seq, tool, true
+		}
+	}
+	if err := r.Err(); err != nil {
+		return err
+	}
+	if err := r.Close(); err != nil {
+		return err
+	}
+	if !found {
+		return sql.ErrNoRows
+	}
+	return nil
 }
 
 // RecordOutcome implements Store.

@@ -306,9 +306,9 @@ type Store interface {
 	// its batch's transaction; Postgres: its pgx batch), or is committed by itself within 5 ms
 	// (the memory store commits it before QueueOutcome returns). Reads and other writes of this
 	// store wait for it; other processes (replicas) see it once committed, and a crash of the
-	// process before then loses it (Recover completes the step as uncertain). done, if not nil, gets RecordOutcome's answer; it may run on another
-	// goroutine (another session's write), before or after QueueOutcome returns, and must
-	// neither call the store nor block.
+	// process before then loses it (Recover completes the step as uncertain). done, if not
+	// nil, gets RecordOutcome's answer; it may run on another goroutine (another session's
+	// write), before or after QueueOutcome returns, and must neither call the store nor block.
 	QueueOutcome(ctx context.Context, run string, step int64, o StepOutcome, done func(seq int64, err error))
 	// AppendEvent appends a reloaded, reload_failed, note, read or server_request record and
 	// returns its Seq; with e.Alert, the alert's notifications in the same transaction.
