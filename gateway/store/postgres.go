@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -134,6 +135,10 @@ $fn$`
 // the intent between its check and its lock.
 const pgOutcomeRace = "RV001"
 
+// postgresCancelWait is how long a statement whose ctx ended waits for the server's answer to
+// its cancel request before the connection is dropped.
+const postgresCancelWait = time.Second
+
 // postgresSchemaLock is the advisory lock key (pg_advisory_xact_lock) that serialises schema
 // creation: concurrent CREATE TABLE IF NOT EXISTS of one table can otherwise fail.
 const postgresSchemaLock = 0x7265766572736901 // "reversi\x01"
@@ -154,6 +159,13 @@ func postgresConfig(databaseURL string) (*pgxpool.Config, string, error) {
 	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
 	if !strings.Contains(databaseURL, "pool_max_conns") {
 		cfg.MaxConns = postgresPoolConns
+	}
+	// A statement whose ctx ends is cancelled on the server too (a cancel request), so that
+	// the caller's error matches what is committed: with pgx's default (the socket's deadline
+	// only) a batch stuck on a row lock went on once the lock was free, and committed after its
+	// writers had been told that it failed (TestPostgresQueuedChainBoundedByOneTimeout).
+	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: postgresCancelWait}
 	}
 	return cfg, schema, nil
 }
@@ -250,23 +262,43 @@ type pgxQuerier struct {
 
 func (p pgxQuerier) exec(ctx context.Context, query string, args ...any) (int64, error) {
 	tag, err := p.q.Exec(ctx, query, args...)
-	return tag.RowsAffected(), err
+	return tag.RowsAffected(), ctxErr(ctx, err)
 }
 
 func (p pgxQuerier) query(ctx context.Context, query string, args ...any) (rows, error) {
 	r, err := p.q.Query(ctx, query, args...)
 	if err != nil {
-		return nil, err
+		return nil, ctxErr(ctx, err)
 	}
-	return pgxRows{r}, nil
+	return pgxRows{r, ctx}, nil
 }
 
-// pgxRows are pgx.Rows as rows (pgx's Close returns nothing: its error is Err's).
-type pgxRows struct{ pgx.Rows }
+// pgxRows are pgx.Rows as rows (pgx's Close returns nothing: its error is Err's), read
+// within ctx (Err: ctxErr).
+type pgxRows struct {
+	pgx.Rows
+	ctx context.Context
+}
+
+func (r pgxRows) Err() error { return ctxErr(r.ctx, r.Rows.Err()) }
 
 func (r pgxRows) Close() error {
 	r.Rows.Close()
-	return r.Rows.Err()
+	return r.Err()
+}
+
+// pgQueryCanceled is the SQLSTATE of a statement that a cancel request stopped.
+const pgQueryCanceled = "57014"
+
+// ctxErr is err, wrapping ctx's error too when the server stopped the statement because ctx
+// ended (the cancel request of postgresConfig's handler), so that a caller reads
+// context.DeadlineExceeded or context.Canceled as from the other stores.
+func ctxErr(ctx context.Context, err error) error {
+	var pe *pgconn.PgError
+	if err == nil || ctx.Err() == nil || !errors.As(err, &pe) || pe.Code != pgQueryCanceled {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", ctx.Err(), err)
 }
 
 // Instance returns this store's instance id (recorded with every intent it writes).

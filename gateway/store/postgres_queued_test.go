@@ -224,3 +224,107 @@ func TestPostgresQueuedOutcomesConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// Three batches, each behind the one before it (they hold outcomes of one run, b-x) and each
+// stuck on a peer's lock (each carries an intent of a-y): every write is answered within one
+// write timeout of its batch's take, not one timeout per batch in turn (a chain of n stuck
+// batches took n timeouts). Once the peer lets go, the same calls go through.
+func TestPostgresQueuedChainBoundedByOneTimeout(t *testing.T) {
+	const timeout = time.Second
+	s := openPG(t, pgURL(""), nil)
+	pgaRuns(t, s, "a-y", "b-x")
+	steps := []int64{pgaIntent(t, s, "b-x"), pgaIntent(t, s, "b-x"), pgaIntent(t, s, "b-x")}
+	p := s.w.(*pgRunner)
+	p.mu.Lock()
+	p.timeout = timeout
+	p.mu.Unlock()
+	h := pgaHoldRun(t, s, "a-y")
+	pgaSetDelay(s, time.Hour) // only the intents take the outcomes
+	start := time.Now()
+	outcomes := make([]<-chan pgaAnswer, len(steps))
+	intents := make(chan error, len(steps))
+	for i, step := range steps {
+		outcomes[i] = pgaQueue(s, "b-x", step, StepOutcome{Status: Succeeded, Note: fmt.Sprint("outcome ", i)})
+		go func() {
+			_, err := s.RecordIntent(context.Background(), Intent{Run: "a-y", Tool: fmt.Sprint("carrier ", i)})
+			intents <- err
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for { // the intent has taken the outcome as its batch
+			p.mu.Lock()
+			n := len(p.queue)
+			p.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("intent %d never took the queued outcome", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i := range steps {
+		if a := pgaWait(t, outcomes[i], fmt.Sprint("outcome ", i)); !errors.Is(a.err, context.DeadlineExceeded) {
+			t.Fatalf("outcome %d, its batch stuck on a lock: %v, want DeadlineExceeded", i, a.err)
+		}
+	}
+	for i := range steps {
+		select {
+		case err := <-intents:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("an intent stuck on a lock: %v, want DeadlineExceeded", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("intent %d never answered", i)
+		}
+	}
+	if took := time.Since(start); took > timeout+timeout/2 {
+		t.Fatalf("three batches stuck one behind the other answered after %v, want within one write timeout (%v) of their takes", took, timeout)
+	}
+	h.release()
+	pgbIdle(t, s)
+	// A statement that still waited for the lock would hold it next: once a peer gets it
+	// again, the server is done with every such statement.
+	pgaHoldRun(t, s, "a-y").release()
+	if n := len(must[[]Record](t)(s.Records(context.Background(), "a-y", 0, 0))); n != 0 {
+		t.Fatalf("a-y has %d records after its intents failed (a statement whose ctx ended went on on the server)", n)
+	}
+	for i, step := range steps {
+		if n := pgaCount(t, s, "b-x", KindOutcome, step); n != 0 {
+			t.Fatalf("b-x has %d outcomes of step %d after outcome %d failed", n, step, i)
+		}
+	}
+	for _, step := range steps { // the honest path, once the lock is free
+		if _, err := s.RecordOutcome(context.Background(), "b-x", step, StepOutcome{Status: Succeeded}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(must[[]Record](t)(s.Records(context.Background(), "b-x", 0, 0))); n != 6 {
+		t.Fatalf("b-x has %d records, want 3 intents and 3 outcomes", n)
+	}
+}
+
+// An intent stuck on a peer's row lock past the write timeout: the caller reads
+// context.DeadlineExceeded, as from the other stores, and the server stopped the statement
+// (its cancel request), so nothing of it is committed once the peer lets go.
+func TestPostgresWriteTimeoutCommitsNothing(t *testing.T) {
+	s := openPG(t, pgURL(""), nil)
+	pgaRuns(t, s, "a-y")
+	p := s.w.(*pgRunner)
+	p.mu.Lock()
+	p.timeout = 300 * time.Millisecond
+	p.mu.Unlock()
+	h := pgaHoldRun(t, s, "a-y")
+	_, err := s.RecordIntent(context.Background(), Intent{Run: "a-y", Tool: "stuck"})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("intent stuck on a lock past the write timeout: %v, want DeadlineExceeded", err)
+	}
+	h.release()
+	pgaHoldRun(t, s, "a-y").release() // the server is done with what waited for the lock
+	if n := len(must[[]Record](t)(s.Records(context.Background(), "a-y", 0, 0))); n != 0 {
+		t.Fatalf("a-y has %d records after its intent failed", n)
+	}
+	if _, err := s.RecordIntent(context.Background(), Intent{Run: "a-y", Tool: "free"}); err != nil {
+		t.Fatal(err) // the honest path, once the lock is free
+	}
+}

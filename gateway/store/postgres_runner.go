@@ -46,12 +46,15 @@ const postgresWriteTimeout = 30 * time.Second
 type pgRunner struct {
 	pool, lazy *pgxpool.Pool
 
-	mu     sync.Mutex
-	queue  []*pgQueued
-	sent   []*pgBatch // batches being sent
-	timer  *time.Timer
-	delay  time.Duration // how long a queued write waits for a batch; 0: queuedDelay
-	closed bool
+	mu    sync.Mutex
+	queue []*pgQueued
+	sent  []*pgBatch // batches being sent
+	timer *time.Timer
+	delay time.Duration // how long a queued write waits for a batch; 0: queuedDelay
+	// timeout bounds a write once it has started, and a batch from when it was taken: 0 is
+	// postgresWriteTimeout.
+	timeout time.Duration
+	closed  bool
 	// active counts the calls of run and runBatchable under way (close waits for them).
 	active sync.WaitGroup
 	// pending counts the queued writes not yet answered (flush's fast path reads it).
@@ -67,11 +70,14 @@ type pgQueued struct {
 // pgBatch is a batch of queued writes taken from the queue; done is closed once each is
 // answered. after are the batches taken before it that hold a write of the same run: it is
 // sent once they are answered, so that a run's records are numbered in call order whichever
-// batch reaches the server first.
+// batch reaches the server first. deadline (its take's time plus the runner's timeout) bounds
+// all of it, the wait for after too: batches stuck one behind the other are answered within
+// one timeout of their takes, not one timeout each in turn.
 type pgBatch struct {
-	items []*pgQueued
-	after []*pgBatch
-	done  chan struct{}
+	items    []*pgQueued
+	after    []*pgBatch
+	deadline time.Time
+	done     chan struct{}
 }
 
 // holds reports whether b has a write of run.
@@ -105,9 +111,17 @@ func (p *pgRunner) run(ctx context.Context, h how, fn txFunc) error {
 // exec runs fn as a transaction of its own (single: as its one statement), within
 // postgresWriteTimeout whatever ctx does.
 func (p *pgRunner) exec(ctx context.Context, h how, fn txFunc) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postgresWriteTimeout)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.writeTimeout())
 	defer cancel()
 	return p.do(wctx, h, fn)
+}
+
+// writeTimeout is p.timeout, or postgresWriteTimeout when it is 0.
+func (p *pgRunner) writeTimeout() time.Duration {
+	if p.timeout > 0 {
+		return p.timeout
+	}
+	return postgresWriteTimeout
 }
 
 // do runs fn as exec does, within ctx.
@@ -119,7 +133,7 @@ func (p *pgRunner) do(wctx context.Context, h how, fn txFunc) error {
 	if h.isSingle() {
 		return fn(wctx, pgxQuerier{pool})
 	}
-	return pgx.BeginFunc(wctx, pool, func(tx pgx.Tx) error { return fn(wctx, pgxQuerier{tx}) })
+	return ctxErr(wctx, pgx.BeginFunc(wctx, pool, func(tx pgx.Tx) error { return fn(wctx, pgxQuerier{tx}) }))
 }
 
 // runBatchable implements runner: w takes the queued writes into its batch, sent once the
@@ -243,7 +257,8 @@ func (p *pgRunner) takeLocked(also string) *pgBatch {
 	for _, q := range p.queue {
 		runs = append(runs, q.w.run)
 	}
-	b := &pgBatch{items: p.queue, after: p.holdingLocked(runs...), done: make(chan struct{})}
+	b := &pgBatch{items: p.queue, after: p.holdingLocked(runs...), deadline: time.Now().Add(p.writeTimeout()),
+		done: make(chan struct{})}
 	p.queue = nil
 	p.sent = append(p.sent, b)
 	return b
@@ -278,7 +293,9 @@ func waitBatches(ctx context.Context, bs []*pgBatch) error {
 // write whose statement gave no answer of its own in the batch (no row: the error is the
 // write's to tell) runs again by itself. When the server rejects the batch (an error, not a
 // fatal one that ends the session: the batch may have committed before it), each write runs
-// again by itself. All of it, the runs again too, within one postgresWriteTimeout.
+// again by itself. All of it, the wait for b.after and the runs again too, by b.deadline:
+// when the batches before it are not answered by then, nothing of b is sent and each write
+// gets context.DeadlineExceeded (wrapped).
 func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
 	defer func() {
 		p.mu.Lock()
@@ -287,7 +304,8 @@ func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
 		p.pending.Add(-int64(len(b.items)))
 		close(b.done)
 	}()
-	waitBatches(context.Background(), b.after)
+	ctx, cancel := context.WithDeadline(context.Background(), b.deadline)
+	defer cancel()
 	type entry struct {
 		w    *batchable
 		done func(error) // nil: w, whose answer send returns
@@ -303,10 +321,20 @@ func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
 			pool = p.pool
 		}
 	}
+	if err := waitBatches(ctx, b.after); err != nil {
+		err = fmt.Errorf("store: postgres: the writes queued before these in their runs were not answered within %s: %w",
+			p.writeTimeout(), err)
+		var answer error
+		for _, e := range entries {
+			if e.done == nil {
+				answer = err
+			} else {
+				e.done(err)
+			}
+		}
+		return answer
+	}
 	slices.SortStableFunc(entries, func(a, b entry) int { return strings.Compare(a.w.run, b.w.run) })
-
-	ctx, cancel := context.WithTimeout(context.Background(), postgresWriteTimeout)
-	defer cancel()
 	stmts := make([]stmt, len(entries))
 	var batch pgx.Batch
 	for i, e := range entries {
@@ -317,9 +345,9 @@ func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
 	errs := make([]error, len(entries))
 	for i, st := range stmts {
 		r, err := br.Query()
-		errs[i] = st.read(pgxRows{r}, err)
+		errs[i] = st.read(pgxRows{r, ctx}, ctxErr(ctx, err))
 	}
-	err := br.Close()
+	err := ctxErr(ctx, br.Close())
 	var rejected *pgconn.PgError
 	again := errors.As(err, &rejected) && rejected.Severity != "FATAL" && rejected.Severity != "PANIC" // rolled back as a whole
 	if err != nil && !again {
