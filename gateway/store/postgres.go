@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 )
 
 // PostgresSchema is the schema OpenPostgres keeps its tables in when the URL names none
@@ -262,25 +263,25 @@ type pgxQuerier struct {
 
 func (p pgxQuerier) exec(ctx context.Context, query string, args ...any) (int64, error) {
 	tag, err := p.q.Exec(ctx, query, args...)
-	return tag.RowsAffected(), ctxErr(ctx, err)
+	return tag.RowsAffected(), pgErr(ctx, err)
 }
 
 func (p pgxQuerier) query(ctx context.Context, query string, args ...any) (rows, error) {
 	r, err := p.q.Query(ctx, query, args...)
 	if err != nil {
-		return nil, ctxErr(ctx, err)
+		return nil, pgErr(ctx, err)
 	}
 	return pgxRows{r, ctx}, nil
 }
 
 // pgxRows are pgx.Rows as rows (pgx's Close returns nothing: its error is Err's), read
-// within ctx (Err: ctxErr).
+// within ctx (Err: pgErr).
 type pgxRows struct {
 	pgx.Rows
 	ctx context.Context
 }
 
-func (r pgxRows) Err() error { return ctxErr(r.ctx, r.Rows.Err()) }
+func (r pgxRows) Err() error { return pgErr(r.ctx, r.Rows.Err()) }
 
 func (r pgxRows) Close() error {
 	r.Rows.Close()
@@ -290,10 +291,14 @@ func (r pgxRows) Close() error {
 // pgQueryCanceled is the SQLSTATE of a statement that a cancel request stopped.
 const pgQueryCanceled = "57014"
 
-// ctxErr is err, wrapping ctx's error too when the server stopped the statement because ctx
-// ended (the cancel request of postgresConfig's handler), so that a caller reads
-// context.DeadlineExceeded or context.Canceled as from the other stores.
-func ctxErr(ctx context.Context, err error) error {
+// pgErr is err as the other stores say it: wrapping ctx's error too when the server stopped
+// the statement because ctx ended (the cancel request of postgresConfig's handler), so that a
+// caller reads context.DeadlineExceeded or context.Canceled; wrapping ErrClosed when the pool
+// was closed (a read racing Close).
+func pgErr(ctx context.Context, err error) error {
+	if errors.Is(err, puddle.ErrClosedPool) {
+		return fmt.Errorf("%w (%w)", ErrClosed, err)
+	}
 	var pe *pgconn.PgError
 	if err == nil || ctx.Err() == nil || !errors.As(err, &pe) || pe.Code != pgQueryCanceled {
 		return err

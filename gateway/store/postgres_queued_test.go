@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // pgXmin is the id of the transaction that inserted record seq of run, read on s's pool.
@@ -326,5 +328,19 @@ func TestPostgresWriteTimeoutCommitsNothing(t *testing.T) {
 	}
 	if _, err := s.RecordIntent(context.Background(), Intent{Run: "a-y", Tool: "free"}); err != nil {
 		t.Fatal(err) // the honest path, once the lock is free
+	}
+}
+
+// A read that passed the store's closed check when Close closes the pool under it reads as
+// ErrClosed, as from the other stores, not as pgx's text.
+func TestPostgresReadAfterPoolClosedIsErrClosed(t *testing.T) {
+	s := openPG(t, pgURL(""), nil)
+	pgaRuns(t, s, "run-c")
+	if _, err := s.Records(context.Background(), "run-c", 0, 0); err != nil {
+		t.Fatal(err) // the honest path
+	}
+	s.r.(flushedReads).q.(pgxQuerier).q.(*pgxpool.Pool).Close() // as Close does, after the read's check
+	if _, err := s.Records(context.Background(), "run-c", 0, 0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("a read on the closed pool: %v, want ErrClosed", err)
 	}
 }

@@ -134,7 +134,7 @@ func (p *pgRunner) do(wctx context.Context, h how, fn txFunc) error {
 	if h.isSingle() {
 		return fn(wctx, pgxQuerier{pool})
 	}
-	return ctxErr(wctx, pgx.BeginFunc(wctx, pool, func(tx pgx.Tx) error { return fn(wctx, pgxQuerier{tx}) }))
+	return pgErr(wctx, pgx.BeginFunc(wctx, pool, func(tx pgx.Tx) error { return fn(wctx, pgxQuerier{tx}) }))
 }
 
 // runBatchable implements runner: w takes the queued writes into its batch, sent once the
@@ -346,9 +346,9 @@ func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
 	errs := make([]error, len(entries))
 	for i, st := range stmts {
 		r, err := br.Query()
-		errs[i] = st.read(pgxRows{r, ctx}, ctxErr(ctx, err))
+		errs[i] = st.read(pgxRows{r, ctx}, pgErr(ctx, err))
 	}
-	err := ctxErr(ctx, br.Close())
+	err := pgErr(ctx, br.Close())
 	var rejected *pgconn.PgError
 	again := errors.As(err, &rejected) && rejected.Severity != "FATAL" && rejected.Severity != "PANIC" // rolled back as a whole
 	if err != nil && !again {
