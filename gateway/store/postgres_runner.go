@@ -21,12 +21,12 @@ const postgresWriteTimeout = 30 * time.Second
 // pgRunner is Postgres's runner: each write is a transaction of its own on the pool, and
 // concurrent writes meet in the database's row locks. A write that has started runs to its end
 // (bounded by postgresWriteTimeout) whatever the caller's ctx does; one stopped by that bound
-// is cancelled on the server too, so that nothing of it commits (postgresConfig). A lazy write commits with
-// synchronous_commit off, so it returns without waiting for the server's WAL flush: it
-// survives a crash of the gateway; a crash of the server inside the WAL writer's delay can lose
-// it, and Recover then completes the step as uncertain (the safe reading). A later synchronous
-// commit (the next intent) flushes it too. A single statement runs without BEGIN and COMMIT
-// of its own (one round trip).
+// is cancelled on the server too, so that nothing of it commits (postgresConfig). A lazy
+// write commits with synchronous_commit off, so it returns without waiting for the server's
+// WAL flush: it survives a crash of the gateway; a crash of the server inside the WAL
+// writer's delay can lose it, and Recover then completes the step as uncertain (the safe
+// reading). A later synchronous commit (the next intent) flushes it too. A single statement
+// runs without BEGIN and COMMIT of its own (one round trip).
 //
 // Lazy writes go to a pool of their own (half as many connections as the pool's
 // pool_max_conns, at least 1) whose sessions run with synchronous_commit off, so that a lazy
