@@ -527,3 +527,72 @@ func TestPGCancelCloseRacesStuckWrites(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Attack 2b: as attack 2, but the write that the late cancel stops is a batch (an intent
+// carrying a queued outcome of another run). Guarantee: the server rejected the batch as a
+// whole (57014 is an ERROR), so each write runs again by itself (send's again path): both
+// commit, each answered nil once.
+func TestPGCancelStrayCancelOnBatchRunsEachAgain(t *testing.T) {
+	s, proxy := pgcOpenViaProxy(t, "pool_max_conns", "1")
+	pgaRuns(t, s, "a-y", "b-x")
+	direct := openPG(t, pgURL(s.Schema()), nil)
+	step := pgaIntent(t, s, "b-x")
+	proxy.delay.Store(int64(500 * time.Millisecond))
+	pgcSetTimeout(s, 300*time.Millisecond)
+	h := pgaHoldRun(t, s, "a-y")
+	w1 := make(chan error, 1)
+	go func() {
+		_, err := s.RecordIntent(context.Background(), Intent{Run: "a-y", Tool: "w1"})
+		w1 <- err
+	}()
+	h.blocked(t, direct)
+	pgcSetTimeout(s, 10*time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for proxy.cancels.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("w1's cancel request was never sent")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.release()
+	var err1 error
+	select {
+	case err1 = <-w1:
+	case <-time.After(10 * time.Second):
+		t.Fatal("w1 never returned")
+	}
+	h2 := pgaHoldRun(t, s, "a-y")
+	pgaSetDelay(s, time.Hour)
+	done, ch, n := pgbOnce(t, "outcome")
+	s.QueueOutcome(context.Background(), "b-x", step, StepOutcome{Status: Succeeded}, done)
+	w2 := make(chan error, 1)
+	var seq2 int64
+	go func() {
+		var err error
+		seq2, err = s.RecordIntent(context.Background(), Intent{Run: "a-y", Tool: "w2"})
+		w2 <- err
+	}()
+	h2.blocked(t, direct)
+	time.AfterFunc(time.Second, h2.release)
+	var err2 error
+	select {
+	case err2 = <-w2:
+	case <-time.After(15 * time.Second):
+		t.Fatal("w2 never returned")
+	}
+	a := pgaWait(t, ch, "outcome")
+	pgbIdle(t, s)
+	n1, n2 := pgcIntents(t, s, "a-y", "w1"), pgcIntents(t, s, "a-y", "w2")
+	if (err1 == nil) != (n1 == 1) || n1 > 1 {
+		t.Errorf("w1 told %v, %d records", err1, n1)
+	}
+	if err2 != nil || n2 != 1 {
+		t.Errorf("w2 (a batch, run again on a rejection) told %v, %d records; want nil, 1", err2, n2)
+	}
+	if got := pgaCount(t, s, "b-x", KindOutcome, step); a.err != nil || got != 1 || n.Load() != 1 {
+		t.Errorf("the carried outcome told %v (%d answers), %d outcomes; want nil, 1, 1", a.err, n.Load(), got)
+	}
+	if err2 == nil && a.err == nil && pgXmin(t, direct, "a-y", seq2) == pgXmin(t, direct, "b-x", a.seq) {
+		t.Fatal("the batch committed as one transaction: the late cancel did not reach it (the attack did not happen)")
+	}
+}
