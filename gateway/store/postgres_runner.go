@@ -52,8 +52,8 @@ type pgRunner struct {
 	sent  []*pgBatch // batches being sent
 	timer *time.Timer
 	delay time.Duration // how long a queued write waits for a batch; 0: queuedDelay
-	// timeout bounds a write once it has started, and a batch from when it was taken: 0 is
-	// postgresWriteTimeout.
+	// timeout bounds a write from its call (its wait for the writes before it included), and a
+	// batch from when it was taken: 0 is postgresWriteTimeout.
 	timeout time.Duration
 	closed  bool
 	// active counts the calls of run and runBatchable under way (close waits for them).
@@ -103,18 +103,38 @@ func (p *pgRunner) run(ctx context.Context, h how, fn txFunc) error {
 		return err
 	}
 	defer p.active.Done()
-	if err := p.flush(ctx); err != nil {
+	deadline := time.Now().Add(p.writeTimeout())
+	if err := p.waitBy(ctx, deadline, func(ctx context.Context) error { return p.flush(ctx) }); err != nil {
 		return err
 	}
-	return p.exec(ctx, h, fn)
+	return p.execBy(ctx, h, fn, deadline)
 }
 
 // exec runs fn as a transaction of its own (single: as its one statement), within
 // postgresWriteTimeout whatever ctx does.
 func (p *pgRunner) exec(ctx context.Context, h how, fn txFunc) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.writeTimeout())
+	return p.execBy(ctx, h, fn, time.Now().Add(p.writeTimeout()))
+}
+
+// execBy is exec within deadline (a write's bound counts from its call, its wait for the
+// writes before it included).
+func (p *pgRunner) execBy(ctx context.Context, h how, fn txFunc, deadline time.Time) error {
+	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	return p.do(wctx, h, fn)
+}
+
+// waitBy runs wait (a wait for the writes before a write) within ctx and deadline; when
+// deadline ends it first, the error says so (wrapping context.DeadlineExceeded).
+func (p *pgRunner) waitBy(ctx context.Context, deadline time.Time, wait func(context.Context) error) error {
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	err := wait(dctx)
+	if err != nil && ctx.Err() == nil && dctx.Err() != nil {
+		err = fmt.Errorf("store: postgres: the writes queued before this one were not answered within %s: %w",
+			p.writeTimeout(), err)
+	}
+	return err
 }
 
 // writeTimeout is p.timeout, or postgresWriteTimeout when it is 0.
@@ -131,10 +151,27 @@ func (p *pgRunner) do(wctx context.Context, h how, fn txFunc) error {
 	if h.isLazy() {
 		pool = p.lazy
 	}
-	if h.isSingle() {
-		return fn(wctx, pgxQuerier{pool})
+	once := func() error {
+		if h.isSingle() {
+			return fn(wctx, pgxQuerier{pool})
+		}
+		return pgErr(wctx, pgx.BeginFunc(wctx, pool, func(tx pgx.Tx) error { return fn(wctx, pgxQuerier{tx}) }))
 	}
-	return pgErr(wctx, pgx.BeginFunc(wctx, pool, func(tx pgx.Tx) error { return fn(wctx, pgxQuerier{tx}) }))
+	err := once()
+	if strayCancel(wctx, err) {
+		err = once() // nothing of it committed (the server stopped it): its answer is the next run's
+	}
+	return err
+}
+
+// strayCancel reports whether err is the server's answer to a cancel request that ctx did
+// not cause: pgx's cancel request is racy (a statement that ended by itself before its cancel
+// arrived leaves the cancel to the next statement on its connection), so a write whose ctx is
+// live may be stopped by another write's cancel. The server rolled it back (57014 is an
+// ERROR), so it may run again.
+func strayCancel(ctx context.Context, err error) bool {
+	var pe *pgconn.PgError
+	return err != nil && ctx.Err() == nil && errors.As(err, &pe) && pe.Code == pgQueryCanceled
 }
 
 // runBatchable implements runner: w takes the queued writes into its batch, sent once the
@@ -151,6 +188,7 @@ func (p *pgRunner) runBatchable(ctx context.Context, h how, w batchable) error {
 	if p.pending.Load() == 0 {
 		return p.exec(ctx, h, w.fn)
 	}
+	deadline := time.Now().Add(p.writeTimeout())
 	p.mu.Lock()
 	b := p.takeLocked(w.run)
 	var wait []*pgBatch
@@ -160,7 +198,7 @@ func (p *pgRunner) runBatchable(ctx context.Context, h how, w batchable) error {
 		wait = b.after
 	}
 	p.mu.Unlock()
-	if err := waitBatches(ctx, wait); err != nil {
+	if err := p.waitBy(ctx, deadline, func(ctx context.Context) error { return waitBatches(ctx, wait) }); err != nil {
 		if b != nil {
 			go p.send(b, nil, lazy)
 		}
@@ -169,7 +207,7 @@ func (p *pgRunner) runBatchable(ctx context.Context, h how, w batchable) error {
 	if b != nil {
 		return p.send(b, &w, h)
 	}
-	return p.exec(ctx, h, w.fn)
+	return p.execBy(ctx, h, w.fn, deadline)
 }
 
 // enqueue implements runner. A full queue (maxWriteBatch) is sent at once, and enqueue waits
