@@ -156,20 +156,20 @@ func pgcIntents(t *testing.T, s *Postgres, run, tool string) int {
 	return n
 }
 
-// Attack 2: pgx's cancel request is racy — when the cancelled statement ends by itself first
-// (the lock is freed just after the deadline), pgx abandons its cancel request, waits 100 ms
-// and returns the connection to the pool; a cancel already on its way (here delivered 500 ms
-// late) then stops the NEXT statement on that connection: another caller's intent, whose ctx
-// is live. Guarantees: (a) every caller is told the truth (an error means nothing committed,
-// nil means committed); (b) a write whose own deadline is far off is not failed by another
-// write's cancel (an intent that fails blocks its tool call).
-func TestPGCancelStrayCancelKillsNextWrite(t *testing.T) {
-	s, proxy := pgcOpenViaProxy(t, "pool_max_conns", "1") // one pooled connection for intents
-	pgaRuns(t, s, "a-y")
-	direct := openPG(t, pgURL(s.Schema()), nil) // s's one connection is busy: look from outside
+// pgcStrayCancel opens a store of one pooled connection behind a proxy that delivers cancel
+// requests 500 ms late, with runs a-y and b-x, and calls prepare on it. Then intent w1 of a-y
+// waits on a peer's lock past a 300 ms write timeout, its cancel request is sent, and the lock
+// is freed so that w1 ends by itself before its cancel lands; the write timeout is 10 s from
+// then on. It returns the store, a store of the same schema that bypasses the proxy (the one
+// connection may be busy), and w1's answer.
+func pgcStrayCancel(t *testing.T, prepare func(s *Postgres)) (s, direct *Postgres, err1 error) {
+	t.Helper()
+	s, proxy := pgcOpenViaProxy(t, "pool_max_conns", "1")
+	pgaRuns(t, s, "a-y", "b-x")
+	direct = openPG(t, pgURL(s.Schema()), nil)
+	prepare(s)
 	proxy.delay.Store(int64(500 * time.Millisecond))
-	const first = 300 * time.Millisecond
-	pgcSetTimeout(s, first)
+	pgcSetTimeout(s, 300*time.Millisecond)
 	h := pgaHoldRun(t, s, "a-y")
 	w1 := make(chan error, 1)
 	go func() {
@@ -186,12 +186,23 @@ func TestPGCancelStrayCancelKillsNextWrite(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	h.release() // w1 ends by itself before its cancel arrives
-	var err1 error
 	select {
 	case err1 = <-w1:
 	case <-time.After(10 * time.Second):
 		t.Fatal("w1 never returned")
 	}
+	return s, direct, err1
+}
+
+// Attack 2: pgx's cancel request is racy — when the cancelled statement ends by itself first
+// (the lock is freed just after the deadline), pgx abandons its cancel request, waits 100 ms
+// and returns the connection to the pool; a cancel already on its way (here delivered 500 ms
+// late) then stops the NEXT statement on that connection: another caller's intent, whose ctx
+// is live. Guarantees: (a) every caller is told the truth (an error means nothing committed,
+// nil means committed); (b) a write whose own deadline is far off is not failed by another
+// write's cancel (an intent that fails blocks its tool call).
+func TestPGCancelStrayCancelKillsNextWrite(t *testing.T) {
+	s, direct, err1 := pgcStrayCancel(t, func(*Postgres) {})
 	h2 := pgaHoldRun(t, s, "a-y") // w2 is under way on the one connection when the cancel lands
 	w2 := make(chan error, 1)
 	go func() {
@@ -495,34 +506,8 @@ func TestPGCancelCloseRacesStuckWrites(t *testing.T) {
 // whole (57014 is an ERROR), so each write runs again by itself (send's again path): both
 // commit, each answered nil once.
 func TestPGCancelStrayCancelOnBatchRunsEachAgain(t *testing.T) {
-	s, proxy := pgcOpenViaProxy(t, "pool_max_conns", "1")
-	pgaRuns(t, s, "a-y", "b-x")
-	direct := openPG(t, pgURL(s.Schema()), nil)
-	step := pgaIntent(t, s, "b-x")
-	proxy.delay.Store(int64(500 * time.Millisecond))
-	pgcSetTimeout(s, 300*time.Millisecond)
-	h := pgaHoldRun(t, s, "a-y")
-	w1 := make(chan error, 1)
-	go func() {
-		_, err := s.RecordIntent(context.Background(), Intent{Run: "a-y", Tool: "w1"})
-		w1 <- err
-	}()
-	h.blocked(t, direct)
-	pgcSetTimeout(s, 10*time.Second)
-	deadline := time.Now().Add(10 * time.Second)
-	for proxy.cancels.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("w1's cancel request was never sent")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	h.release()
-	var err1 error
-	select {
-	case err1 = <-w1:
-	case <-time.After(10 * time.Second):
-		t.Fatal("w1 never returned")
-	}
+	var step int64
+	s, direct, err1 := pgcStrayCancel(t, func(s *Postgres) { step = pgaIntent(t, s, "b-x") })
 	h2 := pgaHoldRun(t, s, "a-y")
 	pgaSetDelay(s, time.Hour)
 	done, ch, n := pgbOnce(t, "outcome")
