@@ -164,10 +164,10 @@ func postgresConfig(databaseURL string) (*pgxpool.Config, string, error) {
 	// A statement whose ctx ends is cancelled on the server too (a cancel request), so that
 	// the caller's error matches what is committed: with pgx's default (the socket's deadline
 	// only) a batch stuck on a row lock went on once the lock was free, and committed after its
-	// writers had been told that it failed (TestPostgresQueuedChainBoundedByOneTimeout). A
-	// cancel request that does not reach the server within postgresCancelWait (a network
-	// that drops new connections) leaves that hole open: such a write may still commit, and
-	// Recover then completes its step as uncertain.
+	// writers had been told that it failed (TestPostgresQueuedChainBoundedByOneTimeout). What
+	// no client deadline closes stays: a cancel request that does not reach the server within
+	// postgresCancelWait, or a commit answered after the deadline; Recover completes such an
+	// intent as uncertain.
 	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: postgresCancelWait}
 	}
