@@ -302,11 +302,17 @@ func pgErr(ctx context.Context, err error) error {
 	if errors.Is(err, puddle.ErrClosedPool) {
 		return fmt.Errorf("%w (%w)", ErrClosed, err)
 	}
-	var pe *pgconn.PgError
-	if err == nil || ctx.Err() == nil || !errors.As(err, &pe) || pe.Code != pgQueryCanceled {
+	if ctx.Err() == nil || !queryCanceled(err) {
 		return err
 	}
 	return fmt.Errorf("%w (%w)", ctx.Err(), err)
+}
+
+// queryCanceled reports whether err is the server's answer to a cancel request (SQLSTATE
+// pgQueryCanceled).
+func queryCanceled(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == pgQueryCanceled
 }
 
 // Instance returns this store's instance id (recorded with every intent it writes).

@@ -131,10 +131,45 @@ func (p *pgRunner) waitBy(ctx context.Context, deadline time.Time, wait func(con
 	defer cancel()
 	err := wait(dctx)
 	if err != nil && ctx.Err() == nil && dctx.Err() != nil {
-		err = fmt.Errorf("store: postgres: the writes queued before this one were not answered within %s: %w",
-			p.writeTimeout(), err)
+		err = p.waitedTooLong(err)
 	}
 	return err
+}
+
+// pgEntry is a write of a batch being sent and the function that gets its answer (nil: the
+// write of send's caller, whose answer send returns).
+type pgEntry struct {
+	w    *batchable
+	done func(error)
+}
+
+// sendBatch sends the statements of es as one pgx batch on pool and sets errs[i] to the answer
+// of es[i]'s statement. again: the server rejected the batch as a whole (an error, not a
+// fatal one that ends the session), so nothing of it is committed; err is the batch's error.
+func sendBatch(ctx context.Context, pool *pgxpool.Pool, es []pgEntry, errs []error) (again bool, err error) {
+	stmts := make([]stmt, len(es))
+	var batch pgx.Batch
+	for i, e := range es {
+		stmts[i] = e.w.stmt()
+		batch.Queue(stmts[i].query, stmts[i].args...)
+	}
+	br := pool.SendBatch(ctx, &batch)
+	for i, st := range stmts {
+		r, err := br.Query()
+		errs[i] = st.read(pgxRows{r, ctx}, pgErr(ctx, err))
+	}
+	err = pgErr(ctx, br.Close())
+	var rejected *pgconn.PgError
+	again = errors.As(err, &rejected) && rejected.Severity != "FATAL" && rejected.Severity != "PANIC"
+	if err != nil && !again {
+		err = fmt.Errorf("store: postgres: batch of %d writes: %w", len(es), err)
+	}
+	return again, err
+}
+
+// waitedTooLong is err (a wait for the writes before a write that its bound ended) saying so.
+func (p *pgRunner) waitedTooLong(err error) error {
+	return fmt.Errorf("store: postgres: the writes queued before it were not answered within %s: %w", p.writeTimeout(), err)
 }
 
 // writeTimeout is p.timeout, or postgresWriteTimeout when it is 0.
@@ -170,8 +205,7 @@ func (p *pgRunner) do(wctx context.Context, h how, fn txFunc) error {
 // live may be stopped by another write's cancel. The server rolled it back (57014 is an
 // ERROR), so it may run again.
 func strayCancel(ctx context.Context, err error) bool {
-	var pe *pgconn.PgError
-	return err != nil && ctx.Err() == nil && errors.As(err, &pe) && pe.Code == pgQueryCanceled
+	return ctx.Err() == nil && queryCanceled(err)
 }
 
 // runBatchable implements runner: w takes the queued writes into its batch, sent once the
@@ -345,52 +379,25 @@ func (p *pgRunner) send(b *pgBatch, w *batchable, h how) error {
 	}()
 	ctx, cancel := context.WithDeadline(context.Background(), b.deadline)
 	defer cancel()
-	type entry struct {
-		w    *batchable
-		done func(error) // nil: w, whose answer send returns
-	}
-	entries := make([]entry, 0, len(b.items)+1)
+	entries := make([]pgEntry, 0, len(b.items)+1)
 	for _, q := range b.items {
-		entries = append(entries, entry{&q.w, q.done})
+		entries = append(entries, pgEntry{&q.w, q.done})
 	}
 	pool := p.lazy
 	if w != nil {
-		entries = append(entries, entry{w, nil})
+		entries = append(entries, pgEntry{w, nil})
 		if !h.isLazy() {
 			pool = p.pool
 		}
 	}
-	if err := waitBatches(ctx, b.after); err != nil {
-		err = fmt.Errorf("store: postgres: the writes queued before these in their runs were not answered within %s: %w",
-			p.writeTimeout(), err)
-		var answer error
-		for _, e := range entries {
-			if e.done == nil {
-				answer = err
-			} else {
-				e.done(err)
-			}
-		}
-		return answer
-	}
-	slices.SortStableFunc(entries, func(a, b entry) int { return strings.Compare(a.w.run, b.w.run) })
-	stmts := make([]stmt, len(entries))
-	var batch pgx.Batch
-	for i, e := range entries {
-		stmts[i] = e.w.stmt()
-		batch.Queue(stmts[i].query, stmts[i].args...)
-	}
-	br := pool.SendBatch(ctx, &batch)
 	errs := make([]error, len(entries))
-	for i, st := range stmts {
-		r, err := br.Query()
-		errs[i] = st.read(pgxRows{r, ctx}, pgErr(ctx, err))
-	}
-	err := pgErr(ctx, br.Close())
-	var rejected *pgconn.PgError
-	again := errors.As(err, &rejected) && rejected.Severity != "FATAL" && rejected.Severity != "PANIC" // rolled back as a whole
-	if err != nil && !again {
-		err = fmt.Errorf("store: postgres: batch of %d writes: %w", len(entries), err)
+	var again bool
+	err := waitBatches(ctx, b.after)
+	if err != nil {
+		err = p.waitedTooLong(err) // nothing of b is sent: each write gets err
+	} else {
+		slices.SortStableFunc(entries, func(a, b pgEntry) int { return strings.Compare(a.w.run, b.w.run) })
+		again, err = sendBatch(ctx, pool, entries, errs)
 	}
 	var answer error
 	for i, e := range entries {
